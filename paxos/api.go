@@ -1,0 +1,172 @@
+package paxos
+
+import "errors"
+
+// This file is the contract between the paxos state machine and everything
+// that drives it (the replica runtime in kv/, the simulator in paxossim/, the
+// accel plane). Signatures here are relied on by other packages: extend them,
+// do not change them without updating every caller.
+
+// NodeID names an acceptor. Zero is never a valid node.
+type NodeID uint64
+
+// Slot is a position in the replicated log. Slot 0 is never used; the first
+// real slot is 1.
+type Slot uint64
+
+// Ballot orders leadership attempts. Ballots compare by Round, then by Node,
+// so two proposers never share a ballot. The zero Ballot is lower than every
+// ballot a node can create.
+type Ballot struct {
+	Round uint64
+	Node  NodeID
+}
+
+// Less reports whether b orders strictly before o.
+func (b Ballot) Less(o Ballot) bool {
+	if b.Round != o.Round {
+		return b.Round < o.Round
+	}
+	return b.Node < o.Node
+}
+
+// IsZero reports whether b is the zero ballot.
+func (b Ballot) IsZero() bool { return b == Ballot{} }
+
+// EntryType says what a log entry holds.
+type EntryType uint8
+
+const (
+	// EntryNormal holds a batch of application commands.
+	EntryNormal EntryType = 1
+	// EntryNoop fills a hole found during phase 1, or marks a new leader's
+	// ballot in the log. It carries no commands.
+	EntryNoop EntryType = 2
+	// EntryConfChange holds one encoded ConfChange.
+	EntryConfChange EntryType = 3
+)
+
+// Entry is one slot's value as accepted by an acceptor.
+type Entry struct {
+	Slot   Slot
+	Ballot Ballot // the ballot under which this value was accepted
+	Type   EntryType
+	// Cmds are the application commands batched into this slot (EntryNormal),
+	// or a single encoded ConfChange (EntryConfChange). The state machine
+	// never retains them beyond Advance: callers copy what they keep.
+	Cmds [][]byte
+}
+
+// ConfChangeType is the kind of membership change.
+type ConfChangeType uint8
+
+const (
+	ConfAddNode    ConfChangeType = 1
+	ConfRemoveNode ConfChangeType = 2
+)
+
+// ConfChange adds or removes one acceptor. It is proposed through the log
+// (ProposeConfChange) and takes effect by the rule documented on
+// ProposeConfChange.
+type ConfChange struct {
+	Type ConfChangeType
+	Node NodeID
+}
+
+// ReadState answers a ReadIndex request: once the application has applied
+// through Index, a read that started before ReadIndex was called may be
+// served locally and is linearizable.
+type ReadState struct {
+	ID    uint64 // the id passed to ReadIndex
+	Index Slot   // the commit index to wait for
+}
+
+// AckEvent records that the leader counted an Accepted for (Slot, Ballot).
+// Count is the number of distinct acceptors (the leader included) that have
+// accepted this (Slot, Ballot) so far. Committed is true on the event that
+// first reached the quorum. The accel plane's aggregator is checked against
+// this stream.
+type AckEvent struct {
+	Slot      Slot
+	Ballot    Ballot
+	From      NodeID
+	Count     int
+	Committed bool
+}
+
+// SnapshotMeta describes an application snapshot: the state after applying
+// every slot <= Slot, with the membership in force at that point.
+type SnapshotMeta struct {
+	Slot    Slot
+	Members []NodeID
+}
+
+// Snapshot is opaque application state plus its metadata.
+type Snapshot struct {
+	Meta SnapshotMeta
+	Data []byte
+}
+
+// Role is a node's view of its own part in the group.
+type Role uint8
+
+const (
+	RoleFollower  Role = 1
+	RoleCandidate Role = 2 // running phase 1
+	RoleLeader    Role = 3
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleCandidate:
+		return "candidate"
+	case RoleLeader:
+		return "leader"
+	}
+	return "unknown"
+}
+
+// Status is a snapshot of a node's state for observers (kvctl status,
+// metrics, tests). It is a copy: holding it does not hold the node.
+type Status struct {
+	ID         NodeID
+	Role       Role
+	Leader     NodeID // 0 when unknown
+	Promised   Ballot // highest ballot promised
+	Ballot     Ballot // the ballot this node leads or campaigns with (when it does)
+	Commit     Slot
+	Applied    Slot // the highest slot the application reported through Advance
+	LastSlot   Slot // highest slot with an accepted entry here
+	FirstSlot  Slot // lowest slot still held in the log (above the snapshot)
+	Members    []NodeID
+	LeaseValid bool
+	Dropped    uint64 // bad messages dropped and counted
+}
+
+// DurableState is what a node recovers from stable storage when it
+// restarts: everything the Ready contract made durable, and nothing else.
+type DurableState struct {
+	Promised Ballot
+	// Accepted holds the latest accepted entry for each slot above the
+	// snapshot, in slot order. Later writes of the same slot supersede
+	// earlier ones; the caller passes only the winner.
+	Accepted []Entry
+	// Snapshot, when non-nil, is the latest snapshot the application holds.
+	Snapshot *SnapshotMeta
+	// Applied is the highest slot already applied to the application state
+	// (it is stored with the data, so it survives restarts). Committed
+	// entries at or below it are never delivered again.
+	Applied Slot
+}
+
+// Sentinel errors. Expected conditions are errors; a broken invariant is a
+// panic that prints the state.
+var (
+	ErrNotLeader      = errors.New("paxos: not the leader")
+	ErrProposalsFull  = errors.New("paxos: proposal queue full")
+	ErrConfChangeBusy = errors.New("paxos: a membership change is already in progress")
+	ErrBadMessage     = errors.New("paxos: bad message dropped")
+	ErrStopped        = errors.New("paxos: node stopped")
+)
