@@ -48,3 +48,7 @@ var ErrClosed = errors.New("afxdp: conn closed")
 // ErrNotSupported is wrapped by errors on platforms or kernels that lack a
 // feature.
 var ErrNotSupported = errors.New("afxdp: not supported")
+
+// ErrPayloadTooLarge is returned by WriteBatch for a packet whose N exceeds
+// MaxPayload; the packets before it were sent.
+var ErrPayloadTooLarge = errors.New("afxdp: payload larger than MaxPayload")

@@ -1,0 +1,43 @@
+package afxdp
+
+import "sync/atomic"
+
+// Counters is a snapshot of a Conn's packet counters. Every datagram that
+// reaches the socket is either delivered (RxPackets) or counted in exactly
+// one of the Rx drop counters; none of them panics the reader.
+type Counters struct {
+	RxPackets uint64 // delivered to ReadBatch
+	RxBytes   uint64 // payload bytes delivered
+	TxPackets uint64 // handed to the network
+	TxBytes   uint64 // payload bytes handed to the network
+
+	RxRunt        uint64 // shorter than the headers they claim (Ethernet, IP, UDP)
+	RxTruncated   uint64 // IP/UDP length beyond the frame, or payload beyond the caller's buffer
+	RxBadChecksum uint64 // IPv4 header or UDP checksum wrong
+	RxForeign     uint64 // not UDP to our address and port (wrong EtherType, protocol, address, port, fragments, IP options)
+
+	TxRingFull  uint64 // a TX attempt found no free frame or ring slot (retried, not lost)
+	RxFillEmpty uint64 // times the fill ring could not be refilled (frame pool empty)
+}
+
+// counters is the live, atomically updated form of Counters.
+type counters struct {
+	rxPackets, rxBytes, txPackets, txBytes    atomic.Uint64
+	rxRunt, rxTruncated, rxBadCsum, rxForeign atomic.Uint64
+	txRingFull, rxFillEmpty                   atomic.Uint64
+}
+
+func (c *counters) snapshot() Counters {
+	return Counters{
+		RxPackets:     c.rxPackets.Load(),
+		RxBytes:       c.rxBytes.Load(),
+		TxPackets:     c.txPackets.Load(),
+		TxBytes:       c.txBytes.Load(),
+		RxRunt:        c.rxRunt.Load(),
+		RxTruncated:   c.rxTruncated.Load(),
+		RxBadChecksum: c.rxBadCsum.Load(),
+		RxForeign:     c.rxForeign.Load(),
+		TxRingFull:    c.txRingFull.Load(),
+		RxFillEmpty:   c.rxFillEmpty.Load(),
+	}
+}
