@@ -1,0 +1,235 @@
+package proto
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"synod/tenants"
+)
+
+// Request is a decoded client request. Which fields are meaningful depends
+// on Op; see docs/protocol.md for each body layout. Byte slices returned by
+// DecodeRequest alias the frame buffer.
+type Request struct {
+	Op     Opcode
+	Flags  Flags
+	Tenant tenants.ID // 0 in HELLO; afterwards the authenticated tenant
+	ID     uint64     // request id, echoed in the response
+
+	// HELLO
+	Version uint16
+	Token   string
+
+	// Writes (PUT, DELETE, CAS, BATCH): exactly-once identity. Seq starts at
+	// 1 and grows by one per write of this client. FirstUnacked is the
+	// lowest sequence the client has not yet seen answered (Seq itself at
+	// most): the server may forget results of every lower sequence.
+	ClientID     uint64
+	Seq          uint64
+	FirstUnacked uint64
+
+	// GET, PUT, DELETE, CAS
+	Key []byte
+	// PUT: the new value. CAS: the value to store on a match.
+	Value []byte
+	// CAS: the expected current value; ExpectPresent false means "the key
+	// must be absent" and Expect is then empty.
+	ExpectPresent bool
+	Expect        []byte
+
+	// SCAN: keys in [Start, End) of the tenant; an empty End means "to the
+	// end of the tenant's keyspace". Limit in 1..ScanLimitMax.
+	Start, End []byte
+	Limit      uint32
+
+	// BATCH: applied atomically, all or nothing.
+	Ops []BatchOp
+}
+
+// BatchOp is one operation of a BATCH: OpPut, OpDelete or OpCAS. A CAS
+// inside a batch is a condition plus a write: if any condition fails the
+// whole batch is rejected with CAS_MISMATCH and Response.FailedOp names the
+// first failing operation. Conditions are evaluated against the state
+// before the batch.
+type BatchOp struct {
+	Op            Opcode
+	Key           []byte
+	Value         []byte
+	ExpectPresent bool
+	Expect        []byte
+}
+
+// AppendRequest appends the complete frame (header and body) for req.
+func AppendRequest(b []byte, req *Request) []byte {
+	start := len(b)
+	b = AppendHeader(b, Header{Op: req.Op, Flags: req.Flags &^ FlagResponse, Tenant: req.Tenant, ID: req.ID})
+	b = AppendRequestBody(b, req)
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-HeaderBytes))
+	return b
+}
+
+// AppendRequestBody appends only req's body.
+func AppendRequestBody(b []byte, req *Request) []byte {
+	switch req.Op {
+	case OpHello:
+		b = binary.BigEndian.AppendUint16(b, req.Version)
+		b = appendBytes16(b, []byte(req.Token))
+	case OpPing, OpStatus:
+	case OpGet:
+		b = appendBytes16(b, req.Key)
+	case OpPut, OpDelete, OpCAS:
+		b = appendWriteID(b, req)
+		b = appendKeyOp(b, req.Op, req.Key, req.Value, req.ExpectPresent, req.Expect)
+	case OpScan:
+		b = appendBytes16(b, req.Start)
+		b = appendBytes16(b, req.End)
+		b = binary.BigEndian.AppendUint32(b, req.Limit)
+	case OpBatch:
+		b = appendWriteID(b, req)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(req.Ops)))
+		for i := range req.Ops {
+			op := &req.Ops[i]
+			b = append(b, byte(op.Op))
+			b = appendKeyOp(b, op.Op, op.Key, op.Value, op.ExpectPresent, op.Expect)
+		}
+	}
+	return b
+}
+
+func appendWriteID(b []byte, req *Request) []byte {
+	b = binary.BigEndian.AppendUint64(b, req.ClientID)
+	b = binary.BigEndian.AppendUint64(b, req.Seq)
+	return binary.BigEndian.AppendUint64(b, req.FirstUnacked)
+}
+
+// appendKeyOp appends the key-level part of PUT, DELETE and CAS, shared by
+// the single-key opcodes and the operations inside a BATCH.
+func appendKeyOp(b []byte, op Opcode, key, value []byte, expectPresent bool, expect []byte) []byte {
+	b = appendBytes16(b, key)
+	switch op {
+	case OpPut:
+		b = appendBytes32(b, value)
+	case OpCAS:
+		b = appendBool(b, expectPresent)
+		b = appendBytes32(b, expect)
+		b = appendBytes32(b, value)
+	}
+	return b
+}
+
+// DecodeRequest decodes a request body for header h and validates it:
+// field limits, write identity (client id non-zero, 1 <= FirstUnacked <=
+// Seq), scan limit, batch size and operation kinds. Errors wrap ErrTooLarge
+// for size limits and ErrMalformed otherwise.
+func DecodeRequest(h Header, body []byte) (*Request, error) {
+	if h.Flags&FlagResponse != 0 {
+		return nil, fmt.Errorf("%w: response flag on a request", ErrMalformed)
+	}
+	if h.Status != StatusOK {
+		return nil, fmt.Errorf("%w: status %d on a request", ErrMalformed, h.Status)
+	}
+	if h.Flags&FlagStaleOK != 0 && h.Op != OpGet && h.Op != OpScan {
+		return nil, fmt.Errorf("%w: stale-ok flag on %v", ErrMalformed, h.Op)
+	}
+	req := &Request{Op: h.Op, Flags: h.Flags, Tenant: h.Tenant, ID: h.ID}
+	r := &reader{b: body}
+	switch h.Op {
+	case OpHello:
+		req.Version = r.u16("version")
+		req.Token = string(r.bytes16("token", TokenBytesMax))
+	case OpPing, OpStatus:
+	case OpGet:
+		req.Key = r.bytes16("key", KeyBytesMax)
+		if r.err == nil && len(req.Key) == 0 {
+			r.fail("empty key")
+		}
+	case OpPut, OpDelete, OpCAS:
+		readWriteID(r, req)
+		req.Key, req.Value, req.ExpectPresent, req.Expect = readKeyOp(r, h.Op)
+	case OpScan:
+		req.Start = r.bytes16("start", KeyBytesMax)
+		req.End = r.bytes16("end", KeyBytesMax)
+		req.Limit = r.u32("limit")
+		if r.err == nil && (req.Limit == 0 || req.Limit > ScanLimitMax) {
+			r.fail("scan limit %d outside 1..%d", req.Limit, ScanLimitMax)
+		}
+	case OpBatch:
+		readWriteID(r, req)
+		n := int(r.u16("op count"))
+		if r.err == nil && (n == 0 || n > BatchOpsMax) {
+			r.fail("batch of %d operations outside 1..%d", n, BatchOpsMax)
+		}
+		if r.err == nil {
+			req.Ops = make([]BatchOp, 0, n)
+		}
+		for i := 0; i < n && r.err == nil; i++ {
+			var op BatchOp
+			op.Op = Opcode(r.u8("batch op"))
+			if r.err == nil && op.Op != OpPut && op.Op != OpDelete && op.Op != OpCAS {
+				r.fail("batch op %d: %v not allowed in a batch", i, op.Op)
+			}
+			op.Key, op.Value, op.ExpectPresent, op.Expect = readKeyOp(r, op.Op)
+			req.Ops = append(req.Ops, op)
+		}
+	}
+	if err := r.done(); err != nil {
+		return nil, fmt.Errorf("%v body: %w", h.Op, err)
+	}
+	return req, nil
+}
+
+func readWriteID(r *reader, req *Request) {
+	req.ClientID = r.u64("client id")
+	req.Seq = r.u64("seq")
+	req.FirstUnacked = r.u64("first unacked")
+	if r.err != nil {
+		return
+	}
+	switch {
+	case req.ClientID == 0:
+		r.fail("client id 0 is reserved")
+	case req.Seq == 0:
+		r.fail("seq 0 is reserved")
+	case req.FirstUnacked == 0 || req.FirstUnacked > req.Seq:
+		r.fail("first unacked %d outside 1..seq=%d", req.FirstUnacked, req.Seq)
+	}
+}
+
+func readKeyOp(r *reader, op Opcode) (key, value []byte, expectPresent bool, expect []byte) {
+	key = r.bytes16("key", KeyBytesMax)
+	if r.err == nil && len(key) == 0 {
+		r.fail("empty key")
+	}
+	switch op {
+	case OpPut:
+		value = r.bytes32("value", ValueBytesMax)
+	case OpCAS:
+		expectPresent = r.boolean("expect present")
+		expect = r.bytes32("expect", ValueBytesMax)
+		value = r.bytes32("value", ValueBytesMax)
+		if r.err == nil && !expectPresent && len(expect) != 0 {
+			r.fail("expect value given with expect-absent")
+		}
+	}
+	return key, value, expectPresent, expect
+}
+
+// DecodeFrame decodes one complete request frame from the start of b and
+// returns it with the number of bytes it used. It is what a server does
+// with a byte stream, in one call; the server itself reads the header first
+// so that admission can run before the body is decoded.
+func DecodeFrame(b []byte) (*Request, int, error) {
+	h, err := DecodeHeader(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := HeaderBytes + int(h.Length)
+	if len(b) < n {
+		return nil, 0, fmt.Errorf("%w: frame needs %d bytes, have %d", ErrMalformed, n, len(b))
+	}
+	req, err := DecodeRequest(h, b[HeaderBytes:n])
+	if err != nil {
+		return nil, 0, err
+	}
+	return req, n, nil
+}

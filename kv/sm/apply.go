@@ -1,0 +1,146 @@
+package sm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// Apply applies the commands of one committed slot, in order, and returns
+// one Result per command. Everything the slot changes, plus the new
+// applied slot, is committed in one Pebble batch (without sync; see the
+// package comment). A slot at or below Applied() was already applied: Apply
+// does nothing and returns nil results, which makes log replay after a
+// restart idempotent. A command that does not decode gets BAD_REQUEST (every
+// replica decides the same). An error means storage failed; the SM then
+// refuses every later Apply, since its state can no longer be trusted to
+// match the other replicas'.
+func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, ErrClosed
+	case s.broken != nil:
+		return nil, s.broken
+	case slot <= s.applied.Load():
+		return nil, nil
+	}
+	batch := s.db.NewIndexedBatch()
+	defer batch.Close()
+	results := make([]Result, len(cmds))
+	for i, c := range cmds {
+		res, err := s.applyOne(batch, slot, c)
+		if err != nil {
+			s.broken = fmt.Errorf("sm: applying slot %d: %w", slot, err)
+			return nil, s.broken
+		}
+		results[i] = res
+	}
+	if err := batch.Set(appliedKey, binary.BigEndian.AppendUint64(nil, slot), nil); err != nil {
+		s.broken = fmt.Errorf("sm: applying slot %d: %w", slot, err)
+		return nil, s.broken
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		s.broken = fmt.Errorf("sm: committing slot %d: %w", slot, err)
+		return nil, s.broken
+	}
+	s.applied.Store(slot)
+	return results, nil
+}
+
+func (s *SM) applyOne(batch *pebble.Batch, slot uint64, cmd []byte) (Result, error) {
+	tenant, req, err := DecodeCommand(cmd)
+	if err != nil {
+		return Result{Status: proto.StatusBadRequest, Message: err.Error()}, nil
+	}
+	k := clientKey{tenant: tenant, client: req.ClientID}
+	if res, done := s.lookup(k, req.Seq); done {
+		return res, nil
+	}
+	res, err := execute(batch, tenant, req)
+	if err != nil {
+		return Result{}, err
+	}
+	return res, s.record(batch, slot, k, req.Seq, req.FirstUnacked, res)
+}
+
+// execute performs one decoded write on batch.
+func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result, error) {
+	switch req.Op {
+	case proto.OpPut:
+		return Result{}, batch.Set(dataKey(tenant, req.Key), req.Value, nil)
+	case proto.OpDelete:
+		return Result{}, batch.Delete(dataKey(tenant, req.Key), nil)
+	case proto.OpCAS:
+		dk := dataKey(tenant, req.Key)
+		cur, ok, err := batchGet(batch, dk)
+		if err != nil {
+			return Result{}, err
+		}
+		if !casMatches(cur, ok, req.ExpectPresent, req.Expect) {
+			return Result{Status: proto.StatusCASMismatch, Value: cur, HasValue: ok}, nil
+		}
+		return Result{}, batch.Set(dk, req.Value, nil)
+	case proto.OpBatch:
+		// Conditions first, against the state before the batch; then every
+		// write. Nothing is written unless every condition holds.
+		for i := range req.Ops {
+			op := &req.Ops[i]
+			if op.Op != proto.OpCAS {
+				continue
+			}
+			cur, ok, err := batchGet(batch, dataKey(tenant, op.Key))
+			if err != nil {
+				return Result{}, err
+			}
+			if !casMatches(cur, ok, op.ExpectPresent, op.Expect) {
+				return Result{Status: proto.StatusCASMismatch, FailedOp: uint32(i),
+					Message: fmt.Sprintf("batch op %d: compare failed", i)}, nil
+			}
+		}
+		for i := range req.Ops {
+			op := &req.Ops[i]
+			var err error
+			if op.Op == proto.OpDelete {
+				err = batch.Delete(dataKey(tenant, op.Key), nil)
+			} else {
+				err = batch.Set(dataKey(tenant, op.Key), op.Value, nil)
+			}
+			if err != nil {
+				return Result{}, err
+			}
+		}
+		return Result{}, nil
+	}
+	return Result{Status: proto.StatusBadRequest, Message: fmt.Sprintf("%v is not a write", req.Op)}, nil
+}
+
+func casMatches(cur []byte, present, expectPresent bool, expect []byte) bool {
+	if !expectPresent {
+		return !present
+	}
+	return present && bytes.Equal(cur, expect)
+}
+
+func batchGet(batch *pebble.Batch, key []byte) ([]byte, bool, error) {
+	v, closer, err := batch.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading %x: %w", key, err)
+	}
+	out := bytes.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	closer.Close()
+	return out, true, nil
+}

@@ -1,0 +1,84 @@
+package sm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// Get returns tenant's value for key straight from Pebble (the applied
+// state). A tenant reads only its own keyspace: the tenant id is the key
+// prefix, so no user key can reach another tenant's keys.
+func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
+	if tenant == 0 {
+		return nil, false, ErrReservedTenant
+	}
+	v, closer, err := s.db.Get(dataKey(tenant, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sm: get: %w", err)
+	}
+	out := bytes.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	closer.Close()
+	return out, true, nil
+}
+
+// Scan returns up to limit pairs of tenant with start <= key < end in key
+// order; an empty end means the end of the tenant's keyspace. limit is
+// clamped to 1..ScanLimitMax. more is true when the scan stopped at the
+// limit or at ScanReplyBytesMax of keys and values and more pairs may
+// follow; the caller continues from the last key + "\x00".
+func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []proto.KV, more bool, err error) {
+	if tenant == 0 {
+		return nil, false, ErrReservedTenant
+	}
+	limit = max(1, min(limit, proto.ScanLimitMax))
+	lower := dataKey(tenant, start)
+	upper := tenantEnd(tenant)
+	if len(end) > 0 {
+		upper = dataKey(tenant, end)
+	}
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil, false, nil
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, false, fmt.Errorf("sm: scan: %w", err)
+	}
+	defer it.Close()
+	replyBytes := 0
+	for it.First(); it.Valid(); it.Next() {
+		if len(pairs) == limit || replyBytes >= proto.ScanReplyBytesMax {
+			more = true
+			break
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, false, fmt.Errorf("sm: scan value: %w", err)
+		}
+		k := bytes.Clone(it.Key()[4:])
+		if k == nil {
+			k = []byte{}
+		}
+		vc := bytes.Clone(v)
+		if vc == nil {
+			vc = []byte{}
+		}
+		pairs = append(pairs, proto.KV{Key: k, Value: vc})
+		replyBytes += len(k) + len(vc)
+	}
+	if err := it.Error(); err != nil {
+		return nil, false, fmt.Errorf("sm: scan: %w", err)
+	}
+	return pairs, more, nil
+}

@@ -1,0 +1,220 @@
+// Package sm is synod's replicated state machine: a Pebble database holding
+// every tenant's keys, the applied slot and the exactly-once client table.
+//
+// Durability contract. Pebble runs with its WAL disabled: the consensus log
+// (the PMem acceptor log) is the write-ahead log. Every Apply writes the
+// slot's data, the client-table updates and the new applied slot in one
+// Pebble batch, committed without sync, so after a crash the store holds a
+// prefix of applied slots whose last slot is exactly Applied(); the runtime
+// replays the log from Applied()+1. Flush makes everything applied so far
+// durable and returns that slot: the log may be truncated up to it, never
+// beyond.
+//
+// Key layout (the constants are part of the on-disk format):
+//
+//	tenant u32 BE | user key              tenant data; tenant 0 is never a tenant
+//	0x00000000 | "applied"                u64 BE: last applied slot
+//	0x00000000 | "c" | tenant | client    exactly-once entry (see clients.go)
+//	0x00000000 | "restoring"              present while a Restore is incomplete
+//
+// Concurrency: Apply, Restore and Flush are serialised by the SM; Get and
+// Scan may run concurrently with them and read the latest committed state.
+// Reads during Restore may see a partial state: the runtime must not serve
+// reads while restoring.
+package sm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// Limits of the state machine.
+const (
+	// ClientsMax bounds the exactly-once table (tenant, client) entries.
+	// Past it the entries applied longest ago are evicted, clientsEvictBatch
+	// at a time; an evicted client's retried write would apply again.
+	ClientsMax = 4096
+	// ResultsPerClientMax bounds the remembered results of one client: at
+	// most this many of its writes may be unacknowledged at once. It equals
+	// the per-connection pipeline depth.
+	ResultsPerClientMax = proto.InflightPerConnMax
+	clientsEvictBatch   = ClientsMax / 16
+	// restoreBatchBytesMax bounds one Pebble batch while restoring.
+	restoreBatchBytesMax = 4 << 20
+)
+
+// Errors.
+var (
+	ErrClosed          = errors.New("sm: closed")
+	ErrReservedTenant  = errors.New("sm: tenant 0 is reserved")
+	ErrRestoreUnfinish = errors.New("sm: a restore did not finish; restore a snapshot again")
+	ErrBadSnapshot     = errors.New("sm: bad snapshot")
+)
+
+// Options configures Open.
+type Options struct {
+	// CacheBytes is Pebble's block cache size; 0 picks Pebble's default.
+	CacheBytes int64
+	// MemTableBytes is Pebble's memtable size; 0 picks Pebble's default.
+	MemTableBytes uint64
+}
+
+// SM is the state machine. Create it with Open.
+type SM struct {
+	db *pebble.DB
+
+	applied atomic.Uint64 // last applied slot; Invariant: equals the stored applied key
+
+	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
+	clients map[clientKey]*clientEntry
+	broken  error // set when a batch failed to commit: the SM can no longer apply
+	closed  bool
+
+	snapMu sync.Mutex
+	snaps  map[*io.PipeReader]struct{} // open snapshot streams, closed by Close
+	snapWG sync.WaitGroup
+}
+
+var (
+	metaPrefix       = []byte{0, 0, 0, 0}
+	appliedKey       = []byte("\x00\x00\x00\x00applied")
+	restoringKey     = []byte("\x00\x00\x00\x00restoring")
+	clientsKeyPrefix = []byte("\x00\x00\x00\x00c")
+	// keyspaceEnd sorts after every key the SM can hold: a 4-byte tenant
+	// prefix plus at most KeyBytesMax bytes of user key.
+	keyspaceEnd = bytes.Repeat([]byte{0xff}, 4+proto.KeyBytesMax+1)
+)
+
+// Open opens (or creates) the state machine in dir. It refuses a directory
+// whose last Restore did not finish (ErrRestoreUnfinish).
+func Open(dir string, opts Options) (*SM, error) {
+	po := &pebble.Options{DisableWAL: true}
+	if opts.CacheBytes > 0 {
+		c := pebble.NewCache(opts.CacheBytes)
+		defer c.Unref()
+		po.Cache = c
+	}
+	if opts.MemTableBytes > 0 {
+		po.MemTableSize = opts.MemTableBytes
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("opening pebble in %s: %w", dir, err)
+	}
+	s := &SM{db: db, snaps: map[*io.PipeReader]struct{}{}}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load reads the applied slot and the client table from Pebble.
+func (s *SM) load() error {
+	if _, ok, err := s.getRaw(restoringKey); err != nil {
+		return err
+	} else if ok {
+		return ErrRestoreUnfinish
+	}
+	v, ok, err := s.getRaw(appliedKey)
+	if err != nil {
+		return err
+	}
+	var applied uint64
+	if ok {
+		if len(v) != 8 {
+			return fmt.Errorf("sm: applied key holds %d bytes, want 8", len(v))
+		}
+		applied = binary.BigEndian.Uint64(v)
+	}
+	s.applied.Store(applied)
+	clients, err := loadClients(s.db)
+	if err != nil {
+		return err
+	}
+	s.clients = clients
+	return nil
+}
+
+func (s *SM) getRaw(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sm: reading %q: %w", key, err)
+	}
+	out := bytes.Clone(v)
+	closer.Close()
+	return out, true, nil
+}
+
+// Applied returns the last applied slot (0 before the first Apply).
+func (s *SM) Applied() uint64 { return s.applied.Load() }
+
+// Flush writes Pebble's memtables to disk and returns the applied slot
+// that is now durable: the consensus log may be truncated up to it.
+func (s *SM) Flush() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	slot := s.applied.Load()
+	if err := s.db.Flush(); err != nil {
+		return 0, fmt.Errorf("sm: flushing: %w", err)
+	}
+	return slot, nil
+}
+
+// Close flushes (so that a clean shutdown needs no log replay), aborts open
+// snapshot streams and closes Pebble.
+func (s *SM) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.snapMu.Lock()
+	for pr := range s.snaps {
+		pr.CloseWithError(ErrClosed)
+	}
+	s.snapMu.Unlock()
+	s.snapWG.Wait()
+	ferr := s.db.Flush()
+	cerr := s.db.Close()
+	if ferr != nil {
+		return fmt.Errorf("sm: flushing at close: %w", ferr)
+	}
+	if cerr != nil {
+		return fmt.Errorf("sm: closing pebble: %w", cerr)
+	}
+	return nil
+}
+
+// dataKey returns the Pebble key of a tenant's user key.
+func dataKey(tenant tenants.ID, key []byte) []byte {
+	k := make([]byte, 4, 4+len(key))
+	binary.BigEndian.PutUint32(k, uint32(tenant))
+	return append(k, key...)
+}
+
+// tenantEnd returns the exclusive upper bound of a tenant's keyspace.
+func tenantEnd(tenant tenants.ID) []byte {
+	if tenant == 0xFFFFFFFF {
+		return keyspaceEnd
+	}
+	return binary.BigEndian.AppendUint32(nil, uint32(tenant)+1)
+}
