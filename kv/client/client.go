@@ -1,0 +1,334 @@
+// Package client is the Go client of synod's binary protocol.
+//
+// A Client holds one pipelined connection per server it has talked to and
+// sends every request to the server it believes leads. NOT_LEADER moves it
+// to the named leader (or the next endpoint when none is named);
+// connection failures and UNAVAILABLE move on with exponential back-off;
+// THROTTLED waits the server's retry-after. Every call is bounded by its ctx
+// (or Options.RequestTimeout when ctx has no deadline) and by
+// Options.RetriesMax retries.
+//
+// Writes are exactly-once: the client has a random id and numbers its
+// writes; a retried write reuses its (client id, seq), so a write that
+// committed before a leader change is not applied twice, and the retry is
+// answered with the original result.
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// Defaults and limits.
+const (
+	RetriesMaxDefault     = 10 // retries after the first attempt
+	RetriesCap            = 100
+	BackoffBaseDefault    = 2 * time.Millisecond
+	BackoffMaxDefault     = 500 * time.Millisecond
+	DialTimeoutDefault    = 2 * time.Second
+	RequestTimeoutDefault = 10 * time.Second
+	// writesInflightMax bounds this client's unanswered writes, so that the
+	// server's exactly-once window (sm.ResultsPerClientMax, the same figure)
+	// always still holds the result of any write the client may retry.
+	writesInflightMax = proto.InflightPerConnMax
+)
+
+// Options configures a Client. Zero values pick the defaults.
+type Options struct {
+	RetriesMax     int           // retries per call after the first attempt; capped at RetriesCap
+	BackoffBase    time.Duration // first back-off; doubles per retry (full jitter)
+	BackoffMax     time.Duration
+	DialTimeout    time.Duration
+	RequestTimeout time.Duration // per call, when ctx has no deadline
+	// Dial opens a transport connection; nil uses net.Dialer (TCP).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Sleep waits d or until ctx ends; nil uses a timer. Tests inject it.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (o Options) withDefaults() Options {
+	if o.RetriesMax <= 0 {
+		o.RetriesMax = RetriesMaxDefault
+	}
+	o.RetriesMax = min(o.RetriesMax, RetriesCap)
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = BackoffBaseDefault
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = BackoffMaxDefault
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DialTimeoutDefault
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = RequestTimeoutDefault
+	}
+	if o.Dial == nil {
+		d := &net.Dialer{}
+		o.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleepCtx
+	}
+	return o
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Client is safe for concurrent use; concurrent calls are pipelined on
+// one connection.
+type Client struct {
+	token     string
+	opts      Options
+	endpoints []string
+	id        uint64
+	tenant    tenants.ID
+
+	mu     sync.Mutex
+	target string // where requests go: the believed leader
+	next   int    // next endpoint to try when the target fails
+	conns  map[string]*conn
+	closed bool
+
+	writeSlots chan struct{}
+	seqMu      sync.Mutex
+	seq        uint64              // last sequence handed out
+	unacked    map[uint64]struct{} // writes not yet answered
+}
+
+// Dial connects to the first endpoint that accepts the token and returns a
+// client. A rejected token fails at once with ErrUnauthorized.
+func Dial(ctx context.Context, endpoints []string, token string, opts Options) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no endpoints", ErrConnection)
+	}
+	var idb [8]byte
+	for binary.BigEndian.Uint64(idb[:]) == 0 {
+		if _, err := crand.Read(idb[:]); err != nil {
+			return nil, fmt.Errorf("client: drawing a client id: %w", err)
+		}
+	}
+	c := &Client{token: token, opts: opts.withDefaults(), endpoints: append([]string(nil), endpoints...),
+		id: binary.BigEndian.Uint64(idb[:]), conns: map[string]*conn{},
+		writeSlots: make(chan struct{}, writesInflightMax), unacked: map[uint64]struct{}{}}
+	var errs []error
+	for i, ep := range c.endpoints {
+		cn, err := c.dial(ctx, ep)
+		if err == nil {
+			c.tenant = cn.tenant
+			c.target, c.next = ep, (i+1)%len(c.endpoints)
+			return c, nil
+		}
+		if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// ID returns the client id used for exactly-once writes.
+func (c *Client) ID() uint64 { return c.id }
+
+// Tenant returns the tenant the token authenticated.
+func (c *Client) Tenant() tenants.ID { return c.tenant }
+
+// Close closes every connection. Calls in progress fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, cn := range c.conns {
+		cn.close()
+	}
+	c.conns = map[string]*conn{}
+	return nil
+}
+
+func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if cn := c.conns[addr]; cn != nil && cn.dead() == nil {
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	cn, err := dialConn(dctx, c.opts.Dial, addr, c.token)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cn.close()
+		return nil, ErrClosed
+	}
+	if old := c.conns[addr]; old != nil && old.dead() == nil {
+		cn.close() // another caller won the race
+		return old, nil
+	}
+	c.conns[addr] = cn
+	return cn, nil
+}
+
+// currentTarget returns where the next attempt goes.
+func (c *Client) currentTarget() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.target
+}
+
+// redirect moves the target to leader, or, when leader is empty, from
+// failed to the next endpoint (unless another caller already moved it).
+func (c *Client) redirect(failed, leader string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if leader != "" {
+		c.target = leader
+		return
+	}
+	if c.target == failed {
+		c.target = c.endpoints[c.next]
+		c.next = (c.next + 1) % len(c.endpoints)
+	}
+}
+
+// backoff returns the wait before retry number attempt (0-based), with
+// full jitter.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.opts.BackoffBase << min(attempt, 20)
+	if d <= 0 || d > c.opts.BackoffMax {
+		d = c.opts.BackoffMax
+	}
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// do runs req with redirects and retries and returns the final response
+// (OK or an error status that retrying cannot change) or an error.
+func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		target := c.currentTarget()
+		wait := time.Duration(0)
+		cn, err := c.dial(ctx, target)
+		var resp *proto.Response
+		if err == nil {
+			if req.Op.IsWrite() {
+				req.FirstUnacked = c.firstUnacked(req.Seq)
+			}
+			resp, err = cn.roundTrip(ctx, req)
+		}
+		switch {
+		case ctx.Err() != nil:
+			if lastErr != nil {
+				return nil, fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+			}
+			return nil, ctx.Err()
+		case errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthorized):
+			return nil, err
+		case err != nil:
+			c.redirect(target, "")
+			wait = c.backoff(attempt)
+			lastErr = err
+		case resp.Status == proto.StatusNotLeader:
+			lastErr = errorOf(resp)
+			if resp.Leader != "" && resp.Leader != target {
+				c.redirect(target, resp.Leader)
+			} else {
+				c.redirect(target, "")
+				wait = c.backoff(attempt)
+			}
+		case resp.Status == proto.StatusThrottled:
+			lastErr = errorOf(resp)
+			wait = max(resp.RetryAfter, time.Microsecond)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				return nil, lastErr
+			}
+		case resp.Status == proto.StatusUnavailable:
+			lastErr = errorOf(resp)
+			wait = c.backoff(attempt)
+		default:
+			return resp, nil
+		}
+		if attempt >= c.opts.RetriesMax {
+			return nil, lastErr
+		}
+		if wait > 0 {
+			if err := c.opts.Sleep(ctx, wait); err != nil {
+				return nil, fmt.Errorf("%w (last error: %v)", err, lastErr)
+			}
+		}
+	}
+}
+
+// beginWrite assigns the next sequence to a write and counts it unacked.
+func (c *Client) beginWrite(ctx context.Context, req *proto.Request) error {
+	select {
+	case c.writeSlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.seqMu.Lock()
+	c.seq++
+	req.ClientID, req.Seq = c.id, c.seq
+	c.unacked[c.seq] = struct{}{}
+	c.seqMu.Unlock()
+	return nil
+}
+
+// endWrite forgets a write once it has an answer (or the caller gave up:
+// then its outcome is unknown and it will not be retried).
+func (c *Client) endWrite(seq uint64) {
+	c.seqMu.Lock()
+	delete(c.unacked, seq)
+	c.seqMu.Unlock()
+	<-c.writeSlots
+}
+
+// firstUnacked returns the lowest unanswered sequence (at most seq).
+func (c *Client) firstUnacked(seq uint64) uint64 {
+	c.seqMu.Lock()
+	defer c.seqMu.Unlock()
+	low := seq
+	for s := range c.unacked {
+		low = min(low, s)
+	}
+	return low
+}
+
+func (c *Client) write(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	if err := c.beginWrite(ctx, req); err != nil {
+		return nil, err
+	}
+	defer c.endWrite(req.Seq)
+	return c.do(ctx, req)
+}

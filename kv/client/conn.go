@@ -1,0 +1,209 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+const (
+	connReadBufferBytes  = 64 << 10
+	connWriteBufferBytes = 64 << 10
+	connWriteTimeout     = 10 * time.Second
+)
+
+// conn is one pipelined connection: callers queue encoded frames for a
+// writer goroutine that coalesces them into one flush; a reader goroutine
+// hands responses to the waiting callers by request id.
+type conn struct {
+	addr   string
+	nc     net.Conn
+	tenant tenants.ID
+
+	out   chan []byte   // encoded requests for the writer
+	slots chan struct{} // bounds requests in flight to proto.InflightPerConnMax
+	done  chan struct{} // closed when the connection is dead
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan *proto.Response
+	err     error // why the connection died; set before done is closed
+}
+
+// dialConn connects to addr and performs the HELLO handshake.
+func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr, token string) (*conn, error) {
+	nc, err := dial(ctx, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dialing %s: %v", ErrConnection, addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	hello := proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: token})
+	if _, err := nc.Write(hello); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: handshake with %s: %v", ErrConnection, addr, err)
+	}
+	br := bufio.NewReaderSize(nc, connReadBufferBytes)
+	resp, err := readResponse(br)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: handshake with %s: %v", ErrConnection, addr, err)
+	}
+	if resp.Status != proto.StatusOK {
+		nc.Close()
+		return nil, errorOf(resp)
+	}
+	if resp.Op != proto.OpHello || resp.Tenant == 0 {
+		nc.Close()
+		return nil, fmt.Errorf("%w: handshake with %s: unexpected %v response", ErrConnection, addr, resp.Op)
+	}
+	nc.SetDeadline(time.Time{})
+	c := &conn{addr: addr, nc: nc, tenant: resp.Tenant, nextID: 1,
+		out:     make(chan []byte, proto.InflightPerConnMax),
+		slots:   make(chan struct{}, proto.InflightPerConnMax),
+		done:    make(chan struct{}),
+		pending: map[uint64]chan *proto.Response{}}
+	go c.readLoop(br)
+	go c.writeLoop()
+	return c, nil
+}
+
+func readResponse(br *bufio.Reader) (*proto.Response, error) {
+	var hb [proto.HeaderBytes]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return nil, err
+	}
+	h, err := proto.DecodeHeader(hb[:])
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, h.Length)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	return proto.DecodeResponse(h, body)
+}
+
+// fail marks the connection dead with err (once) and wakes every waiter.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.mu.Unlock()
+	close(c.done)
+	c.nc.Close()
+}
+
+func (c *conn) dead() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *conn) readLoop(br *bufio.Reader) {
+	for {
+		resp, err := readResponse(br)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp // buffered: never blocks
+		}
+		// A response nobody waits for belongs to a caller whose ctx ended.
+	}
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, connWriteBufferBytes)
+	for {
+		var b []byte
+		select {
+		case b = <-c.out:
+		case <-c.done:
+			return
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(connWriteTimeout))
+		_, err := bw.Write(b)
+		for err == nil && len(c.out) > 0 {
+			_, err = bw.Write(<-c.out)
+		}
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("%w: writing to %s: %v", ErrConnection, c.addr, err))
+			return
+		}
+	}
+}
+
+// roundTrip sends req (setting its ID and tenant) and waits for the
+// response, the connection's death or ctx.
+func (c *conn) roundTrip(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.done:
+		return nil, c.dead()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.slots }()
+	ch := make(chan *proto.Response, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+	req.ID, req.Tenant = id, c.tenant
+	frame := proto.AppendRequest(nil, req)
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}
+	select {
+	case c.out <- frame:
+	case <-c.done:
+		return nil, c.dead()
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+	select {
+	case resp := <-ch:
+		if resp.Op != req.Op && resp.Status == proto.StatusOK {
+			err := fmt.Errorf("%w: %s answered %v to %v", ErrConnection, c.addr, resp.Op, req.Op)
+			c.fail(err)
+			return nil, err
+		}
+		return resp, nil
+	case <-c.done:
+		return nil, c.dead()
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+}
+
+func (c *conn) close() { c.fail(errors.Join(ErrClosed)) }

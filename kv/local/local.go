@@ -1,0 +1,73 @@
+// Package local is a single-node server.Backend that applies writes straight
+// to a state machine, with no consensus: every write is its own slot,
+// committed when Apply returns. It serves tests, examples and the client
+// library's documentation; it is not durable beyond what sm.Flush makes
+// durable, since there is no log to replay.
+package local
+
+import (
+	"context"
+	"sync"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/kv/sm"
+	"synod/tenants"
+)
+
+// Backend applies requests to one state machine.
+type Backend struct {
+	sm   *sm.SM
+	addr string
+
+	mu sync.Mutex // serialises slot assignment and Apply
+}
+
+var _ server.Backend = (*Backend)(nil)
+
+// New returns a backend on s. addr is reported as this node's (and the
+// leader's) client address in STATUS replies.
+func New(s *sm.SM, addr string) *Backend { return &Backend{sm: s, addr: addr} }
+
+// Do implements server.Backend.
+func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	if err := ctx.Err(); err != nil {
+		return proto.Errorf(proto.StatusUnavailable, "%v", err)
+	}
+	switch req.Op {
+	case proto.OpGet:
+		v, ok, err := b.sm.Get(tenant, req.Key)
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		if !ok {
+			return &proto.Response{Status: proto.StatusNotFound}
+		}
+		return &proto.Response{Value: v, HasValue: true}
+	case proto.OpScan:
+		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		return &proto.Response{Pairs: pairs, More: more}
+	case proto.OpStatus:
+		applied := b.sm.Applied()
+		return &proto.Response{Cluster: &proto.ClusterStatus{
+			Self: 1, LeaderID: 1, LeaderAddr: b.addr, Ballot: proto.Ballot{Round: 1, Node: 1},
+			Members: []proto.MemberStatus{{ID: 1, Addr: b.addr, Role: proto.RoleLeader,
+				Ballot: proto.Ballot{Round: 1, Node: 1}, Commit: applied, Applied: applied, Reachable: true}},
+		}}
+	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
+		cmd := sm.EncodeCommand(tenant, req)
+		b.mu.Lock()
+		res, err := b.sm.Apply(b.sm.Applied()+1, [][]byte{cmd})
+		b.mu.Unlock()
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		return res[0].Response(req)
+	case proto.OpPing:
+		return &proto.Response{}
+	}
+	return proto.Errorf(proto.StatusBadRequest, "opcode %v not served", req.Op)
+}
