@@ -1,0 +1,143 @@
+package replica
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+
+	"synod/kv/sm"
+	"synod/paxos"
+)
+
+// applyLoop applies snapshots and committed entries in order, answers the
+// writers waiting on this node, wakes reads, and takes periodic snapshots.
+// It runs until applyC is closed (after the consensus loop stopped), so what
+// was committed and queued is applied before Close returns.
+func (r *Replica) applyLoop() {
+	defer r.applyWG.Done()
+	if err := pinCPU(r.cfg.Cores.Apply); err != nil {
+		r.reportFatal(err)
+		return
+	}
+	every := r.cfg.SnapshotEverySlots
+	if every == 0 {
+		every = snapshotEverySlots
+	}
+	lastSnap := r.sm.Applied()
+	cmds := make([][]byte, 0, proposeBatchCmdsMax)
+	type origin struct {
+		idx int
+		id  uint64
+	}
+	mine := make([]origin, 0, proposeBatchCmdsMax)
+	broken := false // the state machine failed: apply nothing more
+
+	for {
+		var (
+			it applyItem
+			ok bool
+		)
+		select {
+		case it, ok = <-r.applyC:
+		case <-r.snapNow:
+			if !broken {
+				r.snapshot(&lastSnap)
+			}
+			continue
+		}
+		if !ok {
+			return
+		}
+		if broken {
+			continue
+		}
+		if it.snap != nil {
+			if uint64(it.snap.Meta.Slot) <= r.sm.Applied() {
+				continue // already past it
+			}
+			r.restoreMu.Lock()
+			err := r.sm.Restore(bytes.NewReader(it.snap.Data))
+			r.restoreMu.Unlock()
+			if err != nil {
+				broken = true
+				r.die(fmt.Errorf("restoring snapshot at slot %d: %w", it.snap.Meta.Slot, err))
+				continue
+			}
+			applied := r.sm.Applied()
+			r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
+			r.applied.Store(applied)
+			lastSnap = applied
+			r.reads.release(paxos.Slot(applied))
+			continue
+		}
+		for _, e := range it.entries {
+			if uint64(e.Slot) <= r.sm.Applied() {
+				continue // applied before a restart or covered by a snapshot
+			}
+			cmds, mine = cmds[:0], mine[:0]
+			if e.Type == paxos.EntryNormal {
+				for _, c := range e.Cmds {
+					o, id, cmd, err := parseEnvelope(c)
+					if err != nil {
+						// Every replica skips the same bytes: still deterministic.
+						r.log.Warn().Uint64("slot", uint64(e.Slot)).Msg("skipping a command with a malformed envelope")
+						continue
+					}
+					if o == r.cfg.ID {
+						mine = append(mine, origin{idx: len(cmds), id: id})
+					}
+					cmds = append(cmds, cmd)
+				}
+			}
+			results, err := r.sm.Apply(uint64(e.Slot), cmds)
+			if err != nil {
+				broken = true
+				r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
+				break
+			}
+			for _, m := range mine {
+				var res sm.Result
+				if m.idx < len(results) {
+					res = results[m.idx]
+				}
+				r.answer(m.id, writeResult{res: res})
+			}
+			r.applied.Store(uint64(e.Slot))
+		}
+		applied := r.sm.Applied()
+		r.metrics.Applied.Set(float64(applied))
+		r.reads.release(paxos.Slot(applied))
+		if !broken && applied >= lastSnap+every {
+			r.snapshot(&lastSnap)
+		}
+	}
+}
+
+// snapshot flushes the state machine, takes a snapshot and hands it to the
+// consensus loop, which compacts paxos and truncates the acceptor log below
+// the flushed slot (never beyond what is durable in Pebble).
+func (r *Replica) snapshot(last *uint64) {
+	durable, err := r.sm.Flush()
+	if err != nil {
+		r.log.Warn().Err(err).Msg("flush before snapshot failed")
+		return
+	}
+	rc, slot, err := r.sm.Snapshot()
+	if err != nil {
+		r.log.Warn().Err(err).Msg("snapshot failed")
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, sideFrameBytesMax/2))
+	rc.Close()
+	if err != nil {
+		r.log.Warn().Err(err).Msg("reading snapshot failed")
+		return
+	}
+	*last = slot
+	r.metrics.Snapshots.Inc()
+	r.log.Debug().Uint64("slot", slot).Uint64("durable", durable).Int("bytes", len(data)).Msg("snapshot taken")
+	select {
+	case r.controlC <- func() { r.compacted(paxos.Slot(slot), paxos.Slot(durable), data) }:
+	case <-r.stop:
+	}
+}

@@ -1,0 +1,129 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/kv/sm"
+	"synod/paxos"
+	"synod/tenants"
+)
+
+// busyRetryAfter is the retry-after sent with THROTTLED when a runtime
+// queue is full.
+const busyRetryAfter = 2 * time.Millisecond
+
+// Backend serves client requests on a Replica and the state machine it
+// applies to. Reads of the state machine go through it (not around it):
+// they must not overlap a snapshot restore.
+type Backend struct {
+	r  *Replica
+	sm *sm.SM
+}
+
+var _ server.Backend = (*Backend)(nil)
+
+// NewBackend returns the server.Backend of r, whose state machine is s.
+func NewBackend(r *Replica, s *sm.SM) *Backend { return &Backend{r: r, sm: s} }
+
+// Do implements server.Backend. Writes are answered when applied on this
+// node (the leader); GET and SCAN take a read barrier unless FlagStaleOK.
+func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	resp := b.do(ctx, tenant, req)
+	b.r.metrics.TenantOps.WithLabelValues(strconv.FormatUint(uint64(tenant), 10), req.Op.String(), resp.Status.String()).Inc()
+	return resp
+}
+
+func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	switch req.Op {
+	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
+		res, err := b.r.Write(ctx, sm.EncodeCommand(tenant, req))
+		if err != nil {
+			return b.errResponse(err)
+		}
+		return res.Response(req)
+	case proto.OpGet, proto.OpScan:
+		if req.Flags&proto.FlagStaleOK == 0 {
+			if err := b.r.ReadBarrier(ctx); err != nil {
+				return b.errResponse(err)
+			}
+		}
+		b.r.restoreMu.RLock()
+		defer b.r.restoreMu.RUnlock()
+		if req.Op == proto.OpGet {
+			v, ok, err := b.sm.Get(tenant, req.Key)
+			if err != nil {
+				return proto.Errorf(proto.StatusInternal, "%v", err)
+			}
+			if !ok {
+				return &proto.Response{Status: proto.StatusNotFound}
+			}
+			return &proto.Response{Value: v, HasValue: true}
+		}
+		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		return &proto.Response{Pairs: pairs, More: more}
+	case proto.OpStatus:
+		return &proto.Response{Cluster: b.clusterStatus()}
+	case proto.OpPing:
+		return &proto.Response{}
+	}
+	return proto.Errorf(proto.StatusBadRequest, "opcode %v not served", req.Op)
+}
+
+// errResponse maps runtime errors to protocol statuses.
+func (b *Backend) errResponse(err error) *proto.Response {
+	var nl *NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		r := proto.Errorf(proto.StatusNotLeader, "%v", err)
+		r.Leader = nl.ClientAddr
+		return r
+	case errors.Is(err, ErrBusy):
+		r := proto.Errorf(proto.StatusThrottled, "%v", err)
+		r.RetryAfter = busyRetryAfter
+		return r
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return proto.Errorf(proto.StatusUnavailable, "deadline passed; outcome unknown: %v", err)
+	default: // ErrUnavailable, ErrLogFull, ErrStopped
+		return proto.Errorf(proto.StatusUnavailable, "%v", err)
+	}
+}
+
+// clusterStatus is this node's view: its own figures in full, the others'
+// as far as they are known here.
+func (b *Backend) clusterStatus() *proto.ClusterStatus {
+	s := b.r.Status()
+	cs := &proto.ClusterStatus{
+		Self:       uint64(b.r.cfg.ID),
+		LeaderID:   uint64(s.Leader),
+		LeaderAddr: b.r.PeerClientAddr(s.Leader),
+		Ballot:     proto.Ballot{Round: s.Promised.Round, Node: uint64(s.Promised.Node)},
+	}
+	for _, p := range b.r.cfg.Peers {
+		m := proto.MemberStatus{ID: uint64(p.ID), Addr: p.ClientAddr}
+		switch {
+		case p.ID == b.r.cfg.ID:
+			m.Role = proto.Role(s.Role)
+			m.Ballot = cs.Ballot
+			m.Commit = uint64(s.Commit)
+			m.Applied = uint64(s.Applied)
+			m.Reachable = true
+		case p.ID == s.Leader:
+			m.Role = proto.RoleLeader
+			m.Reachable = true
+		}
+		cs.Members = append(cs.Members, m)
+	}
+	return cs
+}
+
+// Protocol roles and paxos roles share numbering (clusterStatus converts
+// one to the other); this line stops compiling if they diverge.
+var _ = [1]struct{}{}[int(paxos.RoleLeader)-int(proto.RoleLeader)]

@@ -1,0 +1,323 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"synod/paxos"
+)
+
+// consensusLoop owns r.node: nothing else touches it.
+func (r *Replica) consensusLoop() {
+	defer r.loopsWG.Done()
+	if err := pinCPU(r.cfg.Cores.Consensus); err != nil {
+		r.reportFatal(err)
+		return
+	}
+	ticker := time.NewTicker(r.cfg.Tick)
+	defer ticker.Stop()
+
+	var (
+		tick       uint64
+		stalledAt  uint64
+		lastLeader paxos.NodeID
+		lastRole   paxos.Role
+		batch      = make([][]byte, 0, proposeBatchCmdsMax)
+		batchIDs   = make([]uint64, 0, proposeBatchCmdsMax)
+		// readExpiryTicks fails reads whose read index never came back
+		// (a leader cut off from its quorum); their clients retry.
+		readExpiryTicks = uint64(4 * r.cfg.ElectionTicks)
+	)
+	s := r.node.Status()
+	lastLeader, lastRole = s.Leader, s.Role
+
+	for {
+		if r.stalled != nil {
+			// Only ticks (to retry) and control (compaction frees room)
+			// are served while a Ready waits for log space.
+			select {
+			case <-r.stop:
+				return
+			case <-ticker.C:
+				tick++
+				if tick-stalledAt >= logFullRetryTicks {
+					stalledAt = tick
+					if r.finishReady(r.stalled) {
+						r.stalled = nil
+					}
+				}
+			case f := <-r.controlC:
+				f()
+			}
+			continue
+		}
+
+		select {
+		case <-r.stop:
+			return
+		case <-ticker.C:
+			tick++
+			r.node.Tick()
+			if tick%uint64(r.cfg.ElectionTicks) == 0 && tick > readExpiryTicks {
+				r.reads.expire(tick-readExpiryTicks, ErrUnavailable)
+			}
+		case m := <-r.inbound:
+			r.step(m)
+			for i := 0; i < inboundMsgsMax; i++ {
+				select {
+				case m = <-r.inbound:
+					r.step(m)
+					continue
+				default:
+				}
+				break
+			}
+		case p := <-r.proposeC:
+			batch, batchIDs = batch[:0], batchIDs[:0]
+			bytes := 0
+			for {
+				batch = append(batch, p.env)
+				batchIDs = append(batchIDs, p.id)
+				bytes += len(p.env)
+				if len(batch) >= proposeBatchCmdsMax || bytes >= proposeBatchBytesMax {
+					break
+				}
+				select {
+				case p = <-r.proposeC:
+					continue
+				default:
+				}
+				break
+			}
+			if err := r.node.Propose(batch); err != nil {
+				r.rejectProposals(batchIDs, err)
+			}
+		case w := <-r.readC:
+			r.readIndex(w, tick)
+		case f := <-r.controlC:
+			f()
+		}
+
+		for r.node.HasReady() {
+			rd := r.node.Ready()
+			if !r.finishReady(&rd) {
+				r.stalled, stalledAt = &rd, tick
+				break
+			}
+		}
+
+		s := r.node.Status()
+		r.status.Store(&s)
+		r.metrics.Commit.Set(float64(s.Commit))
+		if s.Leader != lastLeader {
+			r.metrics.LeaderChanges.Inc()
+			r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
+			lastLeader = s.Leader
+		}
+		if s.Role != lastRole {
+			if lastRole == paxos.RoleLeader {
+				// Proposals in flight may or may not commit under the
+				// next leader: their writers learn "unknown outcome".
+				r.failAllWrites(ErrUnavailable)
+				r.reads.failPending(r.notLeader(&s))
+			}
+			lastRole = s.Role
+		}
+	}
+}
+
+func (r *Replica) step(m paxos.Message) {
+	if err := r.node.Step(m); err != nil && !errors.Is(err, paxos.ErrBadMessage) {
+		r.log.Debug().Err(err).Msg("step")
+	}
+}
+
+// rejectProposals answers the writers of a batch paxos refused.
+func (r *Replica) rejectProposals(ids []uint64, err error) {
+	var res writeResult
+	switch {
+	case errors.Is(err, paxos.ErrNotLeader):
+		s := r.node.Status()
+		res.err = r.notLeader(&s)
+	case errors.Is(err, paxos.ErrProposalsFull):
+		res.err = ErrBusy
+	default:
+		res.err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, id := range ids {
+		r.answer(id, res)
+	}
+}
+
+// readIndex asks paxos for one read index for w and every read queued
+// behind it.
+func (r *Replica) readIndex(w *readWaiter, tick uint64) {
+	t := &r.reads
+	b := &readBatch{waiters: []*readWaiter{w}, tick: tick}
+	for len(b.waiters) < readQueueMax {
+		select {
+		case w = <-r.readC:
+			b.waiters = append(b.waiters, w)
+			continue
+		default:
+		}
+		break
+	}
+	fail := func(err error) {
+		for _, w := range b.waiters {
+			w.ch <- err
+		}
+	}
+	if t.pending+len(b.waiters) > readsPendingMax {
+		fail(ErrBusy)
+		return
+	}
+	t.nextID++
+	id := t.nextID
+	if err := r.node.ReadIndex(id); err != nil {
+		s := r.node.Status()
+		if errors.Is(err, paxos.ErrNotLeader) {
+			fail(r.notLeader(&s))
+		} else {
+			fail(fmt.Errorf("%w: %v", ErrUnavailable, err))
+		}
+		return
+	}
+	t.byID[id] = b
+	t.pending += len(b.waiters)
+}
+
+// finishReady carries out the Ready contract for rd: persist, send, hand
+// snapshot and committed entries to the apply loop, answer read indexes,
+// Advance. It returns false, having done nothing after the failed step,
+// when the acceptor log is full: the caller retries later with the same rd.
+func (r *Replica) finishReady(rd *paxos.Ready) bool {
+	// 1. Durable first: an acceptor answers only what survives a crash.
+	if rd.Promised != nil {
+		if err := r.alog.SetPromised(*rd.Promised); err != nil {
+			r.die(fmt.Errorf("persisting the promised ballot: %w", err))
+			return false
+		}
+	}
+	if len(rd.Accepted) > 0 {
+		err := r.alog.Append(rd.Accepted)
+		if err == nil {
+			err = r.alog.Persist()
+		}
+		if errors.Is(err, ErrLogFull) {
+			if !r.logFull.Load() {
+				r.log.Warn().Msg("acceptor log full: refusing writes until a snapshot lets it truncate")
+			}
+			r.logFull.Store(true)
+			r.metrics.LogFull.Inc()
+			r.requestSnapshot()
+			return false
+		}
+		if err != nil {
+			r.die(fmt.Errorf("persisting accepted entries: %w", err))
+			return false
+		}
+	}
+	if r.logFull.Load() {
+		r.logFull.Store(false)
+		r.log.Info().Msg("acceptor log has room again")
+	}
+
+	// 2. Send. Messages are encoded now: paxos may reuse their buffers
+	// after Advance.
+	if len(rd.Messages) > 0 {
+		out := make([]outMsg, 0, len(rd.Messages))
+		for i := range rd.Messages {
+			m := &rd.Messages[i]
+			if m.To == r.cfg.ID {
+				r.step(*m)
+				continue
+			}
+			out = append(out, outMsg{to: m.To, b: paxos.AppendMessage(nil, m)})
+		}
+		select {
+		case r.outbound <- out:
+		case <-r.stop:
+			return true
+		}
+	}
+
+	// 3. Snapshot, then committed entries, in order, to the apply loop.
+	if rd.Snapshot != nil {
+		snap := &paxos.Snapshot{Meta: rd.Snapshot.Meta, Data: append([]byte(nil), rd.Snapshot.Data...)}
+		select {
+		case r.applyC <- applyItem{snap: snap}:
+		case <-r.stop:
+			return true
+		}
+	}
+	if len(rd.Committed) > 0 {
+		select {
+		case r.applyC <- applyItem{entries: copyEntries(rd.Committed)}:
+		case <-r.stop:
+			return true
+		}
+	}
+
+	// 4. Read indexes.
+	for _, rs := range rd.ReadStates {
+		b := r.reads.byID[rs.ID]
+		if b == nil {
+			continue // expired or failed already
+		}
+		delete(r.reads.byID, rs.ID)
+		r.reads.pending -= len(b.waiters)
+		r.reads.indexed(rs.Index, b.waiters, r.Applied)
+	}
+	r.node.Advance(*rd)
+	return true
+}
+
+// copyEntries deep-copies entries: paxos may reuse their buffers after
+// Advance while the apply loop still reads them.
+func copyEntries(es []paxos.Entry) []paxos.Entry {
+	out := make([]paxos.Entry, len(es))
+	for i, e := range es {
+		out[i] = e
+		if len(e.Cmds) > 0 {
+			out[i].Cmds = make([][]byte, len(e.Cmds))
+			for j, c := range e.Cmds {
+				out[i].Cmds[j] = append([]byte(nil), c...)
+			}
+		}
+	}
+	return out
+}
+
+// die reports a failure of the durable path: continuing could answer what
+// is not durable, so the consensus loop stops doing anything.
+func (r *Replica) die(err error) {
+	r.log.Error().Err(err).Msg("acceptor log failed; replica stops")
+	r.reportFatal(err)
+}
+
+// requestSnapshot asks the apply loop for a snapshot now (coalesced).
+func (r *Replica) requestSnapshot() {
+	select {
+	case r.snapNow <- struct{}{}:
+	default:
+	}
+}
+
+// compacted runs on the consensus loop after the apply loop took a
+// snapshot through slot: paxos may drop its log below it and the acceptor
+// log may truncate.
+func (r *Replica) compacted(slot, durable paxos.Slot, data []byte) {
+	// While a Ready is stalled on a full log, paxos is left alone (it is
+	// between Ready and Advance); only the acceptor log truncates.
+	if r.stalled == nil {
+		if err := r.node.Compact(slot, data); err != nil {
+			r.log.Warn().Err(err).Uint64("slot", uint64(slot)).Msg("compact")
+			return
+		}
+	}
+	if err := r.alog.TruncateBelow(min(slot, durable) + 1); err != nil {
+		r.log.Warn().Err(err).Uint64("slot", uint64(slot)).Msg("truncating the acceptor log")
+	}
+}

@@ -1,0 +1,36 @@
+// Package replica is synod's replica runtime: it wires one paxos.Node to the
+// PMem acceptor log, the datagram transport (afxdp.Conn plus a TCP side
+// channel for large messages), the Pebble state machine and the client
+// server.
+//
+// # Goroutines and queues
+//
+// Every queue is bounded; the bound is a named constant in limits.go.
+//
+//	receive loop    Conn.ReadBatch -> UnmarshalMessage -> inbound (inboundMsgsMax, drop when full, like a socket buffer)
+//	side receivers  one per accepted TCP conn: frames -> inbound (blocking: large messages are costly to resend)
+//	consensus loop  owns the paxos.Node: ticks (time.Ticker), inbound, proposals (proposeQueueMax),
+//	                read-index requests (readQueueMax), control; then the Ready loop:
+//	                  1. SetPromised / Append + one Persist   (durable first)
+//	                  2. encode Messages -> outbound          (outboundBatchesMax)
+//	                  3. Snapshot and Committed -> apply queue (applyQueueBatchesMax, blocking = backpressure)
+//	                  4. ReadStates -> read waiters; Advance
+//	send loop       outbound -> Conn.WriteBatch, or the side channel when a message exceeds MaxPayload
+//	side senders    one per peer, queue sideQueueMsgsMax, reconnect with bounded backoff
+//	apply loop      apply queue -> StateMachine.Apply in slot order -> answers writers, wakes readers,
+//	                takes a snapshot every snapshotEverySlots applied slots
+//
+// The receive, send, consensus and apply loops can be pinned to CPUs.
+//
+// # Writes and reads
+//
+// A write is wrapped in an envelope (origin node, proposal id) so that the
+// apply loop can hand the state machine's result to the waiting writer on
+// the node that proposed it. A write whose outcome is unknown (leadership
+// lost, deadline) is answered UNAVAILABLE; the client retries with the same
+// (client id, sequence) and the state machine's exactly-once table applies
+// it once.
+//
+// Reads ask the node for a read index (ReadIndex), wait until the applied
+// slot reaches it, then read the state machine directly.
+package replica

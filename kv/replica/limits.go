@@ -1,0 +1,62 @@
+package replica
+
+import "time"
+
+// Limits of the runtime. Every queue and retry is bounded by one of these.
+const (
+	// inboundMsgsMax is how many decoded consensus messages wait for the
+	// consensus loop; the receive loop drops beyond it, as a full socket
+	// buffer would (Paxos retransmits).
+	inboundMsgsMax = 4096
+	// proposeQueueMax is how many client writes wait to be proposed; a
+	// write beyond it is answered THROTTLED at once.
+	proposeQueueMax = 4096
+	// proposeBatchCmdsMax and proposeBatchBytesMax bound one Propose call.
+	proposeBatchCmdsMax  = 256
+	proposeBatchBytesMax = 1 << 20
+	// readQueueMax is how many reads wait for a read index.
+	readQueueMax = 4096
+	// readsPendingMax bounds reads that hold a read index and wait for the
+	// apply loop to reach it.
+	readsPendingMax = 16384
+	// outboundBatchesMax is how many encoded Ready message batches wait for
+	// the send loop; the consensus loop blocks beyond it.
+	outboundBatchesMax = 256
+	// applyQueueBatchesMax is how many committed batches wait for the apply
+	// loop; the consensus loop blocks beyond it (backpressure).
+	applyQueueBatchesMax = 256
+	// controlQueueMax bounds requests to the consensus loop (compaction,
+	// status).
+	controlQueueMax = 16
+	// recvBatchPackets caps one ReadBatch call.
+	recvBatchPackets = 64
+	// recvBufferBytes is the size of one receive buffer (a datagram never
+	// exceeds it; larger messages travel on the side channel).
+	recvBufferBytes = 65536
+
+	// sideFrameBytesMax is the largest side-channel frame (a snapshot of a
+	// dev-sized store fits; a larger one is refused with an error).
+	sideFrameBytesMax = 256 << 20
+	// sideQueueMsgsMax is how many messages wait per peer for the side
+	// channel; more are dropped (Paxos retransmits).
+	sideQueueMsgsMax = 64
+	// sideDialBackoffMin and sideDialBackoffMax bound reconnect backoff.
+	sideDialBackoffMin = 10 * time.Millisecond
+	sideDialBackoffMax = 1 * time.Second
+	// sideDialTimeout and sideWriteTimeout bound one dial and one frame write.
+	sideDialTimeout  = 1 * time.Second
+	sideWriteTimeout = 5 * time.Second
+	// sideConnsMax bounds accepted side-channel connections.
+	sideConnsMax = 64
+
+	// snapshotEverySlots is how many applied slots pass between snapshots
+	// (each snapshot lets the node compact and the PMem log truncate).
+	snapshotEverySlots = 20000
+	// logFullRetryTicks is how often, in ticks, a stalled Ready whose
+	// append hit a full PMem log is retried.
+	logFullRetryTicks = 10
+
+	// peersMax bounds the membership (a bitmask of blocked peers is used by
+	// the fault hook).
+	peersMax = 64
+)

@@ -1,0 +1,116 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"synod/paxos"
+	"synod/pmem"
+)
+
+// PMemLog adapts a pmem.Log to AcceptorLog: one RecordEntry per accepted
+// entry, its payload the paxos.AppendEntry encoding.
+type PMemLog struct {
+	l   *pmem.Log
+	buf []pmem.Record
+}
+
+var _ AcceptorLog = (*PMemLog)(nil)
+
+// OpenPMemLog opens (or creates) the acceptor log described by opts.
+func OpenPMemLog(opts pmem.Options) (*PMemLog, pmem.Recovery, error) {
+	l, rec, err := pmem.Open(opts)
+	if err != nil {
+		return nil, rec, err
+	}
+	return &PMemLog{l: l}, rec, nil
+}
+
+// Log is the underlying pmem log.
+func (p *PMemLog) Log() *pmem.Log { return p.l }
+
+// SetPromised implements AcceptorLog.
+func (p *PMemLog) SetPromised(b paxos.Ballot) error {
+	return p.l.SetPromised(pmem.Ballot{Round: b.Round, Node: uint64(b.Node)})
+}
+
+// Append implements AcceptorLog. A full log maps to ErrLogFull; a batch
+// split across several pmem.Append calls may leave a prefix appended, which
+// is harmless: a later record for a slot supersedes an earlier one.
+func (p *PMemLog) Append(entries []paxos.Entry) error {
+	for len(entries) > 0 {
+		n := min(len(entries), pmem.AppendBatchRecordsMax)
+		p.buf = p.buf[:0]
+		for i := range entries[:n] {
+			e := &entries[i]
+			p.buf = append(p.buf, pmem.Record{
+				Type:    pmem.RecordEntry,
+				Slot:    uint64(e.Slot),
+				Ballot:  pmem.Ballot{Round: e.Ballot.Round, Node: uint64(e.Ballot.Node)},
+				Payload: paxos.AppendEntry(nil, e),
+			})
+		}
+		if err := p.l.Append(p.buf); err != nil {
+			if errors.Is(err, pmem.ErrFull) {
+				return fmt.Errorf("%w: %v", ErrLogFull, err)
+			}
+			return err
+		}
+		entries = entries[n:]
+	}
+	clear(p.buf) // drop payload references
+	return nil
+}
+
+// Persist implements AcceptorLog.
+func (p *PMemLog) Persist() error { return p.l.Persist() }
+
+// Recover implements AcceptorLog: the last record of each slot above
+// applied wins.
+func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error) {
+	pb := p.l.Promised()
+	promised := paxos.Ballot{Round: pb.Round, Node: paxos.NodeID(pb.Node)}
+	latest := map[paxos.Slot]paxos.Entry{}
+	err := p.l.Iterate(uint64(applied)+1, func(rec pmem.Record) error {
+		if rec.Type != pmem.RecordEntry {
+			return nil
+		}
+		// The payload aliases the region: decode a copy.
+		e, err := paxos.UnmarshalEntry(append([]byte(nil), rec.Payload...))
+		if err != nil {
+			return fmt.Errorf("decoding the entry of slot %d: %w", rec.Slot, err)
+		}
+		if uint64(e.Slot) != rec.Slot {
+			return fmt.Errorf("record of slot %d holds an entry of slot %d", rec.Slot, e.Slot)
+		}
+		latest[e.Slot] = e
+		return nil
+	})
+	if err != nil {
+		return promised, nil, err
+	}
+	out := make([]paxos.Entry, 0, len(latest))
+	for _, e := range latest {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b paxos.Entry) int {
+		switch {
+		case a.Slot < b.Slot:
+			return -1
+		case a.Slot > b.Slot:
+			return 1
+		}
+		return 0
+	})
+	return promised, out, nil
+}
+
+// TruncateBelow implements AcceptorLog.
+func (p *PMemLog) TruncateBelow(slot paxos.Slot) error { return p.l.TruncateBelow(uint64(slot)) }
+
+// Mode implements AcceptorLog.
+func (p *PMemLog) Mode() string { return string(p.l.Mode()) }
+
+// Close implements AcceptorLog.
+func (p *PMemLog) Close() error { return p.l.Close() }

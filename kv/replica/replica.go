@@ -1,0 +1,430 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/afxdp"
+	"synod/kv/sm"
+	"synod/paxos"
+)
+
+// Peer is one member of the group.
+type Peer struct {
+	ID paxos.NodeID
+	// ConsensusAddr receives datagrams (UDP) and, on the same port, the TCP
+	// side channel.
+	ConsensusAddr netip.AddrPort
+	// ClientAddr is where clients reach this member (sent with NOT_LEADER).
+	ClientAddr string
+}
+
+// Cores names the CPUs the loops are pinned to; -1 leaves a loop unpinned.
+type Cores struct{ RX, TX, Consensus, Apply int }
+
+// Unpinned leaves every loop to the Go scheduler.
+var Unpinned = Cores{RX: -1, TX: -1, Consensus: -1, Apply: -1}
+
+// Config configures a Replica.
+type Config struct {
+	ID        paxos.NodeID
+	ClusterID uint64
+	Peers     []Peer // every member, this one included
+	// Tick is the period of paxos ticks (e.g. 1ms).
+	Tick           time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	LeaseTicks     int
+	DriftTicks     int
+	// SnapshotEverySlots overrides snapshotEverySlots when > 0.
+	SnapshotEverySlots uint64
+	Cores              Cores
+	Log                zerolog.Logger
+	Metrics            *Metrics // nil: unregistered metrics
+	Faults             *Faults  // nil: a private hook that blocks nothing
+}
+
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("replica: node id 0 is reserved")
+	}
+	if len(c.Peers) == 0 || len(c.Peers) >= peersMax {
+		return fmt.Errorf("replica: %d peers; want 1..%d", len(c.Peers), peersMax-1)
+	}
+	seen := map[paxos.NodeID]bool{}
+	self := false
+	for _, p := range c.Peers {
+		if p.ID == 0 || p.ID >= peersMax {
+			return fmt.Errorf("replica: peer id %d out of range 1..%d", p.ID, peersMax-1)
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("replica: duplicate peer id %d", p.ID)
+		}
+		if !p.ConsensusAddr.IsValid() {
+			return fmt.Errorf("replica: peer %d has no consensus address", p.ID)
+		}
+		seen[p.ID] = true
+		self = self || p.ID == c.ID
+	}
+	if !self {
+		return fmt.Errorf("replica: node %d is not among the peers", c.ID)
+	}
+	if c.Tick <= 0 {
+		return errors.New("replica: tick period must be positive")
+	}
+	if c.ElectionTicks <= 0 || c.HeartbeatTicks <= 0 || c.HeartbeatTicks >= c.ElectionTicks {
+		return fmt.Errorf("replica: need 0 < heartbeat ticks (%d) < election ticks (%d)", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	return nil
+}
+
+// Replica is one member of a synod group. Its Write and ReadBarrier methods
+// are safe for concurrent use by many client goroutines.
+type Replica struct {
+	cfg     Config
+	log     zerolog.Logger
+	metrics *Metrics
+	faults  *Faults
+	node    *paxos.Node
+	alog    AcceptorLog
+	sm      StateMachine
+	conn    afxdp.Conn
+	side    *sideChannel
+	peers   map[paxos.NodeID]Peer
+	byAddr  map[netip.AddrPort]paxos.NodeID
+
+	inbound  chan paxos.Message
+	proposeC chan proposal
+	readC    chan *readWaiter
+	controlC chan func()
+	outbound chan []outMsg
+	applyC   chan applyItem
+	snapNow  chan struct{}
+
+	nextProposal atomic.Uint64
+	pendingMu    sync.Mutex
+	pending      map[uint64]*writeWaiter
+
+	reads readTracker
+
+	status  atomic.Pointer[paxos.Status]
+	applied atomic.Uint64
+	logFull atomic.Bool
+	stalled *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	// restoreMu is held for reading while a read touches the state
+	// machine and for writing while a snapshot is restored (a restore
+	// passes through partial states).
+	restoreMu sync.RWMutex
+	stopped atomic.Bool
+
+	stop     chan struct{} // closes the consensus, receive and send loops
+	applyWG  sync.WaitGroup
+	loopsWG  sync.WaitGroup
+	closeOne sync.Once
+	closeErr error
+	fatal    chan error // a loop that cannot go on reports here
+}
+
+type proposal struct {
+	id  uint64
+	env []byte
+}
+
+type writeResult struct {
+	res sm.Result
+	err error
+}
+
+type writeWaiter struct {
+	ch chan writeResult // cap 1
+}
+
+type outMsg struct {
+	to paxos.NodeID
+	b  []byte
+}
+
+// applyItem is a snapshot to install or committed entries to apply, in
+// order.
+type applyItem struct {
+	snap    *paxos.Snapshot
+	entries []paxos.Entry
+}
+
+// New recovers a replica from its acceptor log and state machine: the
+// durable state handed to paxos is the promised ballot and the latest
+// accepted entry of each slot above the state machine's applied slot.
+// conn is the datagram transport bound to this member's consensus address.
+func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Replica, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = &Faults{}
+	}
+	r := &Replica{
+		cfg:      cfg,
+		log:      cfg.Log,
+		metrics:  cfg.Metrics,
+		faults:   cfg.Faults,
+		alog:     alog,
+		sm:       stm,
+		conn:     conn,
+		peers:    make(map[paxos.NodeID]Peer, len(cfg.Peers)),
+		byAddr:   make(map[netip.AddrPort]paxos.NodeID, len(cfg.Peers)),
+		inbound:  make(chan paxos.Message, inboundMsgsMax),
+		proposeC: make(chan proposal, proposeQueueMax),
+		readC:    make(chan *readWaiter, readQueueMax),
+		controlC: make(chan func(), controlQueueMax),
+		outbound: make(chan []outMsg, outboundBatchesMax),
+		applyC:   make(chan applyItem, applyQueueBatchesMax),
+		snapNow:  make(chan struct{}, 1),
+		pending:  make(map[uint64]*writeWaiter),
+		stop:     make(chan struct{}),
+		fatal:    make(chan error, 4),
+	}
+	r.reads.init()
+	members := make([]paxos.NodeID, 0, len(cfg.Peers))
+	sidePeers := map[paxos.NodeID]string{}
+	for _, p := range cfg.Peers {
+		r.peers[p.ID] = p
+		r.byAddr[p.ConsensusAddr] = p.ID
+		members = append(members, p.ID)
+		if p.ID != cfg.ID {
+			sidePeers[p.ID] = p.ConsensusAddr.String()
+		}
+	}
+
+	applied := paxos.Slot(stm.Applied())
+	promised, accepted, err := alog.Recover(applied)
+	if err != nil {
+		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
+	}
+	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
+	if applied > 0 {
+		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: members}
+	}
+	node, err := paxos.NewNode(paxos.Config{
+		ID:             cfg.ID,
+		ClusterID:      cfg.ClusterID,
+		Members:        members,
+		ElectionTicks:  cfg.ElectionTicks,
+		HeartbeatTicks: cfg.HeartbeatTicks,
+		LeaseTicks:     cfg.LeaseTicks,
+		DriftTicks:     cfg.DriftTicks,
+		Seed:           time.Now().UnixNano() ^ int64(cfg.ID),
+	}, st)
+	if err != nil {
+		return nil, fmt.Errorf("creating the paxos node: %w", err)
+	}
+	r.node = node
+	r.applied.Store(uint64(applied))
+	s := node.Status()
+	r.status.Store(&s)
+	r.log.Info().Uint64("applied", uint64(applied)).Int("accepted", len(accepted)).
+		Uint64("promised_round", promised.Round).Uint64("promised_node", uint64(promised.Node)).
+		Str("durability", alog.Mode()).Msg("replica recovered")
+
+	self := r.peers[cfg.ID]
+	r.side, err = newSideChannel(self.ConsensusAddr.String(), sidePeers, r.deliverSide, r.log.With().Str("loop", "side").Logger())
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start runs the loops. If the state machine holds applied state, a
+// snapshot of it is offered to paxos first so lagging peers can catch up
+// from it.
+func (r *Replica) Start() {
+	r.side.start()
+	r.loopsWG.Add(3)
+	go r.receiveLoop()
+	go r.sendLoop()
+	go r.consensusLoop()
+	r.applyWG.Add(1)
+	go r.applyLoop()
+	if r.applied.Load() > 0 {
+		r.requestSnapshot()
+	}
+}
+
+// Fatal returns a channel that receives an error when a loop cannot go on
+// (e.g. the acceptor log failed); the process should exit.
+func (r *Replica) Fatal() <-chan error { return r.fatal }
+
+// Faults returns the replica's fault hook.
+func (r *Replica) Faults() *Faults { return r.faults }
+
+// Metrics returns the replica's metrics.
+func (r *Replica) Metrics() *Metrics { return r.metrics }
+
+// Mode is the acceptor log's durability mode.
+func (r *Replica) Mode() string { return r.alog.Mode() }
+
+// Status returns the latest paxos status the consensus loop published,
+// with Applied set to what the apply loop has applied.
+func (r *Replica) Status() paxos.Status {
+	s := *r.status.Load()
+	s.Applied = paxos.Slot(r.applied.Load())
+	return s
+}
+
+// Applied is the highest slot applied to the state machine.
+func (r *Replica) Applied() paxos.Slot { return paxos.Slot(r.applied.Load()) }
+
+// PeerClientAddr returns the client address of member id ("" if unknown).
+func (r *Replica) PeerClientAddr(id paxos.NodeID) string { return r.peers[id].ClientAddr }
+
+func (r *Replica) notLeader(s *paxos.Status) error {
+	return &NotLeaderError{Leader: s.Leader, ClientAddr: r.peers[s.Leader].ClientAddr}
+}
+
+// Write proposes cmd and waits until it is applied, returning the state
+// machine's result. Errors: *NotLeaderError, ErrBusy, ErrLogFull,
+// ErrUnavailable, ErrStopped or ctx's error (for the last three the outcome
+// is unknown).
+func (r *Replica) Write(ctx context.Context, cmd []byte) (sm.Result, error) {
+	if r.stopped.Load() {
+		return sm.Result{}, ErrStopped
+	}
+	s := r.status.Load()
+	if s.Role != paxos.RoleLeader {
+		return sm.Result{}, r.notLeader(s)
+	}
+	if r.logFull.Load() {
+		return sm.Result{}, ErrLogFull
+	}
+	start := time.Now()
+	id := r.nextProposal.Add(1)
+	w := &writeWaiter{ch: make(chan writeResult, 1)}
+	r.pendingMu.Lock()
+	r.pending[id] = w
+	r.pendingMu.Unlock()
+	select {
+	case r.proposeC <- proposal{id: id, env: appendEnvelope(nil, r.cfg.ID, id, cmd)}:
+	default:
+		r.forget(id)
+		return sm.Result{}, ErrBusy
+	}
+	select {
+	case res := <-w.ch:
+		if res.err == nil {
+			r.metrics.CommitLatency.Observe(time.Since(start).Seconds())
+		}
+		return res.res, res.err
+	case <-ctx.Done():
+		r.forget(id)
+		return sm.Result{}, ctx.Err()
+	case <-r.stop:
+		r.forget(id)
+		return sm.Result{}, ErrStopped
+	}
+}
+
+func (r *Replica) forget(id uint64) {
+	r.pendingMu.Lock()
+	delete(r.pending, id)
+	r.pendingMu.Unlock()
+}
+
+// answer hands a result to the writer waiting for proposal id, if any.
+func (r *Replica) answer(id uint64, res writeResult) {
+	r.pendingMu.Lock()
+	w := r.pending[id]
+	delete(r.pending, id)
+	r.pendingMu.Unlock()
+	if w != nil {
+		w.ch <- res
+	}
+}
+
+// failAllWrites answers every waiting writer with err (leadership lost: the
+// outcome of their proposals is unknown).
+func (r *Replica) failAllWrites(err error) {
+	r.pendingMu.Lock()
+	old := r.pending
+	r.pending = make(map[uint64]*writeWaiter)
+	r.pendingMu.Unlock()
+	for _, w := range old {
+		w.ch <- writeResult{err: err}
+	}
+}
+
+// ReadBarrier returns once a linearizable read may be served from the
+// local state machine: this replica leads, confirmed a read index after
+// the call began, and has applied through it. Errors: *NotLeaderError,
+// ErrBusy, ErrUnavailable, ErrStopped or ctx's error.
+func (r *Replica) ReadBarrier(ctx context.Context) error {
+	if r.stopped.Load() {
+		return ErrStopped
+	}
+	s := r.status.Load()
+	if s.Role != paxos.RoleLeader {
+		return r.notLeader(s)
+	}
+	start := time.Now()
+	w := &readWaiter{ch: make(chan error, 1)}
+	select {
+	case r.readC <- w:
+	default:
+		return ErrBusy
+	}
+	select {
+	case err := <-w.ch:
+		if err == nil {
+			r.metrics.ReadLatency.Observe(time.Since(start).Seconds())
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.stop:
+		return ErrStopped
+	}
+}
+
+// Close stops the replica: new requests are refused, the network loops and
+// the consensus loop stop, the apply loop finishes what was committed and
+// queued, then the transport and the acceptor log close. Writes that were
+// acknowledged are durable in a majority of acceptor logs already. Close
+// does not close the state machine (its owner does, after Close).
+func (r *Replica) Close() error {
+	r.closeOne.Do(func() {
+		r.stopped.Store(true)
+		close(r.stop)
+		r.conn.Close() // unblocks the receive loop
+		r.loopsWG.Wait()
+		r.side.close()
+		close(r.applyC)
+		r.applyWG.Wait()
+		r.failAllWrites(ErrStopped)
+		r.reads.failAll(ErrStopped)
+		r.closeErr = r.alog.Close()
+	})
+	return r.closeErr
+}
+
+func (r *Replica) reportFatal(err error) {
+	select {
+	case r.fatal <- err:
+	default:
+	}
+}
+
+// pinCPU pins the calling loop goroutine to cpu; -1 leaves it unpinned.
+func pinCPU(cpu int) error {
+	if cpu < 0 {
+		return nil
+	}
+	return afxdp.PinToCPU(cpu)
+}

@@ -1,0 +1,239 @@
+package replica
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/paxos"
+)
+
+// The side channel carries consensus messages larger than one datagram
+// (big batches, snapshots) over TCP. Each frame is a 4-byte little-endian
+// length followed by one encoded paxos message; a length above
+// sideFrameBytesMax closes the connection. Each node listens on the TCP port
+// of its consensus address and keeps one outbound connection per peer.
+
+var errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
+
+// sideChannel is the TCP transport for large messages.
+type sideChannel struct {
+	ln      net.Listener
+	log     zerolog.Logger
+	deliver func(b []byte) // called by receivers with a frame they own
+	peers   map[paxos.NodeID]*sidePeer
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	conns   atomic.Int64 // accepted connections open
+	dropped atomic.Uint64
+
+	mu       sync.Mutex
+	accepted map[net.Conn]struct{}
+}
+
+type sidePeer struct {
+	id    paxos.NodeID
+	addr  string
+	queue chan []byte
+}
+
+// newSideChannel listens on listenAddr and prepares one sender per peer
+// (id -> TCP address); senders start with start.
+func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, deliver func([]byte), log zerolog.Logger) (*sideChannel, error) {
+	ln, err := net.Listen("tcp", listenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
+	}
+	s := &sideChannel{
+		ln:       ln,
+		log:      log,
+		deliver:  deliver,
+		peers:    make(map[paxos.NodeID]*sidePeer, len(peers)),
+		stop:     make(chan struct{}),
+		accepted: make(map[net.Conn]struct{}),
+	}
+	for id, addr := range peers {
+		s.peers[id] = &sidePeer{id: id, addr: addr, queue: make(chan []byte, sideQueueMsgsMax)}
+	}
+	return s, nil
+}
+
+func (s *sideChannel) start() {
+	s.wg.Add(1)
+	go s.acceptLoop()
+	for _, p := range s.peers {
+		s.wg.Add(1)
+		go s.sendLoop(p)
+	}
+}
+
+// send queues one encoded message for peer id; it drops (and counts) when
+// the peer's queue is full, as Paxos retransmits.
+func (s *sideChannel) send(id paxos.NodeID, b []byte) {
+	p := s.peers[id]
+	if p == nil {
+		s.dropped.Add(1)
+		return
+	}
+	select {
+	case p.queue <- b:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+func (s *sideChannel) close() {
+	close(s.stop)
+	s.ln.Close()
+	s.mu.Lock()
+	for c := range s.accepted {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *sideChannel) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			s.log.Warn().Err(err).Msg("side channel accept")
+			time.Sleep(sideDialBackoffMin)
+			continue
+		}
+		if s.conns.Load() >= sideConnsMax {
+			s.log.Warn().Str("remote", c.RemoteAddr().String()).Msg("side channel: too many connections, refusing")
+			c.Close()
+			continue
+		}
+		s.mu.Lock()
+		s.accepted[c] = struct{}{}
+		s.mu.Unlock()
+		s.conns.Add(1)
+		s.wg.Add(1)
+		go s.recvLoop(c)
+	}
+}
+
+func (s *sideChannel) recvLoop(c net.Conn) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.accepted, c)
+		s.mu.Unlock()
+		s.conns.Add(-1)
+		c.Close()
+		s.wg.Done()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	for {
+		b, err := readSideFrame(r)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("side channel receive closed")
+			}
+			return
+		}
+		s.deliver(b)
+	}
+}
+
+// readSideFrame reads one length-prefixed frame.
+func readSideFrame(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n > sideFrameBytesMax {
+		return nil, fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, fmt.Errorf("reading side-channel frame: %w", err)
+	}
+	return b, nil
+}
+
+// writeSideFrame writes one frame.
+func writeSideFrame(w io.Writer, b []byte) error {
+	if len(b) > sideFrameBytesMax {
+		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
+	}
+	var hdr [4]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// sendLoop keeps one connection to p, dialling lazily when a message waits
+// and backing off (bounded) after a failure. A message whose write fails is
+// dropped: Paxos retransmits what matters.
+func (s *sideChannel) sendLoop(p *sidePeer) {
+	defer s.wg.Done()
+	var (
+		conn    net.Conn
+		w       *bufio.Writer
+		backoff = sideDialBackoffMin
+	)
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for {
+		var b []byte
+		select {
+		case <-s.stop:
+			return
+		case b = <-p.queue:
+		}
+		if conn == nil {
+			c, err := net.DialTimeout("tcp", p.addr, sideDialTimeout)
+			if err != nil {
+				s.dropped.Add(1)
+				s.log.Debug().Err(err).Uint64("peer", uint64(p.id)).Dur("backoff", backoff).Msg("side channel dial failed")
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, sideDialBackoffMax)
+				continue
+			}
+			backoff = sideDialBackoffMin
+			conn, w = c, bufio.NewWriterSize(c, 64<<10)
+		}
+		conn.SetWriteDeadline(time.Now().Add(sideWriteTimeout))
+		err := writeSideFrame(w, b)
+		// Coalesce whatever else is queued into the same flush.
+		for err == nil && len(p.queue) > 0 {
+			err = writeSideFrame(w, <-p.queue)
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			s.dropped.Add(1)
+			s.log.Debug().Err(err).Uint64("peer", uint64(p.id)).Msg("side channel write failed; reconnecting")
+			conn.Close()
+			conn, w = nil, nil
+		}
+	}
+}

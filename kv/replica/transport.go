@@ -1,0 +1,142 @@
+package replica
+
+import (
+	"errors"
+	"net/netip"
+
+	"synod/afxdp"
+	"synod/paxos"
+)
+
+// receiveLoop reads datagram batches, decodes them and queues them for the
+// consensus loop.
+func (r *Replica) receiveLoop() {
+	defer r.loopsWG.Done()
+	if err := pinCPU(r.cfg.Cores.RX); err != nil {
+		r.reportFatal(err)
+		return
+	}
+	n := min(max(r.conn.BatchSize(), 1), recvBatchPackets)
+	size := max(r.conn.MaxPayload(), 2048)
+	pkts := make([]afxdp.Packet, n)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, min(size, recvBufferBytes))
+	}
+	for {
+		got, err := r.conn.ReadBatch(pkts)
+		if err != nil {
+			if errors.Is(err, afxdp.ErrClosed) {
+				return
+			}
+			select {
+			case <-r.stop:
+				return
+			default:
+			}
+			r.log.Warn().Err(err).Msg("receive")
+			continue
+		}
+		for i := range got {
+			// Copy: the decoded message may alias its bytes, and the
+			// buffer is reused by the next ReadBatch.
+			r.deliver(append([]byte(nil), pkts[i].Buf[:pkts[i].N]...), false)
+		}
+	}
+}
+
+// deliverSide receives a side-channel frame (it owns b).
+func (r *Replica) deliverSide(b []byte) { r.deliver(b, true) }
+
+// deliver decodes one message and queues it. Datagrams are dropped when the
+// queue is full (as a socket buffer would); side-channel messages wait,
+// because they are large and costly to resend.
+func (r *Replica) deliver(b []byte, wait bool) {
+	m, err := paxos.UnmarshalMessage(b)
+	if err != nil {
+		r.metrics.InboundDropped.Inc()
+		return
+	}
+	if m.To != r.cfg.ID || r.faults.drop(m.From) {
+		r.metrics.InboundDropped.Inc()
+		return
+	}
+	if wait {
+		select {
+		case r.inbound <- m:
+		case <-r.stop:
+		}
+		return
+	}
+	select {
+	case r.inbound <- m:
+	default:
+		r.metrics.InboundDropped.Inc()
+	}
+}
+
+// sendLoop writes encoded messages as datagrams, or over the side channel
+// when one exceeds the Conn's MaxPayload.
+func (r *Replica) sendLoop() {
+	defer r.loopsWG.Done()
+	if err := pinCPU(r.cfg.Cores.TX); err != nil {
+		r.reportFatal(err)
+		return
+	}
+	maxPayload := r.conn.MaxPayload()
+	batchMax := max(r.conn.BatchSize(), 1)
+	pkts := make([]afxdp.Packet, 0, batchMax)
+	flush := func() {
+		for len(pkts) > 0 {
+			n, err := r.conn.WriteBatch(pkts)
+			if err != nil {
+				// Skip the packet that failed; Paxos retransmits.
+				r.metrics.OutboundDropped.Inc()
+				if !errors.Is(err, afxdp.ErrClosed) {
+					r.log.Debug().Err(err).Msg("send")
+				}
+				n++
+			}
+			if n >= len(pkts) {
+				break
+			}
+			pkts = pkts[n:]
+		}
+		pkts = pkts[:0]
+	}
+	for {
+		var out []outMsg
+		select {
+		case <-r.stop:
+			return
+		case out = <-r.outbound:
+		}
+		for {
+			for _, m := range out {
+				if r.faults.drop(m.to) {
+					continue
+				}
+				if len(m.b) > maxPayload {
+					r.side.send(m.to, m.b)
+					continue
+				}
+				addr := r.peers[m.to].ConsensusAddr
+				if addr == (netip.AddrPort{}) {
+					r.metrics.OutboundDropped.Inc()
+					continue
+				}
+				pkts = append(pkts, afxdp.Packet{Buf: m.b, N: len(m.b), Addr: addr})
+				if len(pkts) == batchMax {
+					flush()
+				}
+			}
+			// Coalesce batches already queued into fewer WriteBatch calls.
+			select {
+			case out = <-r.outbound:
+				continue
+			default:
+			}
+			break
+		}
+		flush()
+	}
+}
