@@ -1,0 +1,64 @@
+package paxossim
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// Summary aggregates a batch of runs.
+type Summary struct {
+	Seeds      int
+	Ops        int
+	Faults     int
+	Violations int
+	Failed     []*Result // in seed order
+	Covered    FaultSet  // union of the fault kinds the batch ran
+}
+
+// String is the one summary line the test prints.
+func (s *Summary) String() string {
+	return fmt.Sprintf("paxossim: seeds=%d ops=%d faults=%d violations=%d", s.Seeds, s.Ops, s.Faults, s.Violations)
+}
+
+// RunBatch runs seeds first, first+1, ... first+count-1 on workers
+// goroutines (0: GOMAXPROCS). Each run is independent and deterministic, so
+// the summary does not depend on scheduling. onResult, when set, is called
+// for every result in seed order.
+func RunBatch(first uint64, count int, opts Options, workers int, onResult func(*Result)) Summary {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	results := make([]*Result, count)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = Run(first+uint64(i), opts)
+			}
+		}()
+	}
+	for i := range count {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var sum Summary
+	for _, r := range results {
+		sum.Seeds++
+		sum.Ops += r.Ops
+		sum.Faults += r.FaultCount
+		sum.Violations += r.Violations
+		sum.Covered |= r.Faults
+		if r.Failed() {
+			sum.Failed = append(sum.Failed, r)
+		}
+		if onResult != nil {
+			onResult(r)
+		}
+	}
+	return sum
+}

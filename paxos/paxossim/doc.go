@@ -1,0 +1,25 @@
+// Package paxossim is a seeded, deterministic simulator for the paxos
+// package, in the style of TigerBeetle's VOPR: one 64-bit seed decides every
+// choice the simulation makes (node count, fault profile, message delays,
+// drops, duplicates, partitions, crashes, clock drift, client operations), so
+// a failing seed replays exactly.
+//
+// A run has two phases. In the fault phase the network drops, duplicates,
+// delays and reorders messages, partitions the group (symmetrically and one
+// way), nodes crash and restart with only what the Ready contract made
+// durable, node clocks drift within the configured bound, membership changes
+// and snapshots happen, and several clients write and read concurrently. In
+// the liveness phase every fault heals, and every pending client operation
+// must complete, and every replica must catch up, within a bounded number of
+// ticks.
+//
+// Safety checks run all the time: at most one value chosen per slot, every
+// replica applies the same entry and reaches the same state at every slot,
+// committed entries are delivered gapless and in order, the leader reports
+// at most one Committed AckEvent per (slot, ballot), and at the end every
+// client history is checked for linearizability with porcupine against a KV
+// model.
+//
+// The simulator is a test tool: it is used by its tests and by
+// cmd/paxossim, never by production code.
+package paxossim

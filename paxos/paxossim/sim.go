@@ -1,0 +1,645 @@
+package paxossim
+
+import (
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/anishathalye/porcupine"
+
+	"synod/paxos"
+)
+
+// Run-length defaults and bounds, in ticks.
+const (
+	// TicksDefault is the length of the fault phase of a default run.
+	TicksDefault = 250
+	// LivenessTicksMax bounds the liveness phase: once every fault has
+	// healed, every pending operation must complete and every replica must
+	// catch up within this many ticks, or the run reports a violation.
+	LivenessTicksMax = 400
+
+	stepMicros    = 250 // simulation step: four per tick
+	readyLoopsMax = 64  // Ready rounds after one input before we call the node stuck
+	clusterID     = 0x5350
+)
+
+// Node timing handed to paxos.Config. The lease and drift bound satisfy
+// leaseTicks * 2 * driftPPMMax / 1e6 < driftTicks, so the drift the
+// simulator injects stays within the bound the protocol assumes.
+const (
+	electionTicks  = 10
+	heartbeatTicks = 2
+	leaseTicks     = 8
+	driftTicks     = 2
+)
+
+// Options configures one run. The zero value is a default run whose node
+// count, client count and fault profile all come from the seed.
+type Options struct {
+	Ticks   int      // fault-phase length; 0 means TicksDefault
+	Nodes   int      // 0: 3 or 5, chosen by the seed
+	Clients int      // 0: 2 to 4, chosen by the seed
+	Faults  FaultSet // 0: a random profile chosen by the seed
+	// NoFaults forces a run without faults (Faults is then ignored).
+	NoFaults bool
+
+	// Trace, when set, receives a line for every notable event.
+	Trace func(string)
+	// OnReady is called for every Ready a node produces, after the
+	// simulator handled it and before Advance. rd must not be retained.
+	OnReady func(node paxos.NodeID, rd *paxos.Ready)
+	// OnDeliver is called for every message delivered to a live node,
+	// after decoding and before Step.
+	OnDeliver func(m *paxos.Message)
+
+	// Planted bugs, for tests that show the checks catch them.
+	plantDivergence paxos.NodeID // this node applies every 7th slot wrongly
+	plantStaleReads bool         // reads skip ReadIndex and answer from local state
+}
+
+// Result summarizes one run.
+type Result struct {
+	Seed       uint64
+	Nodes      int
+	Clients    int
+	Faults     FaultSet
+	Ops        int // client operations completed
+	Calls      int // client operations started
+	Retries    int
+	FaultCount int // injected fault events (crashes, partitions, lost/duplicated/delayed messages, membership changes)
+	Violations int
+	// Messages describes up to violationsMax violations.
+	Messages []string
+	Net      netStats
+	Commit   paxos.Slot // highest slot applied anywhere
+}
+
+// Failed reports whether the run found a violation.
+func (r *Result) Failed() bool { return r.Violations > 0 }
+
+func (r *Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed=%d nodes=%d clients=%d faults=%s ops=%d/%d retries=%d faultEvents=%d commit=%d violations=%d",
+		r.Seed, r.Nodes, r.Clients, r.Faults, r.Ops, r.Calls, r.Retries, r.FaultCount, r.Commit, r.Violations)
+	for _, m := range r.Messages {
+		b.WriteString("\n  violation: ")
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
+// simNode is one simulated replica: the paxos node (nil while crashed), its
+// durable store, its application state and its clock.
+type simNode struct {
+	id          paxos.NodeID
+	n           *paxos.Node
+	store       *durableStore
+	app         *kvApp
+	incarnation int
+
+	periodMicros int64 // tick period of this node's clock
+	nextTickAt   int64
+	downUntil    int64 // tick at which a crashed node restarts
+	// crashMidReady arms a crash inside the next Ready: after its durable
+	// part is recorded and before its messages are sent.
+	crashMidReady bool
+	nextCompact   int64 // tick of the next Compact
+}
+
+func (sn *simNode) up() bool { return sn.n != nil }
+
+type sim struct {
+	opts   Options
+	seed   uint64
+	r      *simRand
+	now    int64 // micro-ticks
+	faults FaultSet
+
+	nodes []*simNode // in id order, so iteration is deterministic
+	byID  map[paxos.NodeID]*simNode
+	// genesis is the initial membership, which every node's Config gets
+	// (a node that joins later replays or snapshots from it).
+	genesis []paxos.NodeID
+	conf    confChanger
+	net     *network
+	chk     *checker
+
+	clients     []*client
+	history     []porcupine.Operation
+	readWaiters map[uint64]readWaiter
+	nextReadID  uint64
+
+	appDurableEveryApply bool
+	liveness             bool // faults healed; clients only finish what they started
+	partitionUntil       int64
+	oneWayUntil          int64
+
+	result Result
+}
+
+// Run runs the simulation for one seed and returns its result. It never
+// panics: a panic in the paxos core is reported as a violation.
+func Run(seed uint64, opts Options) (res *Result) {
+	s := newSim(seed, opts)
+	defer func() {
+		if p := recover(); p != nil {
+			stack := string(debug.Stack())
+			if len(stack) > 3000 {
+				stack = stack[:3000]
+			}
+			s.chk.violate("panic at tick %d: %v\n%s", s.now/microsPerTick, p, stack)
+			res = s.finish(false)
+		}
+	}()
+	s.run()
+	return s.finish(true)
+}
+
+func newSim(seed uint64, opts Options) *sim {
+	s := &sim{
+		opts:        opts,
+		seed:        seed,
+		r:           newSimRand(seed),
+		byID:        map[paxos.NodeID]*simNode{},
+		net:         newNetwork(),
+		readWaiters: map[uint64]readWaiter{},
+	}
+	n := opts.Nodes
+	if n == 0 {
+		n = 3 + 2*s.r.intn(2)
+	}
+	nc := opts.Clients
+	if nc == 0 {
+		nc = 2 + s.r.intn(3)
+	}
+	s.faults = opts.Faults
+	if s.faults == 0 {
+		s.faults = randomFaults(s.r)
+	}
+	if opts.NoFaults {
+		s.faults = 0
+	}
+	if s.opts.Ticks == 0 {
+		s.opts.Ticks = TicksDefault
+	}
+	s.appDurableEveryApply = s.r.chance(1, 2)
+	quorum := n/2 + 1
+	if s.faults.Has(FaultMembership) {
+		quorum = 0 // majorities shift with membership; rely on the commit checks
+	}
+	s.chk = newChecker(quorum)
+	s.result = Result{Seed: seed, Nodes: n, Clients: nc, Faults: s.faults}
+
+	if s.faults.Has(FaultDrop) {
+		s.net.dropPPM = uint32(s.r.between(1, dropPPMMax))
+	}
+	if s.faults.Has(FaultDuplicate) {
+		s.net.dupPPM = uint32(s.r.between(1, dupPPMMax))
+	}
+	if s.faults.Has(FaultReorder) {
+		s.net.longDelayPPM = uint32(s.r.between(1, longDelayPPMMax))
+	}
+	for i := 1; i <= n; i++ {
+		s.genesis = append(s.genesis, paxos.NodeID(i))
+	}
+	for _, id := range s.genesis {
+		s.addNode(id)
+	}
+	s.conf.nextFresh = paxos.NodeID(n + 1)
+	for i := range nc {
+		s.clients = append(s.clients, &client{id: uint32(i + 1), idx: i, leader: s.genesis[s.r.intn(n)]})
+	}
+	return s
+}
+
+// addNode creates the simulated replica id, with an empty store, not yet
+// started.
+func (s *sim) addNode(id paxos.NodeID) *simNode {
+	sn := &simNode{id: id, store: newDurableStore(), periodMicros: microsPerTick}
+	if s.faults.Has(FaultDrift) {
+		d := s.r.between(-driftPPMMax, driftPPMMax)
+		sn.periodMicros = microsPerTick + d*microsPerTick/1_000_000
+	}
+	sn.nextTickAt = s.now + s.r.between(0, microsPerTick-1)
+	sn.nextCompact = s.now/microsPerTick + s.r.between(compactTicksMin, compactTicksMax)
+	s.nodes = append(s.nodes, sn)
+	s.byID[id] = sn
+	return sn
+}
+
+func (s *sim) tracef(format string, args ...any) {
+	if s.opts.Trace != nil {
+		s.opts.Trace(fmt.Sprintf("%6d.%03d ", s.now/microsPerTick, s.now%microsPerTick) + fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sim) baseConfig(id paxos.NodeID) paxos.Config {
+	return paxos.Config{
+		ID:             id,
+		ClusterID:      clusterID,
+		Members:        slices.Clone(s.genesis),
+		ElectionTicks:  electionTicks,
+		HeartbeatTicks: heartbeatTicks,
+		LeaseTicks:     leaseTicks,
+		DriftTicks:     driftTicks,
+		Seed:           int64(s.r.u64()),
+	}
+}
+
+// start (re)creates the node of sn from its durable store.
+func (s *sim) start(sn *simNode) {
+	var app *kvApp
+	var err error
+	switch {
+	case s.appDurableEveryApply && sn.store.appState != nil:
+		app, err = decodeKVApp(sn.store.appState)
+	case sn.store.snapData != nil:
+		app, err = decodeKVApp(sn.store.snapData)
+	default:
+		app = newKVApp()
+		app.members = slices.Clone(s.genesis)
+	}
+	if err != nil {
+		s.chk.violate("node %d: durable application state unreadable: %v", sn.id, err)
+		app = newKVApp()
+		app.members = slices.Clone(s.genesis)
+	}
+	st := sn.store.durableState(app.applied)
+	n, err := paxos.NewNode(s.baseConfig(sn.id), st)
+	if err != nil {
+		s.chk.violate("node %d: NewNode failed on restart: %v", sn.id, err)
+		return
+	}
+	sn.n = n
+	sn.app = app
+	sn.incarnation++
+	sn.nextTickAt = s.now + s.r.between(1, sn.periodMicros)
+	s.process(sn)
+}
+
+func (s *sim) crash(sn *simNode, downTicks int64) {
+	s.tracef("node %d: crash (down %d ticks, mid-Ready %v)", sn.id, downTicks, sn.crashMidReady)
+	sn.crashMidReady = false
+	sn.n = nil
+	sn.app = nil
+	sn.downUntil = s.now/microsPerTick + downTicks
+	s.result.FaultCount++
+}
+
+func (s *sim) run() {
+	for _, sn := range s.nodes {
+		s.start(sn)
+	}
+	faultEnd := int64(s.opts.Ticks)
+	for s.now = 0; ; s.now += stepMicros {
+		if s.now%microsPerTick == 0 {
+			tick := s.now / microsPerTick
+			if tick < faultEnd {
+				s.faultStep(tick)
+			} else if !s.liveness {
+				s.heal()
+			}
+			s.maintenance(tick)
+			if s.faults.Has(FaultMembership) {
+				s.confStep(tick)
+			}
+			for _, c := range s.clients {
+				s.clientStep(c, tick)
+			}
+			if s.liveness {
+				if s.settled() {
+					return
+				}
+				if tick >= faultEnd+LivenessTicksMax {
+					s.livenessFailure()
+					return
+				}
+			}
+		}
+		for _, sn := range s.nodes {
+			for sn.up() && sn.nextTickAt <= s.now {
+				sn.nextTickAt += sn.periodMicros
+				sn.n.Tick()
+				s.process(sn)
+			}
+		}
+		for {
+			p, ok := s.net.due(s.now)
+			if !ok {
+				break
+			}
+			s.deliver(p)
+		}
+	}
+}
+
+func (s *sim) deliver(p packet) {
+	sn := s.byID[p.to]
+	if sn == nil || !sn.up() {
+		return
+	}
+	m, err := paxos.UnmarshalMessage(p.data)
+	if err != nil {
+		s.chk.violate("codec: a message node %d encoded does not decode: %v", p.from, err)
+		return
+	}
+	s.net.stats.delivered++
+	if s.opts.OnDeliver != nil {
+		s.opts.OnDeliver(&m)
+	}
+	_ = sn.n.Step(m) // bad messages are counted by the node; nothing to do here
+	s.process(sn)
+}
+
+// process drains sn's Ready as the contract says: persist, send, apply,
+// Advance. The simulator runs it after every input it gives a node.
+func (s *sim) process(sn *simNode) {
+	for i := 0; sn.up() && sn.n.HasReady(); i++ {
+		if i == readyLoopsMax {
+			s.chk.violate("node %d: still HasReady after %d Ready rounds", sn.id, readyLoopsMax)
+			return
+		}
+		rd := sn.n.Ready()
+		s.handleReady(sn, &rd)
+		if !sn.up() {
+			return // crashed inside the Ready
+		}
+		sn.n.Advance(rd)
+	}
+}
+
+func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
+	// 1. Durable first.
+	sn.store.persist(rd)
+	for i := range rd.Accepted {
+		s.chk.accepted(sn.id, &rd.Accepted[i])
+	}
+	if sn.crashMidReady {
+		s.crash(sn, s.r.between(downTicksMin, downTicksMax))
+		return
+	}
+	// 2. Then send.
+	for i := range rd.Messages {
+		m := &rd.Messages[i]
+		if m.From != sn.id {
+			s.chk.violate("node %d sent a message claiming to be from %d", sn.id, m.From)
+		}
+		s.net.send(s.r, s.now, m.From, m.To, paxos.AppendMessage(nil, m))
+	}
+	// 3. Install the snapshot, then apply.
+	if rd.Snapshot != nil {
+		s.installSnapshot(sn, rd.Snapshot)
+	}
+	if len(rd.Committed) > 0 {
+		for i := range rd.Committed {
+			s.apply(sn, &rd.Committed[i])
+		}
+		if s.appDurableEveryApply {
+			sn.store.appState = sn.app.encode()
+		}
+	}
+	for _, rs := range rd.ReadStates {
+		s.readState(sn, rs)
+	}
+	for i := range rd.AckEvents {
+		s.chk.ack(sn.id, &rd.AckEvents[i])
+	}
+	if s.opts.OnReady != nil {
+		s.opts.OnReady(sn.id, rd)
+	}
+}
+
+func (s *sim) installSnapshot(sn *simNode, snap *paxos.Snapshot) {
+	app, err := decodeKVApp(snap.Data)
+	if err != nil {
+		s.chk.violate("node %d: snapshot at slot %d does not decode: %v", sn.id, snap.Meta.Slot, err)
+		return
+	}
+	if app.applied != snap.Meta.Slot {
+		s.chk.violate("node %d: snapshot meta slot %d but its data is at slot %d", sn.id, snap.Meta.Slot, app.applied)
+	}
+	if snap.Meta.Slot <= sn.app.applied {
+		s.chk.violate("node %d: snapshot at slot %d would roll back applied state at %d", sn.id, snap.Meta.Slot, sn.app.applied)
+		return
+	}
+	s.tracef("node %d: install snapshot at slot %d", sn.id, snap.Meta.Slot)
+	sn.app = app
+	sn.store.saveSnapshot(snap.Meta, snap.Data)
+	sn.store.truncate(snap.Meta.Slot)
+	if s.appDurableEveryApply {
+		sn.store.appState = slices.Clone(snap.Data)
+	}
+	s.chk.state(sn.id, snap.Meta.Slot, app.hash())
+}
+
+func (s *sim) apply(sn *simNode, e *paxos.Entry) {
+	app := sn.app
+	if e.Slot != app.applied+1 {
+		s.chk.violate("node %d: committed slot %d delivered after applied %d (gap, repeat or reorder)", sn.id, e.Slot, app.applied)
+		if e.Slot <= app.applied {
+			return
+		}
+	}
+	switch e.Type {
+	case paxos.EntryNormal:
+		for _, b := range e.Cmds {
+			c, err := decodeCommand(b)
+			if err != nil {
+				s.chk.violate("node %d: slot %d holds a command that does not decode: %v", sn.id, e.Slot, err)
+				continue
+			}
+			app.applyCommand(&c)
+		}
+	case paxos.EntryConfChange:
+		s.applyConfChange(sn, e)
+	case paxos.EntryNoop:
+	default:
+		s.chk.violate("node %d: slot %d has unknown entry type %d", sn.id, e.Slot, e.Type)
+	}
+	if s.opts.plantDivergence == sn.id && e.Slot%7 == 0 {
+		app.data[keyNames[0]] += "!" // the planted bug: this replica diverges
+	}
+	app.applied = e.Slot
+	if e.Slot > s.result.Commit {
+		s.result.Commit = e.Slot
+	}
+	s.chk.applied(sn.id, e, app.hash())
+}
+
+// faultStep injects this tick's faults.
+func (s *sim) faultStep(tick int64) {
+	f := s.faults
+	if f.Has(FaultCrash) && s.r.ppm(crashPerTickPPM) {
+		var ups []*simNode
+		for _, sn := range s.nodes {
+			if sn.up() {
+				ups = append(ups, sn)
+			}
+		}
+		down := len(s.nodes) - len(ups)
+		// Mostly keep a majority up so the run makes progress; sometimes
+		// take the majority down too.
+		if len(ups) > 0 && (down < (len(s.nodes)-1)/2 || s.r.chance(1, 10)) {
+			victim := ups[s.r.intn(len(ups))]
+			if s.r.chance(1, 3) {
+				victim.crashMidReady = true
+			} else {
+				s.crash(victim, s.r.between(downTicksMin, downTicksMax))
+			}
+		}
+	}
+	for _, sn := range s.nodes {
+		if !sn.up() && tick >= sn.downUntil {
+			s.tracef("node %d: restart", sn.id)
+			s.start(sn)
+		}
+	}
+	if s.partitionUntil != 0 && tick >= s.partitionUntil || s.oneWayUntil != 0 && tick >= s.oneWayUntil {
+		s.tracef("network: heal")
+		s.net.heal()
+		s.partitionUntil, s.oneWayUntil = 0, 0
+	}
+	if f.Has(FaultPartition) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+		ids := make([]paxos.NodeID, len(s.nodes))
+		for i, sn := range s.nodes {
+			ids[i] = sn.id
+		}
+		s.r.r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		k := 1 + s.r.intn(len(ids)-1)
+		s.net.partition(ids[:k], ids[k:])
+		s.partitionUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
+		s.result.FaultCount++
+		s.tracef("network: partition %v | %v until %d", ids[:k], ids[k:], s.partitionUntil)
+	}
+	if f.Has(FaultOneWay) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+		links := 1 + s.r.intn(len(s.nodes))
+		for range links {
+			a := s.nodes[s.r.intn(len(s.nodes))].id
+			b := s.nodes[s.r.intn(len(s.nodes))].id
+			if a != b {
+				s.net.block(a, b)
+				s.tracef("network: block %d -> %d", a, b)
+			}
+		}
+		s.oneWayUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
+		s.result.FaultCount++
+	}
+}
+
+// maintenance is the application's periodic work: snapshots.
+func (s *sim) maintenance(tick int64) {
+	for _, sn := range s.nodes {
+		if !sn.up() || tick < sn.nextCompact {
+			continue
+		}
+		if s.faults.Has(FaultSnapshot) {
+			sn.nextCompact = tick + s.r.between(compactTicksMin, compactTicksMax)
+		} else {
+			sn.nextCompact = tick + 4*compactTicksMax
+		}
+		if sn.app.applied == 0 {
+			continue
+		}
+		s.compact(sn)
+	}
+}
+
+func (s *sim) compact(sn *simNode) {
+	data := sn.app.encode()
+	slot := sn.app.applied
+	if err := sn.n.Compact(slot, data); err != nil {
+		s.tracef("node %d: compact at %d refused: %v", sn.id, slot, err)
+		return
+	}
+	// The application's snapshot is durable once Compact accepted it; its
+	// members are those in force at the snapshot's slot.
+	sn.store.saveSnapshot(paxos.SnapshotMeta{Slot: slot, Members: slices.Clone(sn.app.members)}, data)
+	sn.store.truncate(slot)
+	s.process(sn)
+}
+
+// heal ends the fault phase: the network becomes reliable (delays remain),
+// every crashed node restarts.
+func (s *sim) heal() {
+	s.tracef("liveness phase: heal everything")
+	s.liveness = true
+	s.net.heal()
+	s.net.dropPPM, s.net.dupPPM, s.net.longDelayPPM = 0, 0, 0
+	for _, sn := range s.nodes {
+		sn.crashMidReady = false
+		if !sn.up() {
+			s.start(sn)
+		}
+	}
+}
+
+// settled reports whether the liveness phase is done: no client operation
+// pending and every member has applied everything any node committed.
+func (s *sim) settled() bool {
+	for _, c := range s.clients {
+		if c.op != nil {
+			return false
+		}
+	}
+	var top paxos.Slot
+	for _, sn := range s.nodes {
+		if st := sn.n.Status(); st.Commit > top {
+			top = st.Commit
+		}
+	}
+	for _, sn := range s.nodes {
+		if s.isMember(sn.id) && sn.app.applied < top {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) isMember(id paxos.NodeID) bool { return slices.Contains(s.currentMembers(), id) }
+
+// currentMembers is the membership applied by the most advanced replica.
+func (s *sim) currentMembers() []paxos.NodeID {
+	var best *simNode
+	for _, sn := range s.nodes {
+		if sn.up() && (best == nil || sn.app.applied > best.app.applied) {
+			best = sn
+		}
+	}
+	if best == nil {
+		return s.genesis
+	}
+	return best.app.members
+}
+
+func (s *sim) livenessFailure() {
+	var pending []string
+	for _, c := range s.clients {
+		if c.op != nil {
+			pending = append(pending, fmt.Sprintf("client %d: %s (target %d)", c.id, kvModel.DescribeOperation(c.op.in, kvOutput{}), c.op.target))
+		}
+	}
+	var nodes []string
+	for _, sn := range s.nodes {
+		st := sn.n.Status()
+		nodes = append(nodes, fmt.Sprintf("n%d %s leader=%d commit=%d applied=%d", sn.id, st.Role, st.Leader, st.Commit, sn.app.applied))
+	}
+	s.chk.violate("liveness: not settled %d ticks after faults healed: pending [%s]; nodes [%s]",
+		LivenessTicksMax, strings.Join(pending, "; "), strings.Join(nodes, "; "))
+}
+
+func (s *sim) finish(checkHistory bool) *Result {
+	if checkHistory {
+		if why := checkLinearizable(s.history); why != "" {
+			s.chk.violate("%s", why)
+		}
+	}
+	r := s.result
+	r.Calls = len(s.history)
+	r.Net = s.net.stats
+	r.FaultCount += int(s.net.stats.dropped + s.net.stats.duplicated + s.net.stats.delayed + s.net.stats.blocked)
+	r.Violations = s.chk.count
+	r.Messages = s.chk.violations
+	return &r
+}

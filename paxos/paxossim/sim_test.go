@@ -1,0 +1,134 @@
+package paxossim
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+var (
+	flagSeed   = flag.Uint64("seed", 0, "replay this one seed (0: run the batch)")
+	flagSeeds  = flag.Int("seeds", 0, "seeds in the batch (0: seedsDefault, or seedsLong with -long)")
+	flagFirst  = flag.Uint64("first", 1, "first seed of the batch")
+	flagTicks  = flag.Int("ticks", 0, "fault-phase ticks per seed (0: TicksDefault, or ticksLong with -long)")
+	flagLong   = flag.Bool("long", false, "a longer run: more seeds, more ticks per seed")
+	flagFaults = flag.String("faults", "", "comma-separated fault kinds, or all (default: a random profile per seed)")
+)
+
+// Batch sizes. seedsDefault keeps the default run within a few minutes on
+// two slow shared cores.
+const (
+	seedsDefault = 2000
+	seedsShort   = 200
+	seedsLong    = 20000
+	ticksLong    = 1000
+)
+
+// replayCommand is the exact command that replays one seed with the flags
+// this run used.
+func replayCommand(seed uint64) string {
+	cmd := fmt.Sprintf("go test ./paxos/paxossim -run 'TestSimulation$' -seed=%d", seed)
+	if *flagTicks != 0 {
+		cmd += fmt.Sprintf(" -ticks=%d", *flagTicks)
+	} else if *flagLong {
+		cmd += fmt.Sprintf(" -ticks=%d", ticksLong)
+	}
+	if *flagFaults != "" {
+		cmd += fmt.Sprintf(" -faults=%s", *flagFaults)
+	}
+	return cmd + " -v"
+}
+
+func optionsFromFlags(t *testing.T) Options {
+	var opts Options
+	opts.Ticks = *flagTicks
+	if opts.Ticks == 0 && *flagLong {
+		opts.Ticks = ticksLong
+	}
+	if *flagFaults != "" {
+		f, ok := ParseFaults(*flagFaults)
+		if !ok {
+			t.Fatalf("bad -faults %q (kinds: %s)", *flagFaults, FaultAll)
+		}
+		if f == 0 {
+			opts.NoFaults = true
+		}
+		opts.Faults = f
+	}
+	return opts
+}
+
+// TestSimulation runs the seeded simulation: a batch of seeds by default,
+// or one seed (with a trace under -v) when -seed is given. Every violation
+// fails the test and prints the command that replays its seed.
+func TestSimulation(t *testing.T) {
+	opts := optionsFromFlags(t)
+	if *flagSeed != 0 {
+		if testing.Verbose() {
+			opts.Trace = func(line string) { t.Log(line) }
+		}
+		r := Run(*flagSeed, opts)
+		t.Log(r.String())
+		fmt.Println((&Summary{Seeds: 1, Ops: r.Ops, Faults: r.FaultCount, Violations: r.Violations}).String())
+		if r.Failed() {
+			t.Fatalf("seed %d: %d violations\n%s\nreplay: %s", r.Seed, r.Violations, r, replayCommand(r.Seed))
+		}
+		return
+	}
+	n := *flagSeeds
+	if n == 0 {
+		switch {
+		case *flagLong:
+			n = seedsLong
+		case testing.Short():
+			n = seedsShort
+		default:
+			n = seedsDefault
+		}
+	}
+	sum := RunBatch(*flagFirst, n, opts, 0, nil)
+	fmt.Println(sum.String())
+	if opts.Faults == 0 && !opts.NoFaults && sum.Covered != FaultAll {
+		t.Errorf("batch covered fault kinds %s, want all of %s", sum.Covered, FaultAll)
+	}
+	for i, r := range sum.Failed {
+		if i == 10 {
+			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
+			break
+		}
+		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed))
+	}
+	if sum.Ops == 0 {
+		t.Errorf("no client operation completed in %d seeds", n)
+	}
+}
+
+// TestSimulationDeterministic runs the same seeds twice and requires
+// identical results: replaying a seed is only useful if it replays.
+func TestSimulationDeterministic(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		var a, b []string
+		opts := Options{Faults: FaultAll, Trace: func(l string) { a = append(a, l) }}
+		r1 := Run(seed, opts)
+		opts.Trace = func(l string) { b = append(b, l) }
+		r2 := Run(seed, opts)
+		if r1.String() != r2.String() || strings.Join(a, "\n") != strings.Join(b, "\n") {
+			t.Fatalf("seed %d is not deterministic:\n%s\n%s", seed, r1, r2)
+		}
+	}
+}
+
+// TestNoFaultsMakesProgress is the sanity floor: without faults every seed
+// completes most of its client operations.
+func TestNoFaultsMakesProgress(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		r := Run(seed, Options{NoFaults: true})
+		if r.Failed() {
+			t.Fatalf("%s\nreplay: %s", r, replayCommand(seed))
+		}
+		if r.Ops < r.Calls || r.Ops < 20 {
+			t.Fatalf("seed %d: only %d of %d operations completed without faults", seed, r.Ops, r.Calls)
+		}
+	}
+}
