@@ -167,8 +167,9 @@ func Open(opts Options) (*Log, Recovery, error) {
 	// The recovered records may sit only in the page cache (the previous
 	// incarnation crashed between writing and persisting them). Persist
 	// them now: a later power loss must not tear them, since records
-	// persisted after them would then be cut.
-	if err := l.persistRange(st.meta.headPos, l.tailPos); err != nil {
+	// persisted after them would then be cut. The end marker replaces a
+	// cut tail, so the cut is reported once.
+	if err := l.persistRange(st.meta.headPos, l.markEnd()); err != nil {
 		r.close()
 		return nil, rec, err
 	}
@@ -363,7 +364,30 @@ func (l *Log) Append(recs []Record) error {
 		}, r.Payload)
 		l.tailPos += size
 	}
+	l.markEnd()
 	return nil
+}
+
+// markEnd zeroes the line at the tail, unless the ring is full, so that
+// recovery finds a clean end there (decision table row 2) rather than the
+// stale bytes of an earlier lap, which it could not tell from a torn
+// record. It returns the position up to which a persist must reach.
+func (l *Log) markEnd() uint64 {
+	if l.tailPos-l.meta.headPos >= l.n {
+		return l.tailPos
+	}
+	o := l.tailPos % l.n
+	clear(l.ring[o : o+lineBytes])
+	return l.tailPos + lineBytes
+}
+
+// persistEnd is the position after the tail's end marker (or the tail
+// when the ring is full and there is none).
+func (l *Log) persistEnd() uint64 {
+	if l.tailPos-l.meta.headPos >= l.n {
+		return l.tailPos
+	}
+	return l.tailPos + lineBytes
 }
 
 // Persist makes every record appended since the last Persist durable (one
@@ -374,7 +398,7 @@ func (l *Log) Persist() error {
 	if l.closed {
 		return ErrClosed
 	}
-	if err := l.persistRange(l.persistedPos, l.tailPos); err != nil {
+	if err := l.persistRange(l.persistedPos, l.persistEnd()); err != nil {
 		return err
 	}
 	l.persistedPos = l.tailPos
@@ -473,7 +497,7 @@ func (l *Log) Close() error {
 	if l.closed {
 		return ErrClosed
 	}
-	err := l.persistRange(l.persistedPos, l.tailPos)
+	err := l.persistRange(l.persistedPos, l.persistEnd())
 	l.persistedPos = l.tailPos
 	l.closed = true
 	if cerr := l.r.close(); err == nil {

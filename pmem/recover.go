@@ -8,7 +8,6 @@ import (
 // Cut reasons reported in Recovery.CutReason. An empty reason means the
 // log ended cleanly.
 const (
-	CutZeroedHeader  = "zeroed record header before non-zero bytes"
 	CutBadLength     = "record length out of bounds"
 	CutChecksum      = "record checksum mismatch"
 	CutReserved      = "record reserved bytes not zero"
@@ -23,35 +22,39 @@ const (
 //
 //	#  condition at p                                      decision     reported
 //	1  p == head + n (the ring is full of valid records)   end          clean
-//	2  the 64-byte line at o is all zero, and so is the    end          clean (never written since format)
-//	   next line (or o is the last line of the ring)
-//	3  the line at o is all zero, the next is not          cut at p     CutZeroedHeader
-//	4  length > RecordPayloadBytesMax, or the record       cut at p     CutBadLength
+//	2  the 64-byte line at o is all zero                   end          clean (end marker, or never written)
+//	3  length > RecordPayloadBytesMax, or the record       cut at p     CutBadLength
 //	   would cross the end of the ring, or a pad record
 //	   with a non-zero length
-//	5  checksum does not match header+payload              cut at p     CutChecksum (torn or corrupt)
-//	6  checksum matches, stored position != p, and it      end          clean (stale record of an earlier lap)
+//	4  checksum does not match header+payload              cut at p     CutChecksum (torn or corrupt)
+//	5  checksum matches, stored position != p, and it      end          clean (stale record of an earlier lap)
 //	   is p minus a whole number of laps
-//	7  checksum matches, stored position != p otherwise    cut at p     CutBadPosition
-//	8  checksum matches, generation < generation of the    end          clean (stale record an earlier
+//	6  checksum matches, stored position != p otherwise    cut at p     CutBadPosition
+//	7  checksum matches, generation < generation of the    end          clean (stale record an earlier
 //	   previous record                                                  incarnation wrote beyond a cut)
-//	9  checksum matches, generation > header generation    cut at p     CutGenerationNew
-//	10 checksum matches, reserved bytes not zero           cut at p     CutReserved
-//	11 checksum matches, type 0 or > recordTypeMax         cut at p     CutUnknownType
-//	12 valid pad record                                    keep, skip to the next lap
-//	13 valid record                                        keep, p += record bytes
+//	8  checksum matches, generation > header generation    cut at p     CutGenerationNew
+//	9  checksum matches, reserved bytes not zero           cut at p     CutReserved
+//	10 checksum matches, type 0 or > recordTypeMax         cut at p     CutUnknownType
+//	11 valid pad record                                    keep, skip to the next lap
+//	12 valid record                                        keep, p += record bytes
 //
-// Rows 2, 6 and 8 are what the bytes after a cleanly written tail look
-// like, so they are reported as clean ends. Everything after an end or a
-// cut is never returned, even if some of it would validate: it was written
-// after the last record that survived and was never persisted as a whole.
-// Persisted records always validate, so a cut only ever removes records
-// whose Persist had not returned (or media corruption, which the checksum
-// turns into a cut instead of a wrong answer).
+// Append zeroes the line after its last record (the end marker, unless the
+// ring is full) and Persist covers it, so after a clean shutdown the scan
+// stops at row 2. Without the marker the tail would point into the stale
+// bytes of an earlier lap, which cannot be told from a torn record. Rows 5
+// and 7 are stale records that validate; they are ends, not cuts.
+// Everything after an end or a cut is never returned, even if some of it
+// would validate: it was written after the last record that survived and
+// was never persisted as a whole. Persisted records always validate, so a
+// cut only ever removes records whose Persist had not returned (or media
+// corruption, which the checksum turns into a cut instead of a wrong
+// answer). Open replaces a cut tail with an end marker, so a cut is
+// reported by the first Open after it only.
 //
-// A record that was persisted and then entirely zeroed by a media fault
-// looks like row 2: without a durable tail pointer (one more persist per
-// batch) that case cannot be told apart from the end of the log.
+// A record that was persisted and then entirely zeroed from its first
+// line on (a media fault) looks like row 2: without a durable tail
+// pointer (one more persist per batch) that case cannot be told apart from
+// the end of the log.
 //
 // CutBytes is the span of the rejected record: its claimed length rounded
 // up to 64 bytes and capped at the end of the ring, or one line when the
@@ -67,9 +70,9 @@ type scanResult struct {
 }
 
 // scanRing validates the ring from headPos. ring is the data area (n bytes,
-// a multiple of recordAlignBytes). fn, if not nil, is called for every
-// valid non-pad record in order; its payload aliases ring.
-func scanRing(ring []byte, seed, headPos, headerGen, minSlot uint64, fn func(Record)) scanResult {
+// a multiple of recordAlignBytes). fn, if not nil, is called with the ring
+// offset of every valid non-pad record, in order; its payload aliases ring.
+func scanRing(ring []byte, seed, headPos, headerGen, minSlot uint64, fn func(off uint64, r Record)) scanResult {
 	n := uint64(len(ring))
 	p := headPos
 	prevGen := uint64(0)
@@ -80,56 +83,52 @@ func scanRing(ring []byte, seed, headPos, headerGen, minSlot uint64, fn func(Rec
 		}
 		o := p % n
 		line := ring[o : o+lineBytes]
-		if allZero(line) {
-			if o+lineBytes >= n || allZero(ring[o+lineBytes:o+2*lineBytes]) { // row 2
-				break
-			}
-			res.cutReason, res.cutBytes = CutZeroedHeader, lineBytes // row 3
+		if allZero(line) { // row 2
 			break
 		}
 		h := getRecordHeader(line)
 		size := uint64(recordBytes(int(min(h.length, RecordBytesMax))))
-		if h.length > RecordPayloadBytesMax || o+size > n || (h.typ == RecordPad && h.length != 0) { // row 4
+		if h.length > RecordPayloadBytesMax || o+size > n || (h.typ == RecordPad && h.length != 0) { // row 3
 			res.cutReason, res.cutBytes = CutBadLength, lineBytes
 			break
 		}
-		if recordSum(seed, ring[o:o+recordHeaderBytes+uint64(h.length)]) != h.sum { // row 5
+		if recordSum(seed, ring[o:o+recordHeaderBytes+uint64(h.length)]) != h.sum { // row 4
 			res.cutReason, res.cutBytes = CutChecksum, int64(size)
 			break
 		}
 		if h.pos != p {
-			if h.pos < p && (p-h.pos)%n == 0 { // row 6
+			if h.pos < p && (p-h.pos)%n == 0 { // row 5
 				break
 			}
-			res.cutReason, res.cutBytes = CutBadPosition, int64(size) // row 7
+			res.cutReason, res.cutBytes = CutBadPosition, int64(size) // row 6
 			break
 		}
-		if h.generation < prevGen { // row 8
+		if h.generation < prevGen { // row 7
 			break
 		}
-		if h.generation > headerGen { // row 9
+		if h.generation > headerGen { // row 8
 			res.cutReason, res.cutBytes = CutGenerationNew, int64(size)
 			break
 		}
-		if h.reserved != [3]byte{} { // row 10
+		if h.reserved != [3]byte{} { // row 9
 			res.cutReason, res.cutBytes = CutReserved, int64(size)
 			break
 		}
-		if h.typ == 0 || h.typ > recordTypeMax { // row 11
+		if h.typ == 0 || h.typ > recordTypeMax { // row 10
 			res.cutReason, res.cutBytes = CutUnknownType, int64(size)
 			break
 		}
 		prevGen = h.generation
-		if h.typ == RecordPad { // row 12
+		if h.typ == RecordPad { // row 11
 			p += n - o
 			continue
 		}
-		res.records++ // row 13
+		res.records++ // row 12
 		if h.slot >= minSlot {
 			res.live++
 		}
 		if fn != nil {
-			fn(Record{Type: h.typ, Slot: h.slot, Ballot: h.ballot,
+			fn(o, Record{Type: h.typ, Slot: h.slot, Ballot: h.ballot,
 				Payload: ring[o+recordHeaderBytes : o+recordHeaderBytes+uint64(h.length)]})
 		}
 		p += size
@@ -175,9 +174,9 @@ type regionState struct {
 func blankHeader(mem []byte) bool { return allZero(mem[:headerBytes]) }
 
 // recoverRegion validates the header of mem and scans its ring. It never
-// panics on any input of at least headerBytes+RegionBytesMin... bytes; it
-// returns an error for a header it cannot trust.
-func recoverRegion(mem []byte, clusterID, nodeID uint64, fn func(Record)) (regionState, error) {
+// panics, whatever mem holds; it returns an error for a header it cannot
+// trust.
+func recoverRegion(mem []byte, clusterID, nodeID uint64, fn func(off uint64, r Record)) (regionState, error) {
 	var st regionState
 	if len(mem) < headerBytes+lineBytes {
 		return st, fmt.Errorf("%w: region of %d bytes is smaller than its header", ErrHeaderCorrupt, len(mem))
