@@ -1,5 +1,12 @@
 package paxos
 
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
 // MsgType is the kind of a consensus message.
 type MsgType uint8
 
@@ -18,6 +25,20 @@ type Message struct {
 	Slot    Slot
 	Commit  Slot
 	Entries []Entry
+
+	// Index is a second slot whose meaning depends on Type: the last slot
+	// an Accepted acknowledges, the last slot a Promise reports.
+	Index Slot
+	// Last is the highest slot the sender holds (Promise).
+	Last Slot
+	// Context is the heartbeat sequence (Heartbeat, HeartbeatResp) or the
+	// pre-check round (PreCheck, PreCheckResp).
+	Context uint64
+	// Reject marks a refusal; Ballot then carries the refusing acceptor's
+	// promised ballot.
+	Reject bool
+	// Snapshot is the application snapshot (MsgSnapshot only).
+	Snapshot *Snapshot
 }
 
 // Config configures a Node. Times are in ticks: the node has no clock, the
@@ -72,64 +93,409 @@ type Ready struct {
 //  3. install rd.Snapshot and apply rd.Committed in slot order,
 //  4. call Advance(rd).
 //
+// Each Ready must be followed by its Advance before the next Ready. Ready
+// hands over the pending output: a Ready that is dropped without being
+// handled loses messages (harmless: they are retransmitted) but the caller
+// must never skip step 1 for a Ready whose messages it sends.
+//
 // Committed entries are delivered exactly once across the life of the node
-// and in slot order.
+// and in slot order (a restart resumes after DurableState.Applied). Noop and
+// ConfChange entries are delivered too, so slots stay contiguous.
+//
+// Ownership: Propose and Step take ownership of the byte slices they are
+// given (the node keeps them in its log); slices in a Ready stay valid and
+// unmodified, but the caller copies what it keeps beyond Advance.
+//
+// A node is not safe for concurrent use.
 type Node struct {
 	cfg Config
+	id  NodeID
+	rng *rand.Rand
+
+	now int64 // ticks since NewNode
+
+	role   Role
+	leader NodeID // 0 when unknown
+	// Invariant: promised >= every ballot this node accepted under.
+	promised Ballot
+	// maxRound is the highest round seen in any ballot, so a new campaign
+	// outbids every ballot it heard of, not just the one it promised.
+	maxRound uint64
+
+	log acceptorLog
+	// Invariant: log.first-1 <= applied <= delivered <= commit, and every
+	// slot in [log.first, commit] holds the chosen value.
+	commit    Slot
+	delivered Slot // committed entries handed out by Ready through here
+	applied   Slot // reported by Advance
+
+	snap        *Snapshot // latest local snapshot; Data nil after restart until Compact
+	pendingSnap *Snapshot // installed from a leader, to hand out in Ready
+
+	conf  confHistory
+	known map[NodeID]bool // every node named by any membership seen
+
+	// Election state (all roles).
+	electionElapsed int
+	electionTimeout int
+	precheckRound   uint64
+	precheckGrants  map[NodeID]bool
+	prechecking     bool
+	lastLeaderTick  int64 // when a leader last reached this node
+
+	// Acceptor-side lease: while now < leaseUntil this node promises and
+	// accepts higher ballots only from leaseHolder (0: from nobody).
+	leaseHolder NodeID
+	leaseUntil  int64
+
+	cand *candidate // non-nil while role == RoleCandidate
+	lead *leader    // non-nil while role == RoleLeader
+
+	// Pending output, handed over by Ready.
+	msgs          []Message
+	accepted      []Entry
+	promisedDirty bool
+	readStates    []ReadState
+	ackEvents     []AckEvent
+
+	dropped uint64
 }
+
+// Defaults applied to zero Config fields.
+const (
+	defaultElectionTicks  = 10
+	defaultHeartbeatTicks = 1
+)
 
 // NewNode creates a node from its configuration and the state it recovered
 // from stable storage (the zero DurableState for a fresh node).
+//
+// A node joining an existing group (after ConfAddNode) is started with the
+// group's initial Members, or from a snapshot; it learns later memberships
+// from the log and does not campaign until it sees itself a member.
 func NewNode(cfg Config, st DurableState) (*Node, error) {
-	panic("paxos: NewNode not implemented yet")
+	if cfg.ID == 0 {
+		return nil, errors.New("paxos: config: ID must be non-zero")
+	}
+	if cfg.ElectionTicks == 0 {
+		cfg.ElectionTicks = defaultElectionTicks
+	}
+	if cfg.HeartbeatTicks == 0 {
+		cfg.HeartbeatTicks = defaultHeartbeatTicks
+	}
+	switch {
+	case cfg.ElectionTicks < 2:
+		return nil, fmt.Errorf("paxos: config: ElectionTicks %d < 2", cfg.ElectionTicks)
+	case cfg.HeartbeatTicks < 1 || cfg.HeartbeatTicks >= cfg.ElectionTicks:
+		return nil, fmt.Errorf("paxos: config: HeartbeatTicks %d must be in [1, ElectionTicks)", cfg.HeartbeatTicks)
+	case cfg.LeaseTicks < 0 || cfg.LeaseTicks > cfg.ElectionTicks:
+		return nil, fmt.Errorf("paxos: config: LeaseTicks %d must be in [0, ElectionTicks]", cfg.LeaseTicks)
+	case cfg.DriftTicks < 0 || (cfg.LeaseTicks > 0 && cfg.DriftTicks >= cfg.LeaseTicks):
+		return nil, fmt.Errorf("paxos: config: DriftTicks %d must be in [0, LeaseTicks)", cfg.DriftTicks)
+	}
+	n := &Node{
+		cfg:   cfg,
+		id:    cfg.ID,
+		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.ID))),
+		role:  RoleFollower,
+		known: map[NodeID]bool{},
+	}
+	n.promised = st.Promised
+	n.maxRound = st.Promised.Round
+	first := Slot(1)
+	if st.Snapshot != nil {
+		if len(st.Snapshot.Members) == 0 {
+			return nil, errors.New("paxos: durable state: snapshot without members")
+		}
+		first = st.Snapshot.Slot + 1
+		n.conf.reset(first, st.Snapshot.Members)
+		n.snap = &Snapshot{Meta: SnapshotMeta{Slot: st.Snapshot.Slot, Members: slices.Clone(st.Snapshot.Members)}}
+	} else {
+		if len(cfg.Members) == 0 || len(cfg.Members) > MembersMax {
+			return nil, fmt.Errorf("paxos: config: %d members, want 1..%d", len(cfg.Members), MembersMax)
+		}
+		for _, id := range cfg.Members {
+			if id == 0 {
+				return nil, errors.New("paxos: config: member 0")
+			}
+		}
+		n.conf.reset(1, cfg.Members)
+	}
+	for _, id := range n.conf.latest() {
+		n.known[id] = true
+	}
+	n.log.first = first
+	n.commit = max(first-1, st.Applied)
+	n.applied = n.commit
+	n.delivered = n.commit
+	for _, e := range st.Accepted {
+		if e.Slot < first {
+			continue
+		}
+		if e.Type < EntryNormal || e.Type > EntryConfChange {
+			return nil, fmt.Errorf("paxos: durable state: entry at slot %d has type %d", e.Slot, e.Type)
+		}
+		if st.Promised.Less(e.Ballot) {
+			return nil, fmt.Errorf("paxos: durable state: entry at slot %d accepted under %v above promised %v", e.Slot, e.Ballot, st.Promised)
+		}
+		n.log.set(e)
+		n.noteKnown(&e)
+	}
+	// Replay the membership changes already applied.
+	for s := first; s <= n.commit; s++ {
+		e := n.log.get(s)
+		if e == nil {
+			return nil, fmt.Errorf("paxos: durable state: applied slot %d has no entry", s)
+		}
+		n.commitConf(e)
+	}
+	// The lease promises of the previous life were not durable: refuse
+	// every new ballot for one lease period, so a lease granted just before
+	// a crash is still honoured.
+	if cfg.LeaseTicks > 0 {
+		n.leaseHolder, n.leaseUntil = 0, int64(cfg.LeaseTicks)
+	}
+	n.resetElectionTimer()
+	return n, nil
+}
+
+// noteKnown remembers the nodes a ConfChange entry names, so their
+// messages are not dropped as coming from an unknown sender.
+func (n *Node) noteKnown(e *Entry) {
+	if cc, ok := entryConfChange(e); ok {
+		n.known[cc.Node] = true
+	}
 }
 
 // Tick advances the node's logical clock by one tick.
-func (n *Node) Tick() { panic("unimplemented") }
+func (n *Node) Tick() {
+	n.now++
+	switch n.role {
+	case RoleLeader:
+		n.tickLeader()
+	default:
+		n.tickElection()
+	}
+}
 
 // Step feeds one received message to the node. A message with a foreign
 // cluster id, an unknown sender or an impossible slot or ballot is dropped,
 // counted in Status().Dropped, and reported as an error wrapping
 // ErrBadMessage; it never panics.
-func (n *Node) Step(m Message) error { panic("unimplemented") }
+func (n *Node) Step(m Message) error {
+	if err := n.validate(&m); err != nil {
+		n.dropped++
+		return fmt.Errorf("%w: %s from %d: %v", ErrBadMessage, m.Type, m.From, err)
+	}
+	if m.Ballot.Round > n.maxRound {
+		n.maxRound = m.Ballot.Round
+	}
+	switch m.Type {
+	case MsgPreCheck:
+		n.handlePreCheck(&m)
+	case MsgPreCheckResp:
+		n.handlePreCheckResp(&m)
+	case MsgPrepare:
+		n.handlePrepare(&m)
+	case MsgPromise:
+		n.handlePromise(&m)
+	case MsgAccept:
+		n.handleAccept(&m)
+	case MsgAccepted:
+		n.handleAccepted(&m)
+	case MsgHeartbeat:
+		n.handleHeartbeat(&m)
+	case MsgHeartbeatResp:
+		n.handleHeartbeatResp(&m)
+	case MsgCatchup:
+		n.handleCatchup(&m)
+	case MsgSnapshot:
+		n.handleSnapshot(&m)
+	}
+	return nil
+}
 
 // Propose submits application commands. On the leader they are batched into
-// slots; elsewhere it returns ErrNotLeader.
-func (n *Node) Propose(cmds [][]byte) error { panic("unimplemented") }
+// slots; elsewhere it returns ErrNotLeader. At most ProposalQueueMax
+// commands wait for a slot; beyond that it returns ErrProposalsFull.
+func (n *Node) Propose(cmds [][]byte) error {
+	if n.role != RoleLeader {
+		return ErrNotLeader
+	}
+	return n.lead.enqueue(cmds)
+}
 
 // ProposeConfChange proposes a membership change through the log.
-func (n *Node) ProposeConfChange(cc ConfChange) error { panic("unimplemented") }
+//
+// The rule: one change at a time, and a change stops the pipeline. The
+// leader puts the ConfChange alone in slot s and assigns no slot above s
+// until s is committed; the new membership governs every slot > s, the old
+// one every slot <= s (s itself included). While a change is queued or
+// uncommitted, another returns ErrConfChangeBusy.
+//
+// Why it is safe under concurrent failures:
+//   - Each change adds or removes one acceptor, so every majority of the old
+//     membership intersects every majority of the new one.
+//   - No leader sends an Accept for a slot above an uncommitted ConfChange,
+//     so every value accepted at a slot > s was proposed by a leader that
+//     knew s was chosen, and used the membership s decides.
+//   - A candidate runs phase 1 from its commit index upward under the
+//     membership at that point, adopts values (highest ballot per slot, a
+//     promiser's committed entries outright), and for every ConfChange among
+//     the adopted values also needs promises from a majority of the
+//     membership it produces, repeating until no new membership appears.
+//     Hence for every slot it will propose in, it holds promises from a
+//     majority of the membership governing that slot (decided either by
+//     committed entries or by the values it will re-propose before it goes
+//     past them), which is exactly what single-decree Paxos needs per slot.
+//   - A value chosen in slot t under membership M at ballot b < B was
+//     accepted by a majority of M; the candidate's promises from a majority of
+//     M include one of those acceptors, which reports ballot >= b for t.
+func (n *Node) ProposeConfChange(cc ConfChange) error {
+	if n.role != RoleLeader {
+		return ErrNotLeader
+	}
+	return n.lead.enqueueConfChange(n, cc)
+}
 
 // ReadIndex asks for a linearizable read point, answered in a later Ready's
-// ReadStates with the same id.
-func (n *Node) ReadIndex(id uint64) error { panic("unimplemented") }
+// ReadStates with the same id. Only the leader answers (ErrNotLeader
+// elsewhere). With a valid lease, and once the leader's first entry under its
+// own ballot is committed, the answer is immediate: Index is the commit
+// index. Otherwise the read waits for a read barrier: one heartbeat round
+// confirmed by a majority.
+func (n *Node) ReadIndex(id uint64) error {
+	if n.role != RoleLeader {
+		return ErrNotLeader
+	}
+	return n.readIndex(id)
+}
 
 // Compact tells the node that the application holds a snapshot through
 // slot, so the log below it may be truncated and the snapshot sent to
-// lagging acceptors.
-func (n *Node) Compact(slot Slot, data []byte) error { panic("unimplemented") }
+// lagging acceptors. slot must not exceed the applied slot. The node keeps
+// data (ownership passes to it) and truncates every slot <= slot.
+func (n *Node) Compact(slot Slot, data []byte) error {
+	if slot > n.applied {
+		return fmt.Errorf("paxos: compact through slot %d beyond applied %d", slot, n.applied)
+	}
+	if n.snap != nil && slot < n.snap.Meta.Slot {
+		return fmt.Errorf("paxos: compact through slot %d below snapshot %d", slot, n.snap.Meta.Slot)
+	}
+	if slot == 0 {
+		return errors.New("paxos: compact through slot 0")
+	}
+	n.snap = &Snapshot{Meta: SnapshotMeta{Slot: slot, Members: slices.Clone(n.conf.at(slot))}, Data: data}
+	n.log.truncateBelow(slot + 1)
+	n.conf.prune(slot + 1)
+	return nil
+}
 
 // HasReady reports whether Ready would return anything.
-func (n *Node) HasReady() bool { panic("unimplemented") }
+func (n *Node) HasReady() bool {
+	n.flush()
+	return n.promisedDirty || len(n.accepted) > 0 || len(n.msgs) > 0 || n.pendingSnap != nil ||
+		n.delivered < n.commit || len(n.readStates) > 0 || len(n.ackEvents) > 0
+}
 
-// Ready returns what the caller must persist, send and apply.
-func (n *Node) Ready() Ready { panic("unimplemented") }
+// Ready returns what the caller must persist, send and apply, and hands the
+// pending output over to the caller.
+func (n *Node) Ready() Ready {
+	n.flush()
+	var rd Ready
+	if n.promisedDirty {
+		b := n.promised
+		rd.Promised = &b
+		n.promisedDirty = false
+	}
+	rd.Accepted, n.accepted = n.accepted, nil
+	rd.Messages, n.msgs = n.msgs, nil
+	rd.Snapshot, n.pendingSnap = n.pendingSnap, nil
+	if n.delivered < n.commit {
+		rd.Committed = make([]Entry, 0, n.commit-n.delivered)
+		for s := n.delivered + 1; s <= n.commit; s++ {
+			e := n.log.get(s)
+			if e == nil {
+				n.invariantf("committed slot %d has no entry", s)
+			}
+			rd.Committed = append(rd.Committed, *e)
+		}
+		n.delivered = n.commit
+	}
+	rd.ReadStates, n.readStates = n.readStates, nil
+	rd.AckEvents, n.ackEvents = n.ackEvents, nil
+	return rd
+}
 
 // Advance acknowledges that rd was handled as the contract says.
-func (n *Node) Advance(rd Ready) { panic("unimplemented") }
+func (n *Node) Advance(rd Ready) {
+	if rd.Snapshot != nil && rd.Snapshot.Meta.Slot > n.applied {
+		n.applied = rd.Snapshot.Meta.Slot
+	}
+	if k := len(rd.Committed); k > 0 {
+		if s := rd.Committed[k-1].Slot; s > n.applied {
+			n.applied = s
+		}
+	}
+	if n.applied > n.delivered {
+		n.invariantf("applied %d beyond delivered %d", n.applied, n.delivered)
+	}
+}
 
 // Status returns a copy of the node's state.
-func (n *Node) Status() Status { panic("unimplemented") }
+func (n *Node) Status() Status {
+	st := Status{
+		ID:        n.id,
+		Role:      n.role,
+		Leader:    n.leader,
+		Promised:  n.promised,
+		Commit:    n.commit,
+		Applied:   n.applied,
+		LastSlot:  n.log.last(),
+		FirstSlot: n.log.first,
+		Members:   slices.Clone(n.conf.latest()),
+		Dropped:   n.dropped,
+	}
+	if n.role == RoleLeader {
+		st.Ballot = n.lead.ballot
+		st.LeaseValid = n.leaseValid()
+	} else if n.role == RoleCandidate {
+		st.Ballot = n.cand.ballot
+	}
+	return st
+}
 
-// AppendMessage appends the wire encoding of m to buf.
-func AppendMessage(buf []byte, m *Message) []byte { panic("unimplemented") }
+// AckCount returns the leader's count of distinct acceptors (itself
+// included) that accepted slot under ballot, for slots still tracked (the
+// pipeline window and recently committed slots). It returns the zero ballot
+// and 0 elsewhere and on non-leaders.
+func (n *Node) AckCount(slot Slot) (ballot Ballot, count int) {
+	if n.role != RoleLeader {
+		return Ballot{}, 0
+	}
+	a := n.lead.acks[slot]
+	if a == nil {
+		return Ballot{}, 0
+	}
+	return n.lead.ballot, len(a.from)
+}
 
-// UnmarshalMessage decodes one message. Malformed input is an error, never a
-// panic.
-func UnmarshalMessage(b []byte) (Message, error) { panic("unimplemented") }
+// send queues m for the next Ready, stamping cluster and sender.
+func (n *Node) send(m Message) {
+	m.Cluster = n.cfg.ClusterID
+	m.From = n.id
+	n.msgs = append(n.msgs, m)
+}
 
-// AppendEntry appends the encoding of one entry (for the acceptor log).
-func AppendEntry(buf []byte, e *Entry) []byte { panic("unimplemented") }
+// invariantf panics with the node's state: a broken invariant is a bug,
+// never an expected condition.
+func (n *Node) invariantf(format string, args ...any) {
+	panicf("paxos: invariant broken on node %d: %s\nstate: %s", n.id, fmt.Sprintf(format, args...), n.describe())
+}
 
-// UnmarshalEntry decodes one entry encoded by AppendEntry.
-func UnmarshalEntry(b []byte) (Entry, error) { panic("unimplemented") }
+func (n *Node) describe() string {
+	return fmt.Sprintf("role=%s leader=%d promised=%v commit=%d delivered=%d applied=%d first=%d last=%d members=%v now=%d",
+		n.role, n.leader, n.promised, n.commit, n.delivered, n.applied, n.log.first, n.log.last(), n.conf.latest(), n.now)
+}
+
+func panicf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }

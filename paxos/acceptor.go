@@ -1,0 +1,227 @@
+package paxos
+
+// acceptAheadSlotsMax bounds how far above its commit index an acceptor
+// stores accepted entries; beyond it the acceptor waits for catch-up, so a
+// far-behind acceptor cannot be made to allocate an unbounded log.
+const acceptAheadSlotsMax = 4 * inflightSlotsMax
+
+// leaseBlocks reports whether a lease this acceptor granted forbids it to
+// promise or accept a higher ballot from node from.
+func (n *Node) leaseBlocks(from NodeID) bool {
+	return n.cfg.LeaseTicks > 0 && n.now < n.leaseUntil && n.leaseHolder != from
+}
+
+// raisePromise records a promise of b (> promised) and steps down when b
+// outbids this node's own ballot.
+func (n *Node) raisePromise(b Ballot) {
+	if n.promised.Less(b) {
+		n.promised = b
+		n.promisedDirty = true
+	}
+	if (n.role == RoleLeader && n.lead.ballot.Less(b)) || (n.role == RoleCandidate && n.cand.ballot.Less(b)) {
+		n.becomeFollower()
+	}
+}
+
+// admitProposer runs the checks shared by every message a proposer sends
+// under its ballot: lower ballots are refused, higher ones raise the promise
+// unless a lease forbids it. It returns false when the message is refused.
+func (n *Node) admitProposer(m *Message) bool {
+	if m.Ballot.Less(n.promised) {
+		return false
+	}
+	if n.promised.Less(m.Ballot) {
+		if n.leaseBlocks(m.From) {
+			return false
+		}
+		n.raisePromise(m.Ballot)
+	}
+	return true
+}
+
+// followLeader notes that from leads under the promised ballot.
+func (n *Node) followLeader(from NodeID) {
+	if n.role != RoleFollower {
+		n.becomeFollower()
+	}
+	n.leader = from
+	n.lastLeaderTick = n.now
+	n.electionElapsed = 0
+}
+
+func (n *Node) handlePrepare(m *Message) {
+	refuse := func() {
+		n.send(Message{Type: MsgPromise, To: m.From, Ballot: n.promised, Slot: m.Slot, Commit: n.commit, Reject: true})
+	}
+	if m.Ballot.Less(n.promised) {
+		refuse()
+		return
+	}
+	if n.promised.Less(m.Ballot) {
+		if n.leaseBlocks(m.From) {
+			refuse()
+			return
+		}
+		n.raisePromise(m.Ballot)
+		if n.role != RoleFollower {
+			n.becomeFollower()
+		}
+		n.leader = 0
+		n.electionElapsed = 0
+	}
+	if m.Slot < n.log.first {
+		// This acceptor compacted slots the candidate has not committed:
+		// it cannot report them, so it cannot promise usefully.
+		refuse()
+		return
+	}
+	last := n.log.last()
+	through := min(last, m.Slot+EntriesPerMessageMax-1)
+	var ents []Entry
+	for s := m.Slot; s <= through; s++ {
+		if e := n.log.get(s); e != nil {
+			ents = append(ents, *e)
+		}
+	}
+	if through < m.Slot {
+		through = m.Slot - 1
+	}
+	n.send(Message{Type: MsgPromise, To: m.From, Ballot: m.Ballot, Slot: m.Slot, Index: through, Last: max(last, through),
+		Commit: n.commit, Entries: ents})
+}
+
+func (n *Node) handleAccept(m *Message) {
+	if !n.admitProposer(m) {
+		n.send(Message{Type: MsgAccepted, To: m.From, Ballot: n.promised, Slot: 1, Index: 1, Commit: n.commit, Reject: true})
+		return
+	}
+	n.followLeader(m.From)
+	var first, last Slot
+	for i := range m.Entries {
+		e := m.Entries[i]
+		if e.Slot > n.commit+acceptAheadSlotsMax {
+			break
+		}
+		if e.Slot > n.commit {
+			n.log.set(e)
+			n.accepted = append(n.accepted, e)
+			n.noteKnown(&e)
+		}
+		if first == 0 {
+			first = e.Slot
+		}
+		last = e.Slot
+	}
+	n.learnCommit(m.Commit, m.Ballot)
+	if first != 0 {
+		n.send(Message{Type: MsgAccepted, To: m.From, Ballot: m.Ballot, Slot: first, Index: last, Commit: n.commit})
+	}
+}
+
+func (n *Node) handleHeartbeat(m *Message) {
+	if !n.admitProposer(m) {
+		n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: n.promised, Context: m.Context, Commit: n.commit, Reject: true})
+		return
+	}
+	n.followLeader(m.From)
+	if n.cfg.LeaseTicks > 0 {
+		// The lease runs from receipt, which is no earlier than the
+		// leader's send: the leader's own view of it ends sooner.
+		n.leaseHolder = m.From
+		n.leaseUntil = n.now + int64(n.cfg.LeaseTicks)
+	}
+	n.learnCommit(m.Commit, m.Ballot)
+	n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: m.Ballot, Context: m.Context, Commit: n.commit})
+}
+
+func (n *Node) handleCatchup(m *Message) {
+	if !n.admitProposer(m) {
+		return
+	}
+	n.followLeader(m.From)
+	for i := range m.Entries {
+		e := m.Entries[i]
+		if e.Slot <= n.commit {
+			continue
+		}
+		if e.Slot != n.commit+1 {
+			break
+		}
+		// The value is chosen. Store it under the sender's ballot, which is
+		// at least the ballot it was chosen under, so a later phase 1 that
+		// sees this entry still finds the chosen value at the top.
+		e.Ballot = m.Ballot
+		n.log.set(e)
+		n.accepted = append(n.accepted, e)
+		n.noteKnown(&e)
+		n.advanceCommit()
+	}
+	n.learnCommit(m.Commit, m.Ballot)
+	n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: m.Ballot, Commit: n.commit})
+}
+
+func (n *Node) handleSnapshot(m *Message) {
+	if !n.admitProposer(m) {
+		return
+	}
+	n.followLeader(m.From)
+	s := m.Snapshot
+	if s.Meta.Slot > n.commit {
+		n.log.truncateBelow(s.Meta.Slot + 1)
+		n.commit = s.Meta.Slot
+		n.delivered = s.Meta.Slot
+		n.conf.reset(s.Meta.Slot+1, s.Meta.Members)
+		for _, id := range s.Meta.Members {
+			n.known[id] = true
+		}
+		n.snap = s
+		n.pendingSnap = s
+	}
+	n.learnCommit(m.Commit, m.Ballot)
+	n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: m.Ballot, Commit: n.commit})
+}
+
+// learnCommit advances the commit index toward c, told by the leader of
+// ballot b. A slot commits here only when this acceptor holds the value
+// accepted under b: the leader proposes one value per slot under b, and
+// every slot at or below its commit index that it proposed holds the chosen
+// value. Anything else waits for catch-up.
+func (n *Node) learnCommit(c Slot, b Ballot) {
+	for n.commit < c {
+		e := n.log.get(n.commit + 1)
+		if e == nil || e.Ballot != b {
+			return
+		}
+		n.advanceCommit()
+	}
+}
+
+// advanceCommit commits slot commit+1, whose chosen value this node holds.
+func (n *Node) advanceCommit() {
+	s := n.commit + 1
+	e := n.log.get(s)
+	if e == nil {
+		n.invariantf("committing slot %d without an entry", s)
+	}
+	n.commit = s
+	n.commitConf(e)
+	if n.role == RoleLeader {
+		n.leaderCommitted(s, e)
+	}
+}
+
+// commitConf applies a committed ConfChange: the new membership governs the
+// slots above it.
+func (n *Node) commitConf(e *Entry) {
+	cc, ok := entryConfChange(e)
+	if !ok {
+		return
+	}
+	members, err := applyConfChange(n.conf.at(e.Slot), cc)
+	if err != nil {
+		// Every replica reaches the same verdict on the same bytes.
+		return
+	}
+	n.conf.add(e.Slot+1, members)
+	n.known[cc.Node] = true
+}

@@ -1,0 +1,290 @@
+package paxos
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Wire format (little-endian), version codecVersion. The constants below are
+// part of the format.
+//
+//	message := version:u8 type:u8 flags:u8 cluster:u64 from:u64 to:u64
+//	           ballot.round:u64 ballot.node:u64 slot:u64 commit:u64
+//	           index:u64 last:u64 context:u64
+//	           nentries:u32 entry*  [snapshot if flags&flagSnapshot]
+//	entry   := slot:u64 ballot.round:u64 ballot.node:u64 type:u8
+//	           ncmds:u32 (len:u32 bytes)*
+//	snapshot:= slot:u64 nmembers:u32 member:u64* len:u32 bytes
+//
+// Every count and length is checked against the limits before anything is
+// allocated, so a hostile length cannot make the decoder allocate much.
+const (
+	codecVersion = 1
+
+	// EntriesPerMessageMax bounds the entries one message carries.
+	EntriesPerMessageMax = 4096
+	// CmdsPerEntryMax bounds the commands batched into one slot on the wire.
+	CmdsPerEntryMax = 4096
+	// CmdBytesMax bounds one command.
+	CmdBytesMax = 1 << 20
+	// MessageBytesMax bounds one encoded message (snapshots included).
+	MessageBytesMax = 64 << 20
+	// MembersMax bounds the membership of a group.
+	MembersMax = 64
+
+	flagReject   = 1 << 0
+	flagSnapshot = 1 << 1
+	flagsKnown   = flagReject | flagSnapshot
+
+	messageHeaderBytes = 3 + 8*10 + 4
+	entryHeaderBytes   = 8*3 + 1 + 4
+)
+
+// errDecode is wrapped by every decoding error.
+var errDecode = errors.New("paxos: malformed encoding")
+
+// AppendMessage appends the wire encoding of m to buf.
+func AppendMessage(buf []byte, m *Message) []byte {
+	var flags uint8
+	if m.Reject {
+		flags |= flagReject
+	}
+	if m.Snapshot != nil {
+		flags |= flagSnapshot
+	}
+	buf = append(buf, codecVersion, byte(m.Type), flags)
+	buf = binary.LittleEndian.AppendUint64(buf, m.Cluster)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.From))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.To))
+	buf = appendBallot(buf, m.Ballot)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Slot))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Commit))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Index))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Last))
+	buf = binary.LittleEndian.AppendUint64(buf, m.Context)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(m.Entries)))
+	for i := range m.Entries {
+		buf = AppendEntry(buf, &m.Entries[i])
+	}
+	if s := m.Snapshot; s != nil {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(s.Meta.Slot))
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Meta.Members)))
+		for _, id := range s.Meta.Members {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(id))
+		}
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Data)))
+		buf = append(buf, s.Data...)
+	}
+	return buf
+}
+
+func appendBallot(buf []byte, b Ballot) []byte {
+	buf = binary.LittleEndian.AppendUint64(buf, b.Round)
+	return binary.LittleEndian.AppendUint64(buf, uint64(b.Node))
+}
+
+// UnmarshalMessage decodes one message. Malformed input is an error, never a
+// panic. The result does not alias b.
+func UnmarshalMessage(b []byte) (Message, error) {
+	var m Message
+	if len(b) > MessageBytesMax {
+		return m, fmt.Errorf("%w: message of %d bytes exceeds %d", errDecode, len(b), MessageBytesMax)
+	}
+	d := decoder{b: b}
+	if v := d.u8(); v != codecVersion {
+		if d.err != nil {
+			return m, d.err
+		}
+		return m, fmt.Errorf("%w: version %d, want %d", errDecode, v, codecVersion)
+	}
+	m.Type = MsgType(d.u8())
+	flags := d.u8()
+	if d.err == nil && (m.Type == 0 || m.Type > msgTypeMax) {
+		return m, fmt.Errorf("%w: unknown message type %d", errDecode, m.Type)
+	}
+	if d.err == nil && flags&^flagsKnown != 0 {
+		return m, fmt.Errorf("%w: unknown flags %#x", errDecode, flags)
+	}
+	m.Reject = flags&flagReject != 0
+	m.Cluster = d.u64()
+	m.From = NodeID(d.u64())
+	m.To = NodeID(d.u64())
+	m.Ballot = d.ballot()
+	m.Slot = Slot(d.u64())
+	m.Commit = Slot(d.u64())
+	m.Index = Slot(d.u64())
+	m.Last = Slot(d.u64())
+	m.Context = d.u64()
+	n := d.u32()
+	if d.err != nil {
+		return Message{}, d.err
+	}
+	if n > EntriesPerMessageMax {
+		return Message{}, fmt.Errorf("%w: %d entries exceed %d", errDecode, n, EntriesPerMessageMax)
+	}
+	if n > 0 {
+		if uint64(n)*entryHeaderBytes > uint64(len(d.b)) {
+			return Message{}, fmt.Errorf("%w: %d entries in %d bytes", errDecode, n, len(d.b))
+		}
+		m.Entries = make([]Entry, n)
+		for i := range m.Entries {
+			m.Entries[i] = d.entry()
+			if d.err != nil {
+				return Message{}, d.err
+			}
+		}
+	}
+	if flags&flagSnapshot != 0 {
+		s := &Snapshot{}
+		s.Meta.Slot = Slot(d.u64())
+		nm := d.u32()
+		if d.err == nil && nm > MembersMax {
+			return Message{}, fmt.Errorf("%w: %d members exceed %d", errDecode, nm, MembersMax)
+		}
+		if d.err == nil && nm > 0 {
+			s.Meta.Members = make([]NodeID, 0, nm)
+			for i := uint32(0); i < nm && d.err == nil; i++ {
+				s.Meta.Members = append(s.Meta.Members, NodeID(d.u64()))
+			}
+		}
+		s.Data = d.bytes(MessageBytesMax)
+		m.Snapshot = s
+	}
+	if d.err != nil {
+		return Message{}, d.err
+	}
+	if len(d.b) != 0 {
+		return Message{}, fmt.Errorf("%w: %d trailing bytes", errDecode, len(d.b))
+	}
+	return m, nil
+}
+
+// AppendEntry appends the encoding of one entry (for the acceptor log).
+func AppendEntry(buf []byte, e *Entry) []byte {
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(e.Slot))
+	buf = appendBallot(buf, e.Ballot)
+	buf = append(buf, byte(e.Type))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(e.Cmds)))
+	for _, c := range e.Cmds {
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(c)))
+		buf = append(buf, c...)
+	}
+	return buf
+}
+
+// UnmarshalEntry decodes one entry encoded by AppendEntry. The result does
+// not alias b.
+func UnmarshalEntry(b []byte) (Entry, error) {
+	d := decoder{b: b}
+	e := d.entry()
+	if d.err != nil {
+		return Entry{}, d.err
+	}
+	if len(d.b) != 0 {
+		return Entry{}, fmt.Errorf("%w: %d trailing bytes after entry", errDecode, len(d.b))
+	}
+	return e, nil
+}
+
+// decoder reads fixed-width fields; the first error sticks and every later
+// read returns zero, so callers check d.err once per step.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) < n {
+		d.err = fmt.Errorf("%w: truncated (need %d bytes, have %d)", errDecode, n, len(d.b))
+		return false
+	}
+	return true
+}
+
+func (d *decoder) u8() uint8 {
+	if !d.need(1) {
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) ballot() Ballot {
+	r := d.u64()
+	return Ballot{Round: r, Node: NodeID(d.u64())}
+}
+
+// bytes reads a u32 length and that many bytes, copied.
+func (d *decoder) bytes(limit int) []byte {
+	n := d.u32()
+	if d.err != nil {
+		return nil
+	}
+	if uint64(n) > uint64(limit) {
+		d.err = fmt.Errorf("%w: %d bytes exceed %d", errDecode, n, limit)
+		return nil
+	}
+	if !d.need(int(n)) {
+		return nil
+	}
+	out := make([]byte, n)
+	copy(out, d.b)
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) entry() Entry {
+	var e Entry
+	e.Slot = Slot(d.u64())
+	e.Ballot = d.ballot()
+	e.Type = EntryType(d.u8())
+	n := d.u32()
+	if d.err != nil {
+		return Entry{}
+	}
+	if e.Type < EntryNormal || e.Type > EntryConfChange {
+		d.err = fmt.Errorf("%w: unknown entry type %d", errDecode, e.Type)
+		return Entry{}
+	}
+	if n > CmdsPerEntryMax {
+		d.err = fmt.Errorf("%w: %d commands exceed %d", errDecode, n, CmdsPerEntryMax)
+		return Entry{}
+	}
+	if uint64(n)*4 > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: %d commands in %d bytes", errDecode, n, len(d.b))
+		return Entry{}
+	}
+	if n > 0 {
+		e.Cmds = make([][]byte, n)
+		for i := range e.Cmds {
+			e.Cmds[i] = d.bytes(CmdBytesMax)
+			if d.err != nil {
+				return Entry{}
+			}
+		}
+	}
+	return e
+}

@@ -1,0 +1,113 @@
+package paxos
+
+import "slices"
+
+// resetElectionTimer restarts the election countdown with a fresh
+// randomized timeout in [ElectionTicks, 2*ElectionTicks).
+func (n *Node) resetElectionTimer() {
+	n.electionElapsed = 0
+	n.electionTimeout = n.cfg.ElectionTicks + n.rng.IntN(n.cfg.ElectionTicks)
+}
+
+// becomeFollower drops any leadership or candidacy.
+func (n *Node) becomeFollower() {
+	n.role = RoleFollower
+	n.lead = nil
+	n.cand = nil
+	n.leader = 0
+	n.prechecking = false
+	n.resetElectionTimer()
+}
+
+func (n *Node) isMember() bool { return slices.Contains(n.conf.latest(), n.id) }
+
+func (n *Node) tickElection() {
+	n.electionElapsed++
+	if n.electionElapsed >= n.electionTimeout {
+		n.resetElectionTimer()
+		n.startPreCheck()
+	}
+}
+
+// startPreCheck asks the members whether they have heard from a leader
+// lately. Only when a majority says no does this node run phase 1, so a node
+// that was cut off (and whose timer fired) cannot depose a leader the rest
+// still hear from.
+func (n *Node) startPreCheck() {
+	if !n.isMember() || n.leaseBlocks(n.id) {
+		return
+	}
+	n.precheckRound++
+	n.prechecking = true
+	n.precheckGrants = map[NodeID]bool{n.id: true}
+	if n.precheckWon() {
+		n.campaign()
+		return
+	}
+	for _, id := range n.conf.latest() {
+		if id != n.id {
+			n.send(Message{Type: MsgPreCheck, To: id, Context: n.precheckRound, Commit: n.commit})
+		}
+	}
+}
+
+func (n *Node) precheckWon() bool {
+	members := n.conf.latest()
+	c := 0
+	for _, id := range members {
+		if n.precheckGrants[id] {
+			c++
+		}
+	}
+	return c >= quorum(len(members))
+}
+
+func (n *Node) handlePreCheck(m *Message) {
+	heard := n.role == RoleLeader ||
+		(n.leader != 0 && n.now-n.lastLeaderTick < int64(n.cfg.ElectionTicks))
+	grant := !heard && !n.leaseBlocks(m.From) && m.Commit+1 >= n.log.first
+	n.send(Message{Type: MsgPreCheckResp, To: m.From, Context: m.Context, Commit: n.commit, Reject: !grant})
+}
+
+func (n *Node) handlePreCheckResp(m *Message) {
+	if !n.prechecking || m.Context != n.precheckRound || m.Reject || n.role == RoleLeader {
+		return
+	}
+	n.precheckGrants[m.From] = true
+	if n.precheckWon() {
+		n.campaign()
+	}
+}
+
+// campaign starts phase 1 under a ballot above every one seen.
+func (n *Node) campaign() {
+	n.prechecking = false
+	round := max(n.maxRound, n.promised.Round) + 1
+	n.maxRound = round
+	b := Ballot{Round: round, Node: n.id}
+	n.role = RoleCandidate
+	n.lead = nil
+	n.leader = 0
+	n.promised = b
+	n.promisedDirty = true
+	n.electionElapsed = 0
+	from := n.commit + 1
+	c := &candidate{
+		ballot:  b,
+		from:    from,
+		through: map[NodeID]Slot{},
+		done:    map[NodeID]bool{},
+		sent:    map[NodeID]bool{n.id: true},
+		values:  map[Slot]adopted{},
+		maxSlot: from - 1,
+	}
+	n.cand = c
+	// This node's own acceptor state is one promise.
+	for s := from; s <= n.log.last(); s++ {
+		if e := n.log.get(s); e != nil {
+			c.add(n, e, false)
+		}
+	}
+	c.done[n.id] = true
+	n.checkPhase1()
+}

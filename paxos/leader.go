@@ -1,0 +1,526 @@
+package paxos
+
+import (
+	"errors"
+	"slices"
+)
+
+// Limits of the leader's pipeline. Units are in the names.
+const (
+	// inflightSlotsMax bounds the slots the leader has sent Accepts for
+	// beyond its commit index (the phase 2 pipeline window).
+	inflightSlotsMax = 1024
+	// SlotCmdsMax bounds the commands batched into one slot.
+	SlotCmdsMax = 256
+	// SlotBytesMax bounds the command bytes batched into one slot (a single
+	// larger command still gets a slot of its own, up to CmdBytesMax).
+	SlotBytesMax = 256 << 10
+	// ProposalQueueMax bounds commands waiting for a slot.
+	ProposalQueueMax = 8192
+	// ReadsPendingMax bounds ReadIndex calls waiting for a read barrier.
+	ReadsPendingMax = 4096
+	// catchupEntriesMax bounds the chosen entries one catch-up message carries.
+	catchupEntriesMax = 256
+	// retransmitEntriesPerPeerMax bounds the Accepts resent to one peer per
+	// heartbeat.
+	retransmitEntriesPerPeerMax = 256
+	// hbHistoryMax is how many heartbeat send ticks the leader remembers to
+	// date a lease when a majority confirms a heartbeat.
+	hbHistoryMax = 64
+	// ackHistorySlots is how long (in slots behind commit) ack counts stay
+	// observable through AckCount and late acks keep producing AckEvents.
+	ackHistorySlots = inflightSlotsMax
+)
+
+// ErrReadsFull reports that too many ReadIndex calls wait for a barrier.
+var ErrReadsFull = errors.New("paxos: too many pending reads")
+
+// leader is the phase 2 state of the node leading under ballot.
+//
+// Invariant: every slot in (commit, log.last()] holds an entry accepted by
+// this node under ballot; sentThrough <= log.last().
+type leader struct {
+	ballot      Ballot
+	noopSlot    Slot // the first slot proposed under ballot after phase 1
+	nextSlot    Slot // next slot for new proposals
+	sentThrough Slot // Accepts broadcast for every slot <= sentThrough
+	ccSlots     []Slot
+	acks        map[Slot]*slotAcks
+
+	queue      [][]byte
+	ccQueued   *ConfChange
+	peers      map[NodeID]*peer
+	hbSeq      uint64
+	hbSent     [hbHistoryMax]hbRecord
+	confirmed  uint64 // highest heartbeat seq a majority acked
+	leaseUntil int64  // lease valid while now < leaseUntil
+	reads      []pendingRead
+	barrier    bool // a read waits for the next heartbeat round
+
+	hbElapsed    int
+	checkElapsed int
+}
+
+type slotAcks struct {
+	from []NodeID
+}
+
+type peer struct {
+	commit       Slot
+	hbAcked      uint64
+	active       bool
+	lastSnapTick int64
+}
+
+type hbRecord struct {
+	seq  uint64
+	tick int64
+}
+
+type pendingRead struct {
+	id    uint64
+	index Slot
+	seq   uint64 // heartbeat round that must be confirmed
+}
+
+// becomeLeader ends phase 1: it re-proposes the adopted values (noops in
+// holes) under its ballot, adds a noop of its own and starts phase 2.
+func (n *Node) becomeLeader() {
+	c := n.cand
+	l := &leader{
+		ballot:      c.ballot,
+		acks:        map[Slot]*slotAcks{},
+		peers:       map[NodeID]*peer{},
+		sentThrough: n.commit,
+	}
+	n.role = RoleLeader
+	n.cand = nil
+	n.lead = l
+	n.leader = n.id
+	n.lastLeaderTick = n.now
+	n.prechecking = false
+	n.syncPeers()
+	for s := c.from; s <= c.maxSlot; s++ {
+		e := Entry{Slot: s, Ballot: l.ballot, Type: EntryNoop}
+		if v, ok := c.values[s]; ok {
+			e.Type, e.Cmds = v.e.Type, v.e.Cmds
+		}
+		n.leaderAccept(e)
+	}
+	l.noopSlot = c.maxSlot + 1
+	l.nextSlot = l.noopSlot + 1
+	n.leaderAccept(Entry{Slot: l.noopSlot, Ballot: l.ballot, Type: EntryNoop})
+	if n.role == RoleLeader {
+		n.broadcastHeartbeat()
+	}
+}
+
+// syncPeers makes the peer table match the latest membership.
+func (n *Node) syncPeers() {
+	l := n.lead
+	members := n.conf.latest()
+	for id := range l.peers {
+		if !slices.Contains(members, id) {
+			delete(l.peers, id)
+		}
+	}
+	for _, id := range members {
+		if id != n.id && l.peers[id] == nil {
+			l.peers[id] = &peer{}
+		}
+	}
+}
+
+// leaderAccept stores e as accepted by the leader itself and counts that.
+func (n *Node) leaderAccept(e Entry) {
+	l := n.lead
+	n.log.set(e)
+	n.accepted = append(n.accepted, e)
+	n.noteKnown(&e)
+	if e.Type == EntryConfChange {
+		l.ccSlots = append(l.ccSlots, e.Slot)
+	}
+	a := &slotAcks{}
+	l.acks[e.Slot] = a
+	if slices.Contains(n.conf.at(e.Slot), n.id) {
+		n.countAck(e.Slot, a, n.id)
+	}
+}
+
+// countAck records that from accepted slot under the leader's ballot.
+func (n *Node) countAck(s Slot, a *slotAcks, from NodeID) {
+	l := n.lead
+	a.from = append(a.from, from)
+	q := quorum(len(n.conf.at(s)))
+	n.ackEvents = append(n.ackEvents, AckEvent{Slot: s, Ballot: l.ballot, From: from, Count: len(a.from),
+		Committed: len(a.from) == q && s > n.commit})
+	n.leaderTryCommit()
+}
+
+// leaderTryCommit advances the commit index over every slot a majority of
+// its membership accepted under the leader's ballot.
+func (n *Node) leaderTryCommit() {
+	for n.role == RoleLeader {
+		s := n.commit + 1
+		a := n.lead.acks[s]
+		if a == nil || len(a.from) < quorum(len(n.conf.at(s))) {
+			return
+		}
+		n.advanceCommit()
+	}
+}
+
+// leaderCommitted runs on the leader after slot s (holding e) committed.
+func (n *Node) leaderCommitted(s Slot, e *Entry) {
+	l := n.lead
+	if old := s - min(s, ackHistorySlots); old > 0 {
+		delete(l.acks, old)
+	}
+	if len(l.ccSlots) > 0 && l.ccSlots[0] == s {
+		l.ccSlots = l.ccSlots[1:]
+		n.syncPeers()
+		if !n.isMember() {
+			// Removed: hand over by stepping down; the remaining members
+			// elect a leader among themselves.
+			n.becomeFollower()
+			return
+		}
+	}
+	if s == l.noopSlot {
+		n.releaseReads()
+	}
+}
+
+func (l *leader) enqueue(cmds [][]byte) error {
+	if len(l.queue)+len(cmds) > ProposalQueueMax {
+		return ErrProposalsFull
+	}
+	for _, c := range cmds {
+		if len(c) > CmdBytesMax {
+			return errors.New("paxos: command larger than CmdBytesMax")
+		}
+	}
+	l.queue = append(l.queue, cmds...)
+	return nil
+}
+
+func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
+	if l.ccQueued != nil || len(l.ccSlots) > 0 {
+		return ErrConfChangeBusy
+	}
+	if _, err := applyConfChange(n.conf.latest(), cc); err != nil {
+		return err
+	}
+	l.ccQueued = &cc
+	return nil
+}
+
+// canAssign reports whether the leader may fill a new slot now.
+func (n *Node) canAssign() bool {
+	l := n.lead
+	return len(l.ccSlots) == 0 && l.nextSlot <= n.commit+inflightSlotsMax
+}
+
+// flush turns queued proposals into slots and sends the Accepts the
+// pipeline window and the membership rule allow. It runs when the caller
+// collects a Ready, so proposals made between two Readys share slots.
+func (n *Node) flush() {
+	if n.role != RoleLeader {
+		return
+	}
+	l := n.lead
+	for len(l.queue) > 0 && n.canAssign() {
+		k, bytes := 0, 0
+		for k < len(l.queue) && k < SlotCmdsMax {
+			sz := len(l.queue[k])
+			if k > 0 && bytes+sz > SlotBytesMax {
+				break
+			}
+			bytes += sz
+			k++
+		}
+		cmds := slices.Clone(l.queue[:k])
+		l.queue = l.queue[k:]
+		n.leaderAccept(Entry{Slot: l.nextSlot, Ballot: l.ballot, Type: EntryNormal, Cmds: cmds})
+		l.nextSlot++
+		if n.role != RoleLeader {
+			return
+		}
+	}
+	if len(l.queue) == 0 {
+		l.queue = nil
+	}
+	if l.ccQueued != nil && n.canAssign() {
+		cc := *l.ccQueued
+		l.ccQueued = nil
+		n.leaderAccept(Entry{Slot: l.nextSlot, Ballot: l.ballot, Type: EntryConfChange, Cmds: [][]byte{EncodeConfChange(cc)}})
+		l.nextSlot++
+		if n.role != RoleLeader {
+			return
+		}
+	}
+	limit := min(n.log.last(), n.commit+inflightSlotsMax)
+	if len(l.ccSlots) > 0 {
+		limit = min(limit, l.ccSlots[0])
+	}
+	if l.sentThrough < limit {
+		from := l.sentThrough + 1
+		members := n.conf.at(from)
+		for lo := from; lo <= limit; lo += EntriesPerMessageMax {
+			hi := min(limit, lo+EntriesPerMessageMax-1)
+			ents := n.logRange(lo, hi)
+			for _, id := range members {
+				if id != n.id {
+					n.send(Message{Type: MsgAccept, To: id, Ballot: l.ballot, Commit: n.commit, Entries: ents})
+				}
+			}
+		}
+		l.sentThrough = limit
+	}
+	if l.barrier {
+		n.broadcastHeartbeat()
+	}
+}
+
+// logRange copies the entries of [lo, hi], which must all be held.
+func (n *Node) logRange(lo, hi Slot) []Entry {
+	out := make([]Entry, 0, hi-lo+1)
+	for s := lo; s <= hi; s++ {
+		e := n.log.get(s)
+		if e == nil {
+			n.invariantf("leader holds no entry at slot %d in [%d, %d]", s, lo, hi)
+		}
+		out = append(out, *e)
+	}
+	return out
+}
+
+func (n *Node) tickLeader() {
+	l := n.lead
+	l.hbElapsed++
+	if l.hbElapsed >= n.cfg.HeartbeatTicks {
+		l.hbElapsed = 0
+		n.broadcastHeartbeat()
+		n.retransmit()
+	}
+	l.checkElapsed++
+	if l.checkElapsed >= n.cfg.ElectionTicks {
+		l.checkElapsed = 0
+		members := n.conf.latest()
+		active := 0
+		for _, id := range members {
+			if id == n.id {
+				active++
+			} else if p := l.peers[id]; p != nil && p.active {
+				active++
+			}
+		}
+		for _, p := range l.peers {
+			p.active = false
+		}
+		if active < quorum(len(members)) {
+			// Check quorum: a leader cut off from a majority steps down,
+			// so its clients look for the leader the majority elects.
+			n.becomeFollower()
+		}
+	}
+}
+
+// broadcastHeartbeat starts a heartbeat round: it carries the commit index,
+// renews the acceptors' leases and confirms pending reads.
+func (n *Node) broadcastHeartbeat() {
+	l := n.lead
+	l.barrier = false
+	l.hbSeq++
+	l.hbSent[l.hbSeq%hbHistoryMax] = hbRecord{seq: l.hbSeq, tick: n.now}
+	if n.cfg.LeaseTicks > 0 {
+		n.leaseHolder = n.id
+		n.leaseUntil = n.now + int64(n.cfg.LeaseTicks)
+	}
+	for _, id := range n.conf.latest() {
+		if id != n.id {
+			n.send(Message{Type: MsgHeartbeat, To: id, Ballot: l.ballot, Commit: n.commit, Context: l.hbSeq})
+		}
+	}
+	n.confirmHeartbeats()
+}
+
+// retransmit resends Accepts for in-flight slots a peer has not acked.
+func (n *Node) retransmit() {
+	l := n.lead
+	lo := n.commit + 1
+	if lo > l.sentThrough {
+		return
+	}
+	members := n.conf.at(lo)
+	for _, id := range members {
+		if id == n.id {
+			continue
+		}
+		budget := retransmitEntriesPerPeerMax
+		var run []Entry
+		flushRun := func() {
+			if len(run) > 0 {
+				n.send(Message{Type: MsgAccept, To: id, Ballot: l.ballot, Commit: n.commit, Entries: run})
+				run = nil
+			}
+		}
+		for s := lo; s <= l.sentThrough && budget > 0; s++ {
+			a := l.acks[s]
+			if a != nil && slices.Contains(a.from, id) {
+				flushRun()
+				continue
+			}
+			run = append(run, *n.log.get(s))
+			budget--
+		}
+		flushRun()
+	}
+}
+
+func (n *Node) handleAccepted(m *Message) {
+	if n.role != RoleLeader {
+		return
+	}
+	l := n.lead
+	if m.Reject {
+		if l.ballot.Less(m.Ballot) {
+			n.becomeFollower()
+		}
+		return
+	}
+	p := l.peers[m.From]
+	if m.Ballot != l.ballot || p == nil {
+		return
+	}
+	p.active = true
+	p.commit = max(p.commit, m.Commit)
+	for s := m.Slot; s <= m.Index && n.role == RoleLeader; s++ {
+		a := l.acks[s]
+		if a == nil || slices.Contains(a.from, m.From) || !slices.Contains(n.conf.at(s), m.From) {
+			continue
+		}
+		n.countAck(s, a, m.From)
+	}
+}
+
+func (n *Node) handleHeartbeatResp(m *Message) {
+	if n.role != RoleLeader {
+		return
+	}
+	l := n.lead
+	if m.Reject {
+		if l.ballot.Less(m.Ballot) {
+			n.becomeFollower()
+		}
+		return
+	}
+	p := l.peers[m.From]
+	if m.Ballot != l.ballot || p == nil {
+		return
+	}
+	p.active = true
+	prev := p.commit
+	p.commit = m.Commit
+	if m.Context > p.hbAcked && m.Context <= l.hbSeq {
+		p.hbAcked = m.Context
+		n.confirmHeartbeats()
+	}
+	if m.Commit < n.commit && (m.Context != 0 || m.Commit > prev) {
+		n.sendCatchup(m.From, p)
+	}
+}
+
+// sendCatchup sends a lagging acceptor the chosen entries it misses, or the
+// snapshot when they were compacted away.
+func (n *Node) sendCatchup(to NodeID, p *peer) {
+	l := n.lead
+	from := p.commit + 1
+	if from < n.log.first {
+		if n.snap == nil || n.snap.Data == nil || (p.lastSnapTick != 0 && n.now-p.lastSnapTick < int64(n.cfg.ElectionTicks)) {
+			return
+		}
+		p.lastSnapTick = n.now
+		n.send(Message{Type: MsgSnapshot, To: to, Ballot: l.ballot, Commit: n.commit, Snapshot: n.snap})
+		return
+	}
+	hi := min(n.commit, from+catchupEntriesMax-1)
+	n.send(Message{Type: MsgCatchup, To: to, Ballot: l.ballot, Commit: n.commit, Entries: n.logRange(from, hi)})
+}
+
+// confirmHeartbeats finds the newest heartbeat round a majority acked; it
+// extends the lease from that round's send tick and releases reads.
+func (n *Node) confirmHeartbeats() {
+	l := n.lead
+	members := n.conf.latest()
+	seqs := make([]uint64, 0, len(members))
+	for _, id := range members {
+		if id == n.id {
+			seqs = append(seqs, l.hbSeq)
+		} else if p := l.peers[id]; p != nil {
+			seqs = append(seqs, p.hbAcked)
+		}
+	}
+	q := quorum(len(members))
+	if q < 1 || len(seqs) < q {
+		return
+	}
+	slices.Sort(seqs)
+	slices.Reverse(seqs)
+	c := seqs[q-1]
+	if c <= l.confirmed {
+		return
+	}
+	l.confirmed = c
+	if n.cfg.LeaseTicks > 0 {
+		if r := l.hbSent[c%hbHistoryMax]; r.seq == c {
+			// Every acceptor that acked round c granted the lease on
+			// receipt, no earlier than r.tick; DriftTicks covers clocks
+			// that run at different rates over the lease.
+			l.leaseUntil = max(l.leaseUntil, r.tick+int64(n.cfg.LeaseTicks-n.cfg.DriftTicks))
+		}
+	}
+	n.releaseReads()
+}
+
+// ownCommitted reports whether the leader's first slot under its own ballot
+// is committed: only then does its commit index cover every write a previous
+// leader may have acknowledged.
+func (n *Node) ownCommitted() bool { return n.commit >= n.lead.noopSlot }
+
+func (n *Node) leaseValid() bool {
+	return n.role == RoleLeader && n.cfg.LeaseTicks > 0 && n.now < n.lead.leaseUntil
+}
+
+func (n *Node) readIndex(id uint64) error {
+	l := n.lead
+	if n.ownCommitted() && n.leaseValid() {
+		n.readStates = append(n.readStates, ReadState{ID: id, Index: n.commit})
+		return nil
+	}
+	if len(l.reads) >= ReadsPendingMax {
+		return ErrReadsFull
+	}
+	l.reads = append(l.reads, pendingRead{id: id, index: n.commit, seq: l.hbSeq + 1})
+	l.barrier = true
+	return nil
+}
+
+// releaseReads answers the reads whose barrier round is confirmed, once the
+// leader's own first entry is committed.
+func (n *Node) releaseReads() {
+	l := n.lead
+	if len(l.reads) == 0 || !n.ownCommitted() {
+		return
+	}
+	k := 0
+	for _, r := range l.reads {
+		if r.seq <= l.confirmed {
+			n.readStates = append(n.readStates, ReadState{ID: r.id, Index: max(r.index, l.noopSlot)})
+		} else {
+			l.reads[k] = r
+			k++
+		}
+	}
+	l.reads = l.reads[:k]
+}
