@@ -258,6 +258,13 @@ func TestRingModel(t *testing.T) {
 				if err := l.TruncateBelow(low); err != nil {
 					t.Fatal(err)
 				}
+				kept := model[:0]
+				for _, r := range model {
+					if r.Slot >= low {
+						kept = append(kept, r)
+					}
+				}
+				model = kept
 				laps++
 				continue
 			}
