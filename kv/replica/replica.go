@@ -122,7 +122,7 @@ type Replica struct {
 	// machine and for writing while a snapshot is restored (a restore
 	// passes through partial states).
 	restoreMu sync.RWMutex
-	stopped atomic.Bool
+	stopped   atomic.Bool
 
 	stop     chan struct{} // closes the consensus, receive and send loops
 	applyWG  sync.WaitGroup

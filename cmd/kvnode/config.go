@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/rs/zerolog"
+)
+
+// Config is kvnode's configuration file (TOML). Every key is checked: an
+// unknown key is an error that names it. examples/kvnode.toml documents
+// each field.
+type Config struct {
+	NodeID    uint64 `toml:"node_id"`
+	ClusterID uint64 `toml:"cluster_id"`
+	DataDir   string `toml:"data_dir"`
+	// ClientListen serves the binary client protocol (TCP).
+	ClientListen string `toml:"client_listen"`
+	// ConsensusListen receives consensus datagrams (UDP) and the side
+	// channel (TCP, same port). It must equal this node's consensus_addr
+	// in [[peers]] unless binding to a wildcard address.
+	ConsensusListen string `toml:"consensus_listen"`
+	// AdminListen serves /metrics, /debug/pprof and /status over HTTP.
+	AdminListen string `toml:"admin_listen"`
+	LogLevel    string `toml:"log_level"`
+	// FaultInjection enables POST /debug/faults on the admin address (tests
+	// and drills only: it lets anyone who reaches the admin port partition
+	// this node).
+	FaultInjection bool `toml:"fault_injection"`
+
+	Peers     []PeerConfig    `toml:"peers"`
+	PMem      PMemConfig      `toml:"pmem"`
+	Cores     CoresConfig     `toml:"cores"`
+	Transport TransportConfig `toml:"transport"`
+	Consensus ConsensusConfig `toml:"consensus"`
+	Tenants   []TenantConfig  `toml:"tenants"`
+}
+
+// PeerConfig is one member of the group.
+type PeerConfig struct {
+	ID            uint64 `toml:"id"`
+	ConsensusAddr string `toml:"consensus_addr"`
+	ClientAddr    string `toml:"client_addr"`
+}
+
+// PMemConfig places the acceptor log.
+type PMemConfig struct {
+	Path      string `toml:"path"`
+	SizeBytes int64  `toml:"size_bytes"`
+	Mode      string `toml:"mode"` // dax | msync | shm
+}
+
+// CoresConfig pins loops to CPUs; -1 (the default) leaves a loop unpinned.
+type CoresConfig struct {
+	RX        *int `toml:"rx"`
+	TX        *int `toml:"tx"`
+	Consensus *int `toml:"consensus"`
+	Apply     *int `toml:"apply"`
+}
+
+// TransportConfig chooses the datagram transport.
+type TransportConfig struct {
+	Kind string `toml:"kind"` // udp (afxdp later)
+}
+
+// ConsensusConfig sets the paxos clock. Durations are Go duration strings.
+type ConsensusConfig struct {
+	Tick           string `toml:"tick"`
+	ElectionTicks  int    `toml:"election_ticks"`
+	HeartbeatTicks int    `toml:"heartbeat_ticks"`
+	LeaseTicks     int    `toml:"lease_ticks"`
+	DriftTicks     int    `toml:"drift_ticks"`
+}
+
+// TenantConfig is one tenant. Rates and limits are enforced by the tenant
+// shaper; zero means unlimited.
+type TenantConfig struct {
+	ID            uint32  `toml:"id"`
+	Name          string  `toml:"name"`
+	Token         string  `toml:"token"`
+	OpsPerSec     float64 `toml:"ops_per_sec"`
+	OpsBurst      float64 `toml:"ops_burst"`
+	BytesPerSec   float64 `toml:"bytes_per_sec"`
+	BytesBurst    float64 `toml:"bytes_burst"`
+	Priority      string  `toml:"priority"` // critical | standard | bulk
+	MaxKeyBytes   int     `toml:"max_key_bytes"`
+	MaxValueBytes int     `toml:"max_value_bytes"`
+	QuotaBytes    int64   `toml:"quota_bytes"`
+}
+
+// Defaults and limits of the configuration.
+const (
+	configBytesMax        = 1 << 20
+	defaultTick           = time.Millisecond
+	defaultElectionTicks  = 150
+	defaultHeartbeatTicks = 20
+	defaultLeaseTicks     = 100
+	defaultDriftTicks     = 10
+	defaultPMemSizeBytes  = 256 << 20
+	pmemSizeBytesMin      = 1 << 20
+	tickMin               = 100 * time.Microsecond
+	tickMax               = time.Second
+)
+
+// loadConfig reads and validates a config file.
+func loadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return parseConfig(b)
+}
+
+// parseConfig decodes strictly, fills defaults and validates.
+func parseConfig(b []byte) (*Config, error) {
+	if len(b) > configBytesMax {
+		return nil, fmt.Errorf("config: %d bytes exceeds %d", len(b), configBytesMax)
+	}
+	var c Config
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var sm *toml.StrictMissingError
+		if errors.As(err, &sm) {
+			var keys []string
+			for _, e := range sm.Errors {
+				keys = append(keys, strings.Join(e.Key(), "."))
+			}
+			return nil, fmt.Errorf("config: unknown key(s) %s", strings.Join(keys, ", "))
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return nil, fmt.Errorf("config: line %d column %d: %s", row, col, de.Error())
+		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.fillDefaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &c, nil
+}
+
+func (c *Config) fillDefaults() {
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Transport.Kind == "" {
+		c.Transport.Kind = "udp"
+	}
+	if c.PMem.SizeBytes == 0 {
+		c.PMem.SizeBytes = defaultPMemSizeBytes
+	}
+	if c.Consensus.Tick == "" {
+		c.Consensus.Tick = defaultTick.String()
+	}
+	if c.Consensus.ElectionTicks == 0 {
+		c.Consensus.ElectionTicks = defaultElectionTicks
+	}
+	if c.Consensus.HeartbeatTicks == 0 {
+		c.Consensus.HeartbeatTicks = defaultHeartbeatTicks
+	}
+	if c.Consensus.LeaseTicks == 0 {
+		c.Consensus.LeaseTicks = defaultLeaseTicks
+	}
+	if c.Consensus.DriftTicks == 0 {
+		c.Consensus.DriftTicks = defaultDriftTicks
+	}
+	if c.ConsensusListen == "" {
+		for _, p := range c.Peers {
+			if p.ID == c.NodeID {
+				c.ConsensusListen = p.ConsensusAddr
+			}
+		}
+	}
+	if c.ClientListen == "" {
+		for _, p := range c.Peers {
+			if p.ID == c.NodeID {
+				c.ClientListen = p.ClientAddr
+			}
+		}
+	}
+}
+
+// TickDuration is the parsed tick period (valid after parseConfig).
+func (c *Config) TickDuration() time.Duration {
+	d, _ := time.ParseDuration(c.Consensus.Tick)
+	return d
+}
+
+func (c *Config) validate() error {
+	if c.NodeID == 0 {
+		return errors.New("node_id: must be set and non-zero")
+	}
+	if c.DataDir == "" {
+		return errors.New("data_dir: must be set")
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("log_level: %q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	if len(c.Peers) == 0 {
+		return errors.New("peers: at least one [[peers]] entry (this node) is required")
+	}
+	self := false
+	ids := map[uint64]bool{}
+	for i, p := range c.Peers {
+		if p.ID == 0 {
+			return fmt.Errorf("peers[%d].id: must be non-zero", i)
+		}
+		if ids[p.ID] {
+			return fmt.Errorf("peers[%d].id: duplicate id %d", i, p.ID)
+		}
+		ids[p.ID] = true
+		if _, err := netip.ParseAddrPort(p.ConsensusAddr); err != nil {
+			return fmt.Errorf("peers[%d].consensus_addr: %q is not ip:port: %v", i, p.ConsensusAddr, err)
+		}
+		if _, _, err := net.SplitHostPort(p.ClientAddr); err != nil {
+			return fmt.Errorf("peers[%d].client_addr: %q is not host:port: %v", i, p.ClientAddr, err)
+		}
+		self = self || p.ID == c.NodeID
+	}
+	if !self {
+		return fmt.Errorf("peers: node_id %d is not listed", c.NodeID)
+	}
+	if _, err := netip.ParseAddrPort(c.ConsensusListen); err != nil {
+		return fmt.Errorf("consensus_listen: %q is not ip:port: %v", c.ConsensusListen, err)
+	}
+	if _, _, err := net.SplitHostPort(c.ClientListen); err != nil {
+		return fmt.Errorf("client_listen: %q is not host:port: %v", c.ClientListen, err)
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			return fmt.Errorf("admin_listen: %q is not host:port: %v", c.AdminListen, err)
+		}
+	}
+	switch c.PMem.Mode {
+	case "dax", "msync", "shm":
+	default:
+		return fmt.Errorf("pmem.mode: %q is not one of dax, msync, shm", c.PMem.Mode)
+	}
+	if c.PMem.Path == "" {
+		return errors.New("pmem.path: must be set")
+	}
+	if c.PMem.SizeBytes < pmemSizeBytesMin {
+		return fmt.Errorf("pmem.size_bytes: %d is below the minimum %d", c.PMem.SizeBytes, pmemSizeBytesMin)
+	}
+	switch c.Transport.Kind {
+	case "udp":
+	case "afxdp", "auto":
+		return fmt.Errorf("transport.kind: %q is not available in this build yet; use \"udp\"", c.Transport.Kind)
+	default:
+		return fmt.Errorf("transport.kind: %q is not one of udp, afxdp, auto", c.Transport.Kind)
+	}
+	d, err := time.ParseDuration(c.Consensus.Tick)
+	if err != nil || d < tickMin || d > tickMax {
+		return fmt.Errorf("consensus.tick: %q must be a duration in [%v, %v]", c.Consensus.Tick, tickMin, tickMax)
+	}
+	cc := c.Consensus
+	if cc.HeartbeatTicks <= 0 || cc.ElectionTicks <= cc.HeartbeatTicks {
+		return fmt.Errorf("consensus: need 0 < heartbeat_ticks (%d) < election_ticks (%d)", cc.HeartbeatTicks, cc.ElectionTicks)
+	}
+	if cc.LeaseTicks < 0 || cc.DriftTicks < 0 || cc.LeaseTicks >= cc.ElectionTicks {
+		return fmt.Errorf("consensus: need 0 <= lease_ticks (%d) < election_ticks (%d) and drift_ticks >= 0", cc.LeaseTicks, cc.ElectionTicks)
+	}
+	if len(c.Tenants) == 0 {
+		return errors.New("tenants: at least one [[tenants]] entry is required")
+	}
+	for i, t := range c.Tenants {
+		switch t.Priority {
+		case "", "critical", "standard", "bulk":
+		default:
+			return fmt.Errorf("tenants[%d].priority: %q is not one of critical, standard, bulk", i, t.Priority)
+		}
+	}
+	return c.validateCores(runtime.NumCPU())
+}
+
+// validateCores checks every pinned CPU against the CPUs this process may
+// run on.
+func (c *Config) validateCores(ncpu int) error {
+	for _, x := range []struct {
+		name string
+		cpu  *int
+	}{{"rx", c.Cores.RX}, {"tx", c.Cores.TX}, {"consensus", c.Cores.Consensus}, {"apply", c.Cores.Apply}} {
+		if x.cpu == nil || *x.cpu == -1 {
+			continue
+		}
+		if *x.cpu < 0 || *x.cpu >= ncpu || !cpuAllowed(*x.cpu) {
+			return fmt.Errorf("cores.%s: cpu %d does not exist or is not allowed for this process (allowed: %s)", x.name, *x.cpu, allowedCPUs(ncpu))
+		}
+	}
+	return nil
+}
+
+func cpuOrUnpinned(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
+}

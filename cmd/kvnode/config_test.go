@@ -1,0 +1,84 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExampleConfigsParse(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/local-cluster/*.toml")
+	files = append(files, "../../examples/kvnode.toml")
+	if len(files) != 4 {
+		t.Fatalf("want 4 example configs, found %v", files)
+	}
+	for _, f := range files {
+		c, err := loadConfig(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if len(c.Peers) != 3 || c.PMem.Mode != "shm" || c.TickDuration().Milliseconds() != 1 {
+			t.Fatalf("%s: unexpected %+v", f, c)
+		}
+	}
+}
+
+func TestDevConfigParses(t *testing.T) {
+	for i := 1; i <= devNodes; i++ {
+		c, err := parseConfig([]byte(devConfig(devPortDefault, i, "/tmp/x", "/dev/shm/x.pmem", "shm")))
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		if c.NodeID != uint64(i) || len(c.Tenants) != 1 || c.Tenants[0].Token != devToken {
+			t.Fatalf("node %d: %+v", i, c)
+		}
+	}
+}
+
+func readExample(t *testing.T) string {
+	b, err := os.ReadFile("../../examples/kvnode.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestUnknownKeyIsNamed(t *testing.T) {
+	base := readExample(t)
+	for _, tc := range []struct{ edit, key string }{
+		{strings.Replace(base, "log_level = \"info\"", "log_level = \"info\"\nlog_levle = \"debug\"", 1), "log_levle"},
+		{strings.Replace(base, "mode = \"shm\"", "mode = \"shm\"\nsize_mb = 4", 1), "pmem.size_mb"},
+		{strings.Replace(base, "apply = -1", "apply = -1\ngc = 1", 1), "cores.gc"},
+		{strings.Replace(base, "client_addr = \"127.0.0.1:7003\"", "client_addr = \"127.0.0.1:7003\"\nweight = 2", 1), "peers.weight"},
+	} {
+		_, err := parseConfig([]byte(tc.edit))
+		if err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Fatalf("unknown key %s: got %v", tc.key, err)
+		}
+	}
+}
+
+func TestInvalidConfigs(t *testing.T) {
+	base := readExample(t)
+	for _, tc := range []struct{ old, new, want string }{
+		{"rx = -1", "rx = 4096", "cores.rx"},
+		{"consensus = -1", "consensus = -7", "cores.consensus"},
+		{"mode = \"shm\"", "mode = \"nvram\"", "pmem.mode"},
+		{"kind = \"udp\"", "kind = \"carrier-pigeon\"", "transport.kind"},
+		{"tick = \"1ms\"", "tick = \"soon\"", "consensus.tick"},
+		{"node_id = 1", "node_id = 9", "node_id 9 is not listed"},
+		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},
+		{"consensus_addr = \"127.0.0.1:7012\"", "consensus_addr = \"nowhere\"", "peers[1].consensus_addr"},
+		{"log_level = \"info\"", "log_level = \"loud\"", "log_level"},
+		{"node_id = 1", "node_id = \"one\"", "line"},
+	} {
+		if !strings.Contains(base, tc.old) {
+			t.Fatalf("example lacks %q", tc.old)
+		}
+		_, err := parseConfig([]byte(strings.Replace(base, tc.old, tc.new, 1)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s -> %s: want error naming %q, got %v", tc.old, tc.new, tc.want, err)
+		}
+	}
+}

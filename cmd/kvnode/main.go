@@ -1,0 +1,42 @@
+// Command kvnode runs one synod replica from a TOML config file, or, with
+// --dev, a whole 3-replica cluster on loopback with temporary data.
+//
+//	kvnode --config examples/kvnode.toml
+//	kvnode --dev
+//
+// See examples/kvnode.toml for every config key.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	var (
+		configPath = flag.String("config", "", "path of the TOML config file")
+		dev        = flag.Bool("dev", false, "start a 3-replica cluster on loopback with temporary data and print how to connect")
+		devPort    = flag.Int("dev-port", devPortDefault, "with --dev: base port (clients use base+1.., consensus base+11.., admin base+21..)")
+		devKeep    = flag.Bool("dev-keep", false, "with --dev: keep the temporary data and logs on exit")
+	)
+	flag.Parse()
+	var err error
+	switch {
+	case *dev:
+		err = runDev(*devPort, *devKeep)
+	case *configPath != "":
+		var cfg *Config
+		cfg, err = loadConfig(*configPath)
+		if err == nil {
+			err = runNode(cfg)
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "kvnode: give --config FILE or --dev (see --help)")
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvnode: %v\n", err)
+		os.Exit(1)
+	}
+}

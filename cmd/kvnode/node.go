@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"synod/afxdp"
+	"synod/kv/replica"
+	"synod/kv/server"
+	"synod/kv/sm"
+	"synod/paxos"
+	"synod/pmem"
+	"synod/tenants"
+)
+
+// shutdownTimeout bounds a graceful shutdown; past it the process exits.
+const shutdownTimeout = 10 * time.Second
+
+// runNode runs one replica until SIGTERM/SIGINT or a fatal error.
+func runNode(cfg *Config) error {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel)
+	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
+
+	reg, err := tenants.NewRegistry(cfg.tenantSpecs())
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("creating data_dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.PMem.Path), 0o750); err != nil {
+		return fmt.Errorf("creating the pmem directory: %w", err)
+	}
+	plog, rec, err := replica.OpenPMemLog(pmem.Options{
+		Path: cfg.PMem.Path, SizeBytes: cfg.PMem.SizeBytes, Mode: pmem.Mode(cfg.PMem.Mode),
+		ClusterID: cfg.ClusterID, NodeID: cfg.NodeID,
+	})
+	if err != nil {
+		return fmt.Errorf("opening the pmem log %s: %w", cfg.PMem.Path, err)
+	}
+	mode := plog.Log().Mode()
+	log.Info().Str("path", cfg.PMem.Path).Str("durability", string(mode)).Str("survives", mode.Survives()).
+		Int("records", rec.Records).Str("cut", rec.CutReason).Uint64("generation", rec.Generation).
+		Msgf("acceptor log open: durability mode %s (%s)", mode, mode.Survives())
+
+	store, err := sm.Open(filepath.Join(cfg.DataDir, "sm"), sm.Options{})
+	if err != nil {
+		plog.Close()
+		return fmt.Errorf("opening the state machine: %w", err)
+	}
+	listen, _ := netip.ParseAddrPort(cfg.ConsensusListen)
+	conn, err := afxdp.NewUDP(listen, afxdp.UDPOptions{})
+	if err != nil {
+		plog.Close()
+		store.Close()
+		return fmt.Errorf("opening the udp transport on %s: %w", listen, err)
+	}
+
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	faults := &replica.Faults{}
+	rcfg := replica.Config{
+		ID:             paxos.NodeID(cfg.NodeID),
+		ClusterID:      cfg.ClusterID,
+		Tick:           cfg.TickDuration(),
+		ElectionTicks:  cfg.Consensus.ElectionTicks,
+		HeartbeatTicks: cfg.Consensus.HeartbeatTicks,
+		LeaseTicks:     cfg.Consensus.LeaseTicks,
+		DriftTicks:     cfg.Consensus.DriftTicks,
+		Cores: replica.Cores{
+			RX: cpuOrUnpinned(cfg.Cores.RX), TX: cpuOrUnpinned(cfg.Cores.TX),
+			Consensus: cpuOrUnpinned(cfg.Cores.Consensus), Apply: cpuOrUnpinned(cfg.Cores.Apply),
+		},
+		Log:     log,
+		Metrics: replica.NewMetrics(promReg),
+		Faults:  faults,
+	}
+	for _, p := range cfg.Peers {
+		ap, _ := netip.ParseAddrPort(p.ConsensusAddr)
+		rcfg.Peers = append(rcfg.Peers, replica.Peer{ID: paxos.NodeID(p.ID), ConsensusAddr: ap, ClientAddr: p.ClientAddr})
+	}
+	rep, err := replica.New(rcfg, conn, plog, store)
+	if err != nil {
+		conn.Close()
+		plog.Close()
+		store.Close()
+		return err
+	}
+	rep.Start()
+
+	srv := server.New(server.Config{}, reg, replica.NewBackend(rep, store), log.With().Str("loop", "server").Logger())
+	ln, err := net.Listen("tcp", cfg.ClientListen)
+	if err != nil {
+		rep.Close()
+		store.Close()
+		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, server.ErrServerClosed) {
+			log.Error().Err(err).Msg("client server stopped")
+		}
+	}()
+
+	var admin *http.Server
+	if cfg.AdminListen != "" {
+		admin = &http.Server{Addr: cfg.AdminListen, Handler: adminMux(rep, promReg, faults, cfg.FaultInjection), ReadHeaderTimeout: 5 * time.Second}
+		aln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			srv.Close()
+			rep.Close()
+			store.Close()
+			return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
+		}
+		go admin.Serve(aln)
+	}
+	log.Info().Str("client", cfg.ClientListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
+		Str("transport", cfg.Transport.Kind).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
+		Msg("kvnode serving")
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var runErr error
+	select {
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("shutting down")
+	case err := <-rep.Fatal():
+		log.Error().Err(err).Msg("fatal replica error; shutting down")
+		runErr = err
+	}
+	// Stop taking requests first; every write acknowledged so far is
+	// already durable in a majority of acceptor logs. Then stop the
+	// replica (it applies what was committed and queued) and close Pebble.
+	done := make(chan struct{})
+	go func() {
+		srv.Close()
+		if admin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			admin.Shutdown(ctx)
+			cancel()
+		}
+		if err := rep.Close(); err != nil {
+			log.Warn().Err(err).Msg("closing the replica")
+		}
+		if err := store.Close(); err != nil {
+			log.Warn().Err(err).Msg("closing the state machine")
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info().Msg("stopped")
+	case <-time.After(shutdownTimeout):
+		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
+	}
+	return runErr
+}
+
+// tenantSpecs converts the [[tenants]] tables.
+func (c *Config) tenantSpecs() []tenants.Spec {
+	out := make([]tenants.Spec, 0, len(c.Tenants))
+	for _, t := range c.Tenants {
+		prio := tenants.ClassStandard
+		switch t.Priority {
+		case "critical":
+			prio = tenants.ClassCritical
+		case "bulk":
+			prio = tenants.ClassBulk
+		}
+		out = append(out, tenants.Spec{
+			ID: tenants.ID(t.ID), Name: t.Name, Token: t.Token,
+			OpsPerSec: t.OpsPerSec, OpsBurst: t.OpsBurst, BytesPerSec: t.BytesPerSec, BytesBurst: t.BytesBurst,
+			Priority: prio, MaxKeyBytes: t.MaxKeyBytes, MaxValueBytes: t.MaxValueBytes, QuotaBytes: t.QuotaBytes,
+		})
+	}
+	return out
+}
+
+// nodeStatus is the JSON served at /status.
+type nodeStatus struct {
+	ID         uint64    `json:"id"`
+	Role       string    `json:"role"`
+	Leader     uint64    `json:"leader"`
+	Promised   [2]uint64 `json:"promised"`
+	Commit     uint64    `json:"commit"`
+	Applied    uint64    `json:"applied"`
+	LastSlot   uint64    `json:"last_slot"`
+	LeaseValid bool      `json:"lease_valid"`
+	Durability string    `json:"durability"`
+	Blocked    []uint64  `json:"blocked,omitempty"`
+}
+
+// adminMux serves /metrics, /debug/pprof/, /status and, when enabled,
+// /debug/faults (POST block=2,3 drops traffic to and from those peers;
+// block= heals).
+func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Faults, faultInjection bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		s := rep.Status()
+		ns := nodeStatus{
+			ID: uint64(s.ID), Role: s.Role.String(), Leader: uint64(s.Leader),
+			Promised: [2]uint64{s.Promised.Round, uint64(s.Promised.Node)},
+			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
+			LeaseValid: s.LeaseValid, Durability: rep.Mode(),
+		}
+		for _, id := range faults.Blocked() {
+			ns.Blocked = append(ns.Blocked, uint64(id))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(ns)
+	})
+	if faultInjection {
+		mux.HandleFunc("/debug/faults", func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost {
+				http.Error(w, "POST block=ID,ID (empty heals)", http.StatusMethodNotAllowed)
+				return
+			}
+			var ids []paxos.NodeID
+			for _, f := range strings.Split(r.FormValue("block"), ",") {
+				if f = strings.TrimSpace(f); f == "" {
+					continue
+				}
+				id, err := strconv.ParseUint(f, 10, 64)
+				if err != nil {
+					http.Error(w, fmt.Sprintf("bad peer id %q", f), http.StatusBadRequest)
+					return
+				}
+				ids = append(ids, paxos.NodeID(id))
+			}
+			faults.Set(ids...)
+			fmt.Fprintf(w, "blocked %v\n", faults.Blocked())
+		})
+	}
+	return mux
+}
