@@ -179,8 +179,8 @@ func appendBallot(b []byte, bl Ballot) []byte {
 // DecodeResponse decodes a response body for header h. Byte slices alias
 // body.
 func DecodeResponse(h Header, body []byte) (*Response, error) {
-	if h.Flags&FlagResponse == 0 {
-		return nil, fmt.Errorf("%w: response without the response flag", ErrMalformed)
+	if h.Flags != FlagResponse {
+		return nil, fmt.Errorf("%w: response flags %#x, want exactly the response flag", ErrMalformed, h.Flags)
 	}
 	resp := &Response{Op: h.Op, Status: h.Status, Tenant: h.Tenant, ID: h.ID}
 	r := &reader{b: body}
