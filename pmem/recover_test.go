@@ -255,7 +255,9 @@ func TestRecoveryDecisionTable(t *testing.T) {
 	})
 }
 
-func putU32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24) }
+func putU32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
 
 // After a real cut, the next incarnation writes over the cut tail; bytes
 // the old incarnation left beyond it never come back, even when the new
