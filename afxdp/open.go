@@ -1,0 +1,40 @@
+package afxdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// Open is the "auto" transport: an XDPConn for cfg if AF_XDP works here,
+// else a kernel UDPConn on the same address and port. fallback is nil when
+// AF_XDP is in use, and otherwise says why not (log it). An invalid cfg is
+// an error, never a fallback.
+func Open(cfg Config) (conn Conn, fallback error, err error) {
+	full, err := cfg.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	x, xerr := NewXDP(full)
+	if xerr == nil {
+		return x, nil, nil
+	}
+	if errors.Is(xerr, ErrInvalidConfig) {
+		return nil, nil, xerr
+	}
+	addr := full.Addr
+	if !addr.IsValid() {
+		addr = netip.IPv4Unspecified()
+		if ifi, ierr := net.InterfaceByName(full.Interface); ierr == nil {
+			if a, aerr := interfaceAddr(ifi); aerr == nil {
+				addr = a
+			}
+		}
+	}
+	u, uerr := NewUDP(netip.AddrPortFrom(addr, full.Port), UDPOptions{})
+	if uerr != nil {
+		return nil, nil, fmt.Errorf("afxdp: AF_XDP unavailable (%v), and the udp fallback failed: %w", xerr, uerr)
+	}
+	return u, xerr, nil
+}
