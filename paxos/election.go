@@ -82,6 +82,11 @@ func (n *Node) handlePreCheckResp(m *Message) {
 // campaign starts phase 1 under a ballot above every one seen.
 func (n *Node) campaign() {
 	n.prechecking = false
+	if n.leaseBlocks(n.id) {
+		// A heartbeat arrived during the pre-check: the lease granted to
+		// that leader binds this node's own acceptor too.
+		return
+	}
 	round := max(n.maxRound, n.promised.Round) + 1
 	n.maxRound = round
 	b := Ballot{Round: round, Node: n.id}

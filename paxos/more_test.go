@@ -1,0 +1,293 @@
+package paxos
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func others(nw *network, id NodeID) []NodeID {
+	var out []NodeID
+	for _, o := range nw.ids {
+		if o != id {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestRestartFromDurableState(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.propose(l, "a", "b")
+	nw.tick(2)
+	f := others(nw, l)[0]
+	nw.crash(f)
+	nw.propose(l, "c")
+	nw.restart(f)
+	nw.tick(30)
+	if got := nw.cmds(f); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("restarted follower applied %v", got)
+	}
+	// Restart every node at once: nothing committed may be lost.
+	for _, id := range nw.ids {
+		nw.crash(id)
+	}
+	for _, id := range nw.ids {
+		nw.restart(id)
+	}
+	l = nw.elect()
+	nw.propose(l, "d")
+	nw.tick(3)
+	for _, id := range nw.ids {
+		if got := nw.cmds(id); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+			t.Fatalf("node %d applied %v", id, got)
+		}
+	}
+	nw.checkAgree()
+}
+
+func TestLeaseReadAndExpiry(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.tick(1)
+	n := nw.nodes[l]
+	if !n.Status().LeaseValid {
+		t.Fatal("leader holds no lease after a heartbeat round")
+	}
+	if err := n.ReadIndex(1); err != nil {
+		t.Fatal(err)
+	}
+	// Served from the lease: answered without any message round.
+	if !n.HasReady() {
+		t.Fatal("no ready")
+	}
+	rd := n.Ready()
+	if len(rd.ReadStates) != 1 || rd.ReadStates[0].ID != 1 || rd.ReadStates[0].Index != n.commit {
+		t.Fatalf("read states %v", rd.ReadStates)
+	}
+	n.Advance(rd)
+	// Cut the leader off: the lease runs out, reads need a barrier that
+	// cannot complete.
+	nw.isolate(l)
+	nw.tick(nw.nodes[l].cfg.LeaseTicks)
+	if n.Status().LeaseValid {
+		t.Fatal("lease still valid after LeaseTicks without acks")
+	}
+	if err := n.ReadIndex(2); err != nil && !errors.Is(err, ErrNotLeader) {
+		t.Fatal(err)
+	}
+	nw.settle()
+	for _, r := range nw.reads[l] {
+		if r.ID == 2 {
+			t.Fatal("read answered without a majority")
+		}
+	}
+	// Followers refuse a new leader while the lease they granted runs.
+	f := others(nw, l)[0]
+	if nw.nodes[f].Status().Role == RoleLeader {
+		t.Fatal("follower became leader inside the lease")
+	}
+}
+
+func TestReadBarrierWithoutLease(t *testing.T) {
+	nw := newNetwork(t, 3)
+	for _, id := range nw.ids {
+		cfg := testConfig(id, nw.ids)
+		cfg.LeaseTicks, cfg.DriftTicks = 0, 0
+		nw.start(id, cfg)
+	}
+	l := nw.elect()
+	nw.propose(l, "a")
+	if err := nw.nodes[l].ReadIndex(9); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	rs := nw.reads[l]
+	if len(rs) != 1 || rs[0].ID != 9 || rs[0].Index < 2 {
+		t.Fatalf("read states %v", rs)
+	}
+	if err := nw.nodes[others(nw, l)[0]].ReadIndex(3); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("follower ReadIndex: %v", err)
+	}
+}
+
+func TestCompactAndSnapshotCatchup(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	f := others(nw, l)[0]
+	nw.crash(f)
+	for i := range 20 {
+		nw.propose(l, fmt.Sprint(i))
+	}
+	n := nw.nodes[l]
+	applied := n.Status().Applied
+	if err := n.Compact(applied, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if st := n.Status(); st.FirstSlot != applied+1 {
+		t.Fatalf("first slot %d after compact through %d", st.FirstSlot, applied)
+	}
+	nw.propose(l, "after")
+	nw.restart(f)
+	nw.tick(30)
+	if s := nw.snaps[f]; s == nil || string(s.Data) != "state" || s.Meta.Slot != applied {
+		t.Fatalf("snapshot not installed on %d: %+v", f, s)
+	}
+	if got := nw.cmds(f); !slices.Equal(got, []string{"after"}) {
+		t.Fatalf("after snapshot applied %v", got)
+	}
+	if st := nw.nodes[f].Status(); st.Commit != n.Status().Commit || st.FirstSlot != applied+1 {
+		t.Fatalf("follower status %+v", st)
+	}
+}
+
+func TestMembershipAddRemove(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.propose(l, "a")
+	// Add node 4, started with the initial membership: it learns the rest
+	// from the log.
+	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfAddNode, Node: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfRemoveNode, Node: 2}); !errors.Is(err, ErrConfChangeBusy) {
+		t.Fatalf("second change: %v", err)
+	}
+	nw.start(4, testConfig(4, []NodeID{1, 2, 3}))
+	nw.settle()
+	nw.tick(5)
+	if m := nw.nodes[l].Status().Members; !slices.Equal(m, []NodeID{1, 2, 3, 4}) {
+		t.Fatalf("members %v", m)
+	}
+	nw.propose(l, "b")
+	nw.tick(5)
+	if got := nw.cmds(4); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("new node applied %v", got)
+	}
+	if m := nw.nodes[4].Status().Members; !slices.Equal(m, []NodeID{1, 2, 3, 4}) {
+		t.Fatalf("new node members %v", m)
+	}
+	// With 4 members the quorum is 3: losing two stalls commits.
+	victim := others(nw, l)[0]
+	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfRemoveNode, Node: victim}); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	nw.tick(3)
+	nw.crash(victim)
+	if m := nw.nodes[l].Status().Members; slices.Contains(m, victim) || len(m) != 3 {
+		t.Fatalf("members after removal %v", m)
+	}
+	nw.propose(l, "c")
+	nw.tick(3)
+	for _, id := range nw.ids {
+		if id == victim {
+			continue
+		}
+		if got := nw.cmds(id); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Fatalf("node %d applied %v", id, got)
+		}
+	}
+	nw.checkAgree()
+	// Removing the leader itself: it steps down and the rest elect anew.
+	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfRemoveNode, Node: l}); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	nw.tick(60)
+	l2 := nw.leader()
+	if l2 == 0 || l2 == l {
+		t.Fatalf("leader after removing %d: %d", l, l2)
+	}
+	nw.propose(l2, "d")
+	nw.tick(3)
+	if got := nw.cmds(l2); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("node %d applied %v", l2, got)
+	}
+}
+
+func TestBadMessagesDropped(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	n := nw.nodes[l]
+	f := others(nw, l)[0]
+	bad := []Message{
+		{Type: MsgAccepted, Cluster: 99, From: f, To: l, Ballot: n.lead.ballot, Slot: 1, Index: 1},
+		{Type: MsgAccepted, Cluster: 7, From: 42, To: l, Ballot: n.lead.ballot, Slot: 1, Index: 1},
+		{Type: MsgAccept, Cluster: 7, From: f, To: l, Ballot: Ballot{Round: 9, Node: l}},
+		{Type: MsgAccept, Cluster: 7, From: f, To: l, Ballot: Ballot{Round: 9, Node: f},
+			Entries: []Entry{{Slot: 1 << 40, Ballot: Ballot{Round: 9, Node: f}, Type: EntryNormal}}},
+		{Type: MsgAccepted, Cluster: 7, From: f, To: l, Ballot: n.lead.ballot, Slot: 5, Index: 2},
+		{Type: MsgType(77), Cluster: 7, From: f, To: l},
+		{Type: MsgPrepare, Cluster: 7, From: f, To: l, Ballot: Ballot{Round: 1 << 63, Node: f}, Slot: 1},
+		{Type: MsgSnapshot, Cluster: 7, From: f, To: l, Ballot: Ballot{Round: 9, Node: f}},
+	}
+	for i, m := range bad {
+		if err := n.Step(m); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("bad message %d: err %v", i, err)
+		}
+	}
+	if d := n.Status().Dropped; d != uint64(len(bad)) {
+		t.Fatalf("dropped %d, want %d", d, len(bad))
+	}
+	if nw.leader() != l {
+		t.Fatal("bad messages changed the leader")
+	}
+}
+
+func TestAckEventsMatchCommits(t *testing.T) {
+	nw := newNetwork(t, 5)
+	l := nw.elect()
+	nw.acks[l] = nil
+	for i := range 10 {
+		nw.propose(l, fmt.Sprint(i))
+	}
+	nw.tick(2)
+	committed := map[Slot]int{}
+	for _, ev := range nw.acks[l] {
+		if ev.Committed {
+			committed[ev.Slot]++
+			if ev.Count != 3 {
+				t.Fatalf("commit event with count %d", ev.Count)
+			}
+		}
+	}
+	if len(committed) != 10 {
+		t.Fatalf("%d commit events, want 10", len(committed))
+	}
+	for s, c := range committed {
+		if c != 1 {
+			t.Fatalf("slot %d committed %d times", s, c)
+		}
+		if b, k := nw.nodes[l].AckCount(s); k != 5 || b != nw.nodes[l].lead.ballot {
+			t.Fatalf("AckCount(%d) = %v, %d", s, b, k)
+		}
+	}
+}
+
+func TestDuplicatesAndDropsHarmless(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	k := 0
+	nw.dropNext = func(m Message) bool { k++; return k%3 == 0 }
+	for i := range 30 {
+		_ = nw.nodes[l].Propose([][]byte{[]byte(fmt.Sprint(i))})
+		nw.settle()
+		// Duplicate every Accept once by replaying the leader's log range.
+		nw.tick(1)
+	}
+	nw.dropNext = nil
+	nw.tick(30)
+	want := nw.cmds(nw.leader())
+	if len(want) == 0 {
+		t.Fatal("nothing committed")
+	}
+	for _, id := range nw.ids {
+		if got := nw.cmds(id); !slices.Equal(got, want) {
+			t.Fatalf("node %d applied %v, leader %v", id, got, want)
+		}
+	}
+	nw.checkAgree()
+}

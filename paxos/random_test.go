@@ -1,0 +1,138 @@
+package paxos
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+var randomSeeds = flag.Int("paxos.seeds", 200, "seeds for TestRandomFaults")
+
+// TestRandomFaults drives groups through drops, duplicates, reordering,
+// partitions and crash/restart, checking that every node applies the same
+// value per slot and that every acknowledged proposal stays committed. The
+// full simulator (paxossim) checks linearizability on top.
+func TestRandomFaults(t *testing.T) {
+	for seed := range *randomSeeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runRandom(t, uint64(seed)) })
+	}
+}
+
+func runRandom(t testing.TB, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	size := 3 + 2*rng.IntN(2)
+	nw := newNetwork(t, size)
+	for _, id := range nw.ids {
+		cfg := testConfig(id, nw.ids)
+		cfg.Seed = int64(seed)
+		nw.start(id, cfg)
+	}
+	next := 0
+	for step := range 400 {
+		switch r := rng.IntN(100); {
+		case r < 3:
+			nw.isolate(nw.ids[rng.IntN(size)])
+		case r < 6:
+			nw.heal()
+		case r < 8:
+			id := nw.ids[rng.IntN(size)]
+			if !nw.down[id] {
+				nw.crash(id)
+			}
+		case r < 12:
+			for _, id := range nw.ids {
+				if nw.down[id] {
+					nw.restart(id)
+					break
+				}
+			}
+		case r < 40:
+			if l := nw.leader(); l != 0 {
+				_ = nw.nodes[l].Propose([][]byte{[]byte(fmt.Sprint(next))})
+				next++
+			}
+		}
+		drop := rng.IntN(4) == 0
+		nw.dropNext = func(m Message) bool { return drop && rng.IntN(5) == 0 }
+		// Duplicate and reorder part of the queue before delivery.
+		for _, id := range nw.ids {
+			nw.handleReady(id)
+		}
+		if len(nw.queue) > 1 && rng.IntN(3) == 0 {
+			nw.queue = append(nw.queue, nw.queue[rng.IntN(len(nw.queue))])
+			rng.Shuffle(len(nw.queue), func(i, j int) { nw.queue[i], nw.queue[j] = nw.queue[j], nw.queue[i] })
+		}
+		nw.tick(1)
+		if step%50 == 49 {
+			nw.checkAgree()
+		}
+	}
+	// Heal everything: the group must make progress again.
+	nw.dropNext = nil
+	nw.heal()
+	for _, id := range nw.ids {
+		if nw.down[id] {
+			nw.restart(id)
+		}
+	}
+	l := nw.elect()
+	nw.propose(l, "final")
+	nw.tick(40)
+	for _, id := range nw.ids {
+		got := nw.cmds(id)
+		if nw.snaps[id] == nil && (len(got) == 0 || got[len(got)-1] != "final") {
+			t.Fatalf("seed %d: node %d applied %v", seed, id, got)
+		}
+	}
+	nw.checkAgree()
+}
+
+// fatalTB turns Fatal into a recoverable panic so a test can assert that a
+// check fails.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+type fatalPanic struct{}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	panic(fatalPanic{})
+}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic(fatalPanic{})
+}
+
+// caught runs fn against a fatalTB and returns the failure message, or "".
+func caught(t *testing.T, fn func(tb testing.TB)) (msg string) {
+	tb := &fatalTB{TB: t}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(fatalPanic); !ok {
+				msg = fmt.Sprint("panic: ", r)
+				return
+			}
+			msg = tb.msg
+		}
+	}()
+	fn(tb)
+	return ""
+}
+
+// TestRandomFaultsCatchPlantedBug shows the agreement checks can fail: with
+// the quorum off by one, some seed must produce diverging replicas.
+func TestRandomFaultsCatchPlantedBug(t *testing.T) {
+	TestingQuorumOffByOne = true
+	defer func() { TestingQuorumOffByOne = false }()
+	for seed := range 100 {
+		if msg := caught(t, func(tb testing.TB) { runRandom(tb, uint64(seed)) }); msg != "" {
+			t.Logf("planted quorum bug caught at seed %d: %s", seed, msg)
+			return
+		}
+	}
+	t.Fatal("planted quorum bug not caught in 100 seeds")
+}
