@@ -1,0 +1,129 @@
+package accel
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"synod/paxos"
+)
+
+// Checker compares the plane's commit decisions with software's, which
+// are authoritative. Feed it the plane's outputs (Plane) and the paxos
+// Ready.AckEvents (Software), in any interleaving, then read Result.
+//
+// A mismatch is a slot whose set of committed ballots differs between the
+// two: one committed it and the other did not, or they committed different
+// ballots. A slot the plane handed up an Arm or Accepted for is excused
+// when only software committed it (the fast path declined it, which is
+// allowed); a plane commit that software never made is never excused.
+type Checker struct {
+	mu       sync.Mutex
+	plane    map[paxos.Slot][]paxos.Ballot
+	soft     map[paxos.Slot][]paxos.Ballot
+	handedUp map[paxos.Slot]bool
+	handUps  uint64
+}
+
+// CheckResult summarizes a Checker.
+type CheckResult struct {
+	Commits    int    // (slot, ballot) commits software made
+	Mismatches int    // slots where the two disagree
+	HandUps    uint64 // OutHandUp events seen
+	First      string // the first mismatching slot, described
+}
+
+func (r CheckResult) String() string {
+	return fmt.Sprintf("accel: commits=%d mismatches=%d handups=%d", r.Commits, r.Mismatches, r.HandUps)
+}
+
+// NewChecker returns an empty checker.
+func NewChecker() *Checker {
+	return &Checker{plane: map[paxos.Slot][]paxos.Ballot{}, soft: map[paxos.Slot][]paxos.Ballot{}, handedUp: map[paxos.Slot]bool{}}
+}
+
+func addBallot(m map[paxos.Slot][]paxos.Ballot, s paxos.Slot, b paxos.Ballot) {
+	for _, x := range m[s] {
+		if x == b {
+			return
+		}
+	}
+	m[s] = append(m[s], b)
+}
+
+// Plane records the plane's outputs (only OutCommit and OutHandUp matter).
+func (c *Checker) Plane(evs []Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range evs {
+		switch e.Kind {
+		case OutCommit:
+			addBallot(c.plane, e.Slot, e.Ballot)
+		case OutHandUp:
+			c.handUps++
+			if k := Kind(e.Len); k == InArm || k == InAccepted {
+				c.handedUp[e.Slot] = true
+			}
+		}
+	}
+}
+
+// Software records the leader's AckEvents; those with Committed count.
+func (c *Checker) Software(acks []paxos.AckEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range acks {
+		if a.Committed {
+			addBallot(c.soft, a.Slot, a.Ballot)
+		}
+	}
+}
+
+// Result compares what was recorded so far.
+func (c *Checker) Result() CheckResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var r CheckResult
+	r.HandUps = c.handUps
+	slots := make([]paxos.Slot, 0, len(c.soft)+len(c.plane))
+	for s, bs := range c.soft {
+		r.Commits += len(bs)
+		slots = append(slots, s)
+	}
+	for s := range c.plane {
+		if _, ok := c.soft[s]; !ok {
+			slots = append(slots, s)
+		}
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
+	for _, s := range slots {
+		p, sw := c.plane[s], c.soft[s]
+		if sameBallots(p, sw) || (len(p) == 0 && c.handedUp[s]) {
+			continue
+		}
+		r.Mismatches++
+		if r.First == "" {
+			r.First = fmt.Sprintf("slot %d: plane committed %v, software %v", s, p, sw)
+		}
+	}
+	return r
+}
+
+func sameBallots(a, b []paxos.Ballot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			if x == y {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
