@@ -64,6 +64,7 @@ func (r *Replica) applyLoop() {
 				continue
 			}
 			applied := r.sm.Applied()
+			r.metrics.Installed.Inc()
 			r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
 			r.applied.Store(applied)
 			lastSnap = applied

@@ -16,6 +16,8 @@ type Metrics struct {
 	InboundDropped  prometheus.Counter
 	OutboundDropped prometheus.Counter
 	Snapshots       prometheus.Counter
+	Installed       prometheus.Counter // snapshots received from a leader and restored
+	SideSent        prometheus.Counter // messages handed to the TCP side channel
 	LogFull         prometheus.Counter
 }
 
@@ -40,12 +42,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_outbound_dropped_total", Help: "Consensus messages dropped on send."}),
 		Snapshots: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_snapshots_total", Help: "Snapshots taken for compaction."}),
+		Installed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_snapshots_installed_total", Help: "Snapshots received from a leader and restored."}),
+		SideSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_side_channel_sent_total", Help: "Consensus messages too large for a datagram, sent over TCP."}),
 		LogFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_total", Help: "Appends refused because the acceptor log was full."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.LogFull)
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull)
 	}
 	return m
 }

@@ -116,6 +116,7 @@ func (r *Replica) sendLoop() {
 					continue
 				}
 				if len(m.b) > maxPayload {
+					r.metrics.SideSent.Inc()
 					r.side.send(m.to, m.b)
 					continue
 				}

@@ -1,0 +1,421 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"synod/afxdp"
+	"synod/kv/proto"
+	"synod/kv/sm"
+	"synod/paxos"
+	"synod/pmem"
+	"synod/tenants"
+)
+
+// testCluster runs replicas in one process over an afxdp.MemNetwork (the
+// side channel uses real loopback TCP on the same port numbers).
+type testCluster struct {
+	t         *testing.T
+	net       *afxdp.MemNetwork
+	peers     []Peer
+	dir       string
+	pmemDir   string
+	snapEvery uint64
+	nodes     map[paxos.NodeID]*testNode
+}
+
+type testNode struct {
+	r  *Replica
+	sm *sm.SM
+	be *Backend
+}
+
+const testTenant = tenants.ID(1)
+
+// freePort returns a loopback port that was free for TCP a moment ago.
+func freePort(t *testing.T) uint16 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func newTestCluster(t *testing.T, n int, snapEvery uint64) *testCluster {
+	t.Helper()
+	shm := "/dev/shm"
+	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
+		shm = ""
+	}
+	pdir, err := os.MkdirTemp(shm, "synod-replica-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{t: t, net: afxdp.NewMemNetwork(), dir: t.TempDir(), pmemDir: pdir, snapEvery: snapEvery,
+		nodes: map[paxos.NodeID]*testNode{}}
+	for i := 1; i <= n; i++ {
+		p := freePort(t)
+		c.peers = append(c.peers, Peer{
+			ID:            paxos.NodeID(i),
+			ConsensusAddr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), p),
+			ClientAddr:    fmt.Sprintf("client-%d:1", i),
+		})
+	}
+	for i := 1; i <= n; i++ {
+		c.start(paxos.NodeID(i))
+	}
+	t.Cleanup(func() {
+		for id := range c.nodes {
+			c.stop(id)
+		}
+		os.RemoveAll(pdir)
+	})
+	return c
+}
+
+func (c *testCluster) start(id paxos.NodeID) {
+	c.t.Helper()
+	mode := pmem.ModeShm
+	if c.pmemDir == "" || filepath.Dir(c.pmemDir) != "/dev/shm" {
+		mode = pmem.ModeMsync
+	}
+	plog, _, err := OpenPMemLog(pmem.Options{Path: filepath.Join(c.pmemDir, fmt.Sprintf("n%d.pmem", id)),
+		SizeBytes: 8 << 20, Mode: mode, ClusterID: 9, NodeID: uint64(id)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	store, err := sm.Open(filepath.Join(c.dir, fmt.Sprintf("sm%d", id)), sm.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var self Peer
+	for _, p := range c.peers {
+		if p.ID == id {
+			self = p
+		}
+	}
+	conn := c.net.Listen(self.ConsensusAddr)
+	faults := &Faults{}
+	if old := c.nodes[id]; old != nil {
+		faults = old.r.faults
+	}
+	r, err := New(Config{
+		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
+		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: 60, DriftTicks: 5,
+		SnapshotEverySlots: c.snapEvery, Cores: Unpinned, Faults: faults,
+		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
+	}, conn, plog, store)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r.Start()
+	c.nodes[id] = &testNode{r: r, sm: store, be: NewBackend(r, store)}
+}
+
+func (c *testCluster) stop(id paxos.NodeID) {
+	n := c.nodes[id]
+	if n == nil || n.r.stopped.Load() {
+		return
+	}
+	if err := n.r.Close(); err != nil {
+		c.t.Errorf("close %d: %v", id, err)
+	}
+	if err := n.sm.Close(); err != nil {
+		c.t.Errorf("close sm %d: %v", id, err)
+	}
+}
+
+// leader waits until one running node (not in except) leads and returns it.
+func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+	next:
+		for id, n := range c.nodes {
+			for _, x := range except {
+				if x == id {
+					continue next
+				}
+			}
+			if !n.r.stopped.Load() && n.r.Status().Role == paxos.RoleLeader {
+				return id
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatal("no leader elected")
+	return 0
+}
+
+var reqSeq uint64
+
+func putReq(key, val string) *proto.Request {
+	reqSeq++
+	return &proto.Request{Op: proto.OpPut, Tenant: testTenant, ClientID: 77, Seq: reqSeq, FirstUnacked: reqSeq,
+		Key: []byte(key), Value: []byte(val)}
+}
+
+func getReq(key string, stale bool) *proto.Request {
+	r := &proto.Request{Op: proto.OpGet, Tenant: testTenant, Key: []byte(key)}
+	if stale {
+		r.Flags |= proto.FlagStaleOK
+	}
+	return r
+}
+
+func (c *testCluster) do(id paxos.NodeID, req *proto.Request, timeout time.Duration) *proto.Response {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return c.nodes[id].be.Do(ctx, testTenant, req)
+}
+
+// put writes through whichever node leads, retrying on NOT_LEADER and
+// UNAVAILABLE (same client id and sequence: exactly once).
+func (c *testCluster) put(key, val string) {
+	c.t.Helper()
+	req := putReq(key, val)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp := c.do(c.leader(), req, 2*time.Second)
+		if resp.Status == proto.StatusOK {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("put %s never succeeded", key)
+}
+
+// waitApplied waits until node id applied at least slot.
+func (c *testCluster) waitApplied(id paxos.NodeID, slot paxos.Slot) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.nodes[id].r.Applied() < slot {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d applied %d, want >= %d", id, c.nodes[id].r.Applied(), slot)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestClusterWriteReadRedirect(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	l := c.leader()
+	for i := 0; i < 50; i++ {
+		c.put(fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
+	}
+	resp := c.do(l, getReq("k7", false), 5*time.Second)
+	if resp.Status != proto.StatusOK || string(resp.Value) != "v7" {
+		t.Fatalf("get k7 on leader: %v %q", resp.Status, resp.Value)
+	}
+	follower := paxos.NodeID(1)
+	if follower == l {
+		follower = 2
+	}
+	resp = c.do(follower, putReq("x", "y"), time.Second)
+	if resp.Status != proto.StatusNotLeader || resp.Leader != fmt.Sprintf("client-%d:1", l) {
+		t.Fatalf("write on follower: %v leader=%q, want NOT_LEADER client-%d:1", resp.Status, resp.Leader, l)
+	}
+	resp = c.do(follower, getReq("k7", false), time.Second)
+	if resp.Status != proto.StatusNotLeader {
+		t.Fatalf("linearizable read on follower: %v, want NOT_LEADER", resp.Status)
+	}
+	// A follower serves stale reads once it applied the write.
+	c.waitApplied(follower, c.nodes[l].r.Applied())
+	resp = c.do(follower, getReq("k49", true), time.Second)
+	if resp.Status != proto.StatusOK || string(resp.Value) != "v49" {
+		t.Fatalf("stale get on follower: %v %q", resp.Status, resp.Value)
+	}
+}
+
+// TestLargeValuesUseSideChannel writes values larger than one datagram:
+// the Accept messages carrying them can only travel on the TCP side channel.
+func TestLargeValuesUseSideChannel(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	big := make([]byte, 16<<10)
+	for i := range big {
+		big[i] = byte('a' + i%26)
+	}
+	for i := 0; i < 5; i++ {
+		c.put(fmt.Sprintf("big%d", i), string(big))
+	}
+	l := c.leader()
+	if n := counterValue(c.nodes[l].r.metrics.SideSent); n == 0 {
+		t.Fatal("no message went over the side channel")
+	}
+	for id := range c.nodes {
+		c.waitApplied(id, c.nodes[l].r.Applied())
+		resp := c.do(id, getReq("big4", true), time.Second)
+		if resp.Status != proto.StatusOK || len(resp.Value) != len(big) {
+			t.Fatalf("node %d: big value %v len %d", id, resp.Status, len(resp.Value))
+		}
+	}
+}
+
+// TestMinorityPartition cuts the leader off: it must neither commit a write
+// nor serve a linearizable read, while the majority elects a leader and
+// goes on; after healing, the old leader catches up.
+func TestMinorityPartition(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("before", "1")
+	old := c.leader()
+	for id, n := range c.nodes {
+		if id == old {
+			var others []paxos.NodeID
+			for o := range c.nodes {
+				if o != old {
+					others = append(others, o)
+				}
+			}
+			n.r.Faults().Set(others...)
+		} else {
+			n.r.Faults().Set(old)
+		}
+	}
+	// The minority side: every write and linearizable read fails.
+	wr := putReq("minority", "x")
+	wr.ClientID, wr.Seq, wr.FirstUnacked = 78, 1, 1 // its own client: the retry below must be answered
+	for i := 0; i < 5; i++ {
+		resp := c.do(old, wr, 300*time.Millisecond)
+		if resp.Status == proto.StatusOK {
+			t.Fatalf("minority leader committed a write")
+		}
+		resp = c.do(old, getReq("before", false), 300*time.Millisecond)
+		if resp.Status == proto.StatusOK {
+			t.Fatalf("minority leader served a linearizable read")
+		}
+	}
+	// The majority side elects a new leader and commits.
+	nl := c.leader(old)
+	for i := 0; i < 20; i++ {
+		req := putReq(fmt.Sprintf("majority%d", i), "y")
+		var resp *proto.Response
+		for tries := 0; tries < 200; tries++ {
+			resp = c.do(c.leader(old), req, 2*time.Second)
+			if resp.Status == proto.StatusOK {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if resp.Status != proto.StatusOK {
+			t.Fatalf("majority write %d: %v", i, resp.Status)
+		}
+	}
+	if resp := c.do(old, getReq("majority0", false), 300*time.Millisecond); resp.Status == proto.StatusOK {
+		t.Fatalf("minority served a linearizable read after the majority moved on")
+	}
+	if c.nodes[old].r.Status().Commit >= c.nodes[nl].r.Status().Commit {
+		t.Fatalf("minority commit %d caught up with majority %d while partitioned", c.nodes[old].r.Status().Commit, c.nodes[nl].r.Status().Commit)
+	}
+	for _, n := range c.nodes {
+		n.r.Faults().HealAll()
+	}
+	c.waitApplied(old, c.nodes[nl].r.Applied())
+	resp := c.do(old, getReq("majority19", true), time.Second)
+	if resp.Status != proto.StatusOK {
+		t.Fatalf("healed node misses majority19: %v", resp.Status)
+	}
+	// The minority write either never happened or happens once now: the
+	// retry with the same (client, seq) settles it.
+	for tries := 0; ; tries++ {
+		resp = c.do(c.leader(), wr, 2*time.Second)
+		if resp.Status == proto.StatusOK {
+			break
+		}
+		if tries == 100 {
+			t.Fatalf("retry of the minority write: %v", resp.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRestartCatchesUpFromLog stops a follower, writes, restarts it from
+// its PMem log and Pebble directory, and checks it catches up.
+func TestRestartCatchesUpFromLog(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	f := paxos.NodeID(1)
+	if f == l {
+		f = 2
+	}
+	c.stop(f)
+	for i := 0; i < 30; i++ {
+		c.put(fmt.Sprintf("r%d", i), "v")
+	}
+	c.start(f)
+	c.waitApplied(f, c.nodes[c.leader()].r.Applied())
+	if resp := c.do(f, getReq("r29", true), time.Second); resp.Status != proto.StatusOK {
+		t.Fatalf("restarted follower misses r29: %v", resp.Status)
+	}
+}
+
+// TestSnapshotCatchUp compacts often, so a follower that was down must be
+// brought back with a snapshot over the side channel.
+func TestSnapshotCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3, 20)
+	c.put("a", "1")
+	l := c.leader()
+	f := paxos.NodeID(1)
+	if f == l {
+		f = 2
+	}
+	c.stop(f)
+	for i := 0; i < 120; i++ {
+		c.put(fmt.Sprintf("s%03d", i), "v")
+	}
+	if n := counterValue(c.nodes[l].r.metrics.Snapshots); n == 0 {
+		t.Fatal("the leader took no snapshot")
+	}
+	c.start(f)
+	c.waitApplied(f, c.nodes[c.leader()].r.Applied())
+	if n := counterValue(c.nodes[f].r.metrics.Installed); n == 0 {
+		t.Fatal("the follower caught up without installing a snapshot")
+	}
+	for _, k := range []string{"a", "s000", "s119"} {
+		if resp := c.do(f, getReq(k, true), time.Second); resp.Status != proto.StatusOK {
+			t.Fatalf("follower after snapshot catch-up misses %s: %v", k, resp.Status)
+		}
+	}
+}
+
+func TestErrorsMapToStatuses(t *testing.T) {
+	b := &Backend{}
+	for _, tc := range []struct {
+		err  error
+		want proto.Status
+	}{
+		{&NotLeaderError{Leader: 2, ClientAddr: "h:2"}, proto.StatusNotLeader},
+		{ErrBusy, proto.StatusThrottled},
+		{ErrLogFull, proto.StatusUnavailable},
+		{ErrUnavailable, proto.StatusUnavailable},
+		{context.DeadlineExceeded, proto.StatusUnavailable},
+		{ErrStopped, proto.StatusUnavailable},
+	} {
+		if got := b.errResponse(tc.err); got.Status != tc.want {
+			t.Fatalf("%v -> %v, want %v", tc.err, got.Status, tc.want)
+		}
+	}
+	if !errors.Is(&NotLeaderError{}, paxos.ErrNotLeader) {
+		t.Fatal("NotLeaderError does not match paxos.ErrNotLeader")
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
