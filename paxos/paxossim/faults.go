@@ -78,7 +78,7 @@ const (
 	dupPPMMax           = 50_000
 	longDelayPPMMax     = 50_000
 	driftPPMMax         = 50_000 // a node's tick period is off by at most 5%
-	confChangePerTick   = 8_000
+	confChangePerTick   = 20_000
 	compactTicksMin     = 15
 	compactTicksMax     = 60
 )

@@ -106,6 +106,9 @@ type simNode struct {
 	// part is recorded and before its messages are sent.
 	crashMidReady bool
 	nextCompact   int64 // tick of the next Compact
+
+	lastRole   paxos.Role // for the trace only
+	lastBallot paxos.Ballot
 }
 
 func (sn *simNode) up() bool { return sn.n != nil }
@@ -368,6 +371,14 @@ func (s *sim) process(sn *simNode) {
 		}
 		sn.n.Advance(rd)
 	}
+	if s.opts.Trace != nil && sn.up() {
+		st := sn.n.Status()
+		if st.Role != sn.lastRole || st.Ballot != sn.lastBallot {
+			s.tracef("node %d: %s ballot=%d.%d promised=%d.%d commit=%d members=%v", sn.id, st.Role,
+				st.Ballot.Round, st.Ballot.Node, st.Promised.Round, st.Promised.Node, st.Commit, st.Members)
+			sn.lastRole, sn.lastBallot = st.Role, st.Ballot
+		}
+	}
 }
 
 func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
@@ -419,6 +430,12 @@ func (s *sim) installSnapshot(sn *simNode, snap *paxos.Snapshot) {
 	}
 	if app.applied != snap.Meta.Slot {
 		s.chk.violate("node %d: snapshot meta slot %d but its data is at slot %d", sn.id, snap.Meta.Slot, app.applied)
+	}
+	if !slices.Equal(snap.Meta.Members, app.members) {
+		// The application applied every ConfChange through the snapshot's
+		// slot, so it knows the membership in force after it.
+		s.chk.violate("node %d: snapshot at slot %d carries members %v, but the membership after slot %d is %v",
+			sn.id, snap.Meta.Slot, snap.Meta.Members, snap.Meta.Slot, app.members)
 	}
 	if snap.Meta.Slot <= sn.app.applied {
 		s.chk.violate("node %d: snapshot at slot %d would roll back applied state at %d", sn.id, snap.Meta.Slot, sn.app.applied)
