@@ -201,6 +201,22 @@ func openFile(opts Options) (f *os.File, size int64, created bool, err error) {
 			return nil, 0, false, fmt.Errorf("pmem: opening log: %w", err)
 		}
 		size = fi.Size()
+		if size == 0 && opts.SizeBytes != 0 {
+			// A crash between creating the file and sizing it: size it now;
+			// the blank header gets formatted.
+			if err := checkRegionSize(opts.SizeBytes); err != nil {
+				f.Close()
+				return nil, 0, false, fmt.Errorf("creating %s: %w", opts.Path, err)
+			}
+			if err := f.Truncate(opts.SizeBytes); err == nil {
+				err = f.Sync()
+			}
+			if err != nil {
+				f.Close()
+				return nil, 0, false, fmt.Errorf("pmem: sizing log: %w", err)
+			}
+			return f, opts.SizeBytes, false, nil
+		}
 		if opts.SizeBytes != 0 && opts.SizeBytes != size {
 			f.Close()
 			return nil, 0, false, fmt.Errorf("%w: %s has %d bytes, options ask for %d", ErrRegionSize, opts.Path, size, opts.SizeBytes)
@@ -408,6 +424,9 @@ func (l *Log) Persist() error {
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrClosed
+	}
+	if l.persistedPos == l.tailPos {
+		return nil // nothing appended; the end marker was persisted already
 	}
 	if err := l.persistRange(l.persistedPos, l.persistEnd()); err != nil {
 		return err

@@ -418,3 +418,17 @@ func TestMsyncMode(t *testing.T) {
 		t.Fatalf("msync reopen: %+v, %d records, promised %v", rec, len(got), l.Promised())
 	}
 }
+
+// A crash between creating the file and sizing it leaves an empty file;
+// Open sizes and formats it.
+func TestEmptyFileIsFormatted(t *testing.T) {
+	path := filepath.Join(shmDir(t), "log")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, rec := mustOpen(t, testOpts(path, RegionBytesMin))
+	defer l.Close()
+	if rec.Generation != 1 {
+		t.Fatalf("recovery of an empty file: %+v", rec)
+	}
+}
