@@ -73,8 +73,9 @@ type peer struct {
 }
 
 type hbRecord struct {
-	seq  uint64
-	tick int64
+	seq    uint64
+	tick   int64
+	commit Slot // the commit index the heartbeat carried
 }
 
 type pendingRead struct {
@@ -111,6 +112,7 @@ func (n *Node) becomeLeader() {
 	l.nextSlot = l.noopSlot + 1
 	n.leaderAccept(Entry{Slot: l.noopSlot, Ballot: l.ballot, Type: EntryNoop})
 	if n.role == RoleLeader {
+		n.flush()
 		n.broadcastHeartbeat()
 	}
 }
@@ -332,7 +334,7 @@ func (n *Node) broadcastHeartbeat() {
 	l := n.lead
 	l.barrier = false
 	l.hbSeq++
-	l.hbSent[l.hbSeq%hbHistoryMax] = hbRecord{seq: l.hbSeq, tick: n.now}
+	l.hbSent[l.hbSeq%hbHistoryMax] = hbRecord{seq: l.hbSeq, tick: n.now, commit: n.commit}
 	if n.cfg.LeaseTicks > 0 {
 		n.leaseHolder = n.id
 		n.leaseUntil = n.now + int64(n.cfg.LeaseTicks)
@@ -426,7 +428,17 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 		p.hbAcked = m.Context
 		n.confirmHeartbeats()
 	}
-	if m.Commit < n.commit && (m.Context != 0 || m.Commit > prev) {
+	// Catch up an acceptor that could not reach the commit index a
+	// heartbeat told it (it lacks the values), and keep going while a
+	// catch-up answer shows progress.
+	lagging := false
+	if m.Context != 0 {
+		r := l.hbSent[m.Context%hbHistoryMax]
+		lagging = r.seq == m.Context && m.Commit < r.commit
+	} else {
+		lagging = m.Commit > prev && m.Commit < n.commit
+	}
+	if lagging {
 		n.sendCatchup(m.From, p)
 	}
 }
