@@ -304,10 +304,14 @@ func (s *state) accepted(in Event, out []Event) []Event {
 	if s.role != RoleLeader {
 		return handUp(out, &in, s.now, ReasonRole)
 	}
-	if !s.inWindow(in.Slot) {
+	// Tags are whole slot numbers, so a row whose tag matches is that
+	// slot's row even below the window base: a late ack for a slot
+	// committed and passed is counted (harmlessly) rather than handed up.
+	// Above the window nothing can be armed.
+	e := &s.table[uint64(in.Slot)&uint64(s.spec.WindowSlots-1)]
+	if in.Slot >= s.base+paxos.Slot(s.spec.WindowSlots) || (in.Slot < s.base && !(e.valid && e.tag == in.Slot)) {
 		return handUp(out, &in, s.now, ReasonWindow)
 	}
-	e := &s.table[uint64(in.Slot)&uint64(s.spec.WindowSlots-1)]
 	if !e.valid || e.tag != in.Slot {
 		return handUp(out, &in, s.now, ReasonNotArmed)
 	}
