@@ -95,7 +95,8 @@ type AckEvent struct {
 }
 
 // SnapshotMeta describes an application snapshot: the state after applying
-// every slot <= Slot, with the membership in force at that point.
+// every slot <= Slot, with the membership in force at that point (the one
+// that governs the slots above Slot, so a ConfChange at Slot is included).
 type SnapshotMeta struct {
 	Slot    Slot
 	Members []NodeID
@@ -155,6 +156,10 @@ type DurableState struct {
 	Accepted []Entry
 	// Snapshot, when non-nil, is the latest snapshot the application holds.
 	Snapshot *SnapshotMeta
+	// SnapshotData is that snapshot's opaque data, when the caller has it
+	// at hand. Without it the node cannot send a snapshot to a lagging
+	// acceptor until the application calls Compact again.
+	SnapshotData []byte
 	// Applied is the highest slot already applied to the application state
 	// (it is stored with the data, so it survives restarts). Committed
 	// entries at or below it are never delivered again.

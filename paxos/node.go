@@ -209,7 +209,7 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		}
 		first = st.Snapshot.Slot + 1
 		n.conf.reset(first, st.Snapshot.Members)
-		n.snap = &Snapshot{Meta: SnapshotMeta{Slot: st.Snapshot.Slot, Members: slices.Clone(st.Snapshot.Members)}}
+		n.snap = &Snapshot{Meta: SnapshotMeta{Slot: st.Snapshot.Slot, Members: slices.Clone(st.Snapshot.Members)}, Data: st.SnapshotData}
 	} else {
 		if len(cfg.Members) == 0 || len(cfg.Members) > MembersMax {
 			return nil, fmt.Errorf("paxos: config: %d members, want 1..%d", len(cfg.Members), MembersMax)
@@ -385,7 +385,9 @@ func (n *Node) Compact(slot Slot, data []byte) error {
 	if slot == 0 {
 		return errors.New("paxos: compact through slot 0")
 	}
-	n.snap = &Snapshot{Meta: SnapshotMeta{Slot: slot, Members: slices.Clone(n.conf.at(slot))}, Data: data}
+	// The snapshot holds the state after applying slot, so it carries the
+	// membership in force for the slots above it.
+	n.snap = &Snapshot{Meta: SnapshotMeta{Slot: slot, Members: slices.Clone(n.conf.at(slot + 1))}, Data: data}
 	n.log.truncateBelow(slot + 1)
 	n.conf.prune(slot + 1)
 	return nil
