@@ -76,7 +76,10 @@
 // from a stale one an earlier incarnation wrote beyond a tail that recovery
 // cut (generations along the log never decrease). When a record does not
 // fit before the end of the ring a RecordPad record fills the rest of the
-// ring and the record starts at the next lap.
+// ring and the record starts at the next lap. Append zeroes the 64-byte
+// line after the last record (the end marker; none when the ring is full)
+// and Persist covers it, so recovery finds a clean end there instead of
+// the stale bytes of an earlier lap.
 //
 // # Space reclamation: a ring with a head
 //

@@ -33,6 +33,7 @@ const (
 	latencyNanosMax  = int64(10 * time.Second)
 	latencySigFigs   = 3
 	warmupOps        = 50
+	slicesPerCell    = 10        // turns each cell gets, interleaved with the other targets
 	fileRotateBytes  = 256 << 20 // the baseline file starts over beyond this
 	benchClusterID   = 1
 	benchNodeID      = 1
@@ -50,7 +51,7 @@ type cell struct {
 }
 
 func main() {
-	duration := flag.Duration("duration", time.Second, "measuring time per (target, size) cell")
+	duration := flag.Duration("duration", time.Second, "measuring time per (target, size) cell, taken in turns")
 	opsMax := flag.Int64("ops", 200000, "at most this many operations per cell")
 	dir := flag.String("dir", "/var/tmp", "directory on the disk filesystem (msync mode and the fdatasync file)")
 	shmDir := flag.String("shmdir", "/dev/shm", "directory on tmpfs (shm mode)")
@@ -92,19 +93,38 @@ func main() {
 	}
 	var cells []cell
 	for _, size := range sizes {
+		// The targets of one size take turns in short slices, so that a
+		// change of load on a shared machine hits them all alike.
+		var runs []*run
 		for _, tg := range targets {
-			var c cell
+			var r *run
 			var err error
 			if tg.mode == "" {
-				c, err = benchFile(tg.dir, size, *duration, *opsMax)
+				r, err = newFileRun(tg.dir, size)
 			} else {
-				c, err = benchLog(tg.dir, tg.mode, *region, size, *duration, *opsMax)
+				r, err = newLogRun(tg.dir, tg.mode, *region, size)
 			}
 			if err != nil {
 				fail(fmt.Errorf("%s, %d B: %w", tg.name, size, err))
 			}
-			c.target = tg.name
-			cells = append(cells, c)
+			r.c.target = tg.name
+			runs = append(runs, r)
+		}
+		for _, r := range runs {
+			if err := r.warmup(); err != nil {
+				fail(fmt.Errorf("%s, %d B: %w", r.c.target, size, err))
+			}
+		}
+		for range slicesPerCell {
+			for _, r := range runs {
+				if err := r.measure(*duration/slicesPerCell, *opsMax); err != nil {
+					fail(fmt.Errorf("%s, %d B: %w", r.c.target, size, err))
+				}
+			}
+		}
+		for _, r := range runs {
+			r.close()
+			cells = append(cells, r.c)
 		}
 	}
 	printTable(os.Stdout, cells)
@@ -141,23 +161,26 @@ func fsName(dir string) string {
 	return fmt.Sprintf("%s (fs 0x%x)", dir, st.Type)
 }
 
-// benchLog times Append of one record + Persist on a fresh log.
-func benchLog(dir string, mode pmem.Mode, region int64, size int, d time.Duration, opsMax int64) (cell, error) {
+// run is one (target, size) cell being measured.
+type run struct {
+	c     cell
+	op    func() error
+	close func()
+}
+
+// newLogRun opens a fresh log; each op is Append of one record + Persist.
+func newLogRun(dir string, mode pmem.Mode, region int64, size int) (*run, error) {
 	f, err := os.CreateTemp(dir, "pmembench-*.log")
 	if err != nil {
-		return cell{}, err
+		return nil, err
 	}
 	path := f.Name()
 	f.Close()
 	os.Remove(path)
-	defer os.Remove(path)
 	l, _, err := pmem.Open(pmem.Options{Path: path, SizeBytes: region, Mode: mode, ClusterID: benchClusterID, NodeID: benchNodeID})
 	if err != nil {
-		return cell{}, err
+		return nil, err
 	}
-	defer l.Close()
-	c := cell{where: fsName(dir), survives: mode.Survives(), size: size,
-		hist: hdrhistogram.New(1, latencyNanosMax, latencySigFigs)}
 	payload := make([]byte, size)
 	for i := range payload {
 		payload[i] = byte(i * 7)
@@ -179,21 +202,22 @@ func benchLog(dir string, mode pmem.Mode, region int64, size int, d time.Duratio
 		slot++
 		return l.Persist()
 	}
-	return measure(c, op, d, opsMax)
+	return &run{
+		c: cell{where: fsName(dir), survives: mode.Survives(), size: size,
+			hist: hdrhistogram.New(1, latencyNanosMax, latencySigFigs)},
+		op:    op,
+		close: func() { l.Close(); os.Remove(path) },
+	}, nil
 }
 
-// benchFile times write(2) of one encoded record to an append-only file +
-// fdatasync(2): the classic WAL. The file grows, so each fdatasync also
-// persists the new size, as a plain append-only log does.
-func benchFile(dir string, size int, d time.Duration, opsMax int64) (cell, error) {
+// newFileRun creates an append-only file; each op is write(2) of one
+// encoded record + fdatasync(2): the classic WAL. The file grows, so each
+// fdatasync also persists the new size, as a plain append-only log does.
+func newFileRun(dir string, size int) (*run, error) {
 	f, err := os.CreateTemp(dir, "pmembench-*.wal")
 	if err != nil {
-		return cell{}, err
+		return nil, err
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	c := cell{where: fsName(dir), survives: "process crash and power loss", size: size,
-		hist: hdrhistogram.New(1, latencyNanosMax, latencySigFigs)}
 	// The same bytes a pmem record takes: a 56-byte header, the payload,
 	// padding to 64.
 	buf := make([]byte, (56+size+63)&^63)
@@ -217,30 +241,40 @@ func benchFile(dir string, size int, d time.Duration, opsMax int64) (cell, error
 		slot++
 		return unix.Fdatasync(int(f.Fd()))
 	}
-	return measure(c, op, d, opsMax)
+	return &run{
+		c: cell{where: fsName(dir), survives: "process crash and power loss", size: size,
+			hist: hdrhistogram.New(1, latencyNanosMax, latencySigFigs)},
+		op:    op,
+		close: func() { f.Close(); os.Remove(f.Name()) },
+	}, nil
 }
 
-func measure(c cell, op func() error, d time.Duration, opsMax int64) (cell, error) {
+func (r *run) warmup() error {
 	for range warmupOps {
-		if err := op(); err != nil {
-			return c, err
+		if err := r.op(); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// measure runs ops for d (or until the cell holds opsMax ops).
+func (r *run) measure(d time.Duration, opsMax int64) error {
 	start := time.Now()
-	for c.ops < opsMax {
+	for r.c.ops < opsMax {
 		t0 := time.Now()
-		if err := op(); err != nil {
-			return c, err
+		if err := r.op(); err != nil {
+			return err
 		}
 		t1 := time.Now()
-		_ = c.hist.RecordValue(max(t1.Sub(t0).Nanoseconds(), 1))
-		c.ops++
+		_ = r.c.hist.RecordValue(max(t1.Sub(t0).Nanoseconds(), 1))
+		r.c.ops++
 		if t1.Sub(start) >= d {
 			break
 		}
 	}
-	c.wall = time.Since(start)
-	return c, nil
+	r.c.wall += time.Since(start)
+	return nil
 }
 
 func us(ns int64) string { return strconv.FormatFloat(float64(ns)/1e3, 'f', 2, 64) }
