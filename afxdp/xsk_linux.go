@@ -313,14 +313,13 @@ func (c *XDPConn) attachProgram() error {
 			c.attached = AttachNative
 			break
 		}
-		if c.cfg.Attach == AttachNative || c.cfg.ZeroCopy {
-			return fmt.Errorf("afxdp: attaching native XDP to %s: %w (driver lacks native XDP? set attach = \"generic\" or \"auto\"; another XDP program attached? ip link set dev %s xdp off)",
-				c.cfg.Interface, explainBPF(err), c.cfg.Interface)
+		if c.cfg.Attach == AttachNative || c.cfg.ZeroCopy || !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("afxdp: attaching native XDP to %s: %w", c.cfg.Interface, explainAttach(err, c.cfg.Interface))
 		}
 		fallthrough
 	case AttachGeneric:
 		if err = attach(link.XDPGenericMode); err != nil {
-			return fmt.Errorf("afxdp: attaching generic XDP to %s: %w", c.cfg.Interface, explainBPF(err))
+			return fmt.Errorf("afxdp: attaching generic XDP to %s: %w", c.cfg.Interface, explainAttach(err, c.cfg.Interface))
 		}
 		c.attached = AttachGeneric
 	}
@@ -328,6 +327,17 @@ func (c *XDPConn) attachProgram() error {
 		return fmt.Errorf("afxdp: adding socket to xskmap: %w", err)
 	}
 	return nil
+}
+
+// explainAttach says what to change for the usual attach failures.
+func explainAttach(err error, ifname string) error {
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %w (the driver of %s lacks native XDP: set attach = \"generic\" or \"auto\")", ErrNotSupported, err, ifname)
+	case errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("%w (another XDP program is attached to %s: detach it, e.g. ip link set dev %s xdp off)", err, ifname, ifname)
+	}
+	return explainBPF(err)
 }
 
 // AttachMode reports how the XDP program ended up attached: AttachNative

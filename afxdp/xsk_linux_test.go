@@ -4,11 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"synod/afxdp"
 	"synod/afxdp/netns"
@@ -281,4 +285,173 @@ func TestXDPSoak(t *testing.T) {
 	if st := srv.Stats(); st.RxBadChecksum+st.RxRunt+st.RxTruncated+st.RxForeign != 0 {
 		t.Fatalf("server dropped frames: %+v", st)
 	}
+}
+
+// TestXDPBadInputCounted injects damaged frames with an AF_PACKET socket
+// from namespace b straight at the XDP socket's port: each is counted in
+// its class and dropped, and a good datagram behind them still arrives.
+func TestXDPBadInputCounted(t *testing.T) {
+	p := needNetns(t, 40)
+	const port = 7400
+	x := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: port, Attach: afxdp.AttachNative, FrameCount: 256})
+	var macA, macB [6]byte
+	for i, mac := range []*[6]byte{&macA, &macB} {
+		if err := netns.Run(p.NS[i], func() error {
+			ifi, err := net.InterfaceByName(p.If[i])
+			if err == nil {
+				copy(mac[:], ifi.HardwareAddr)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := netip.AddrPortFrom(p.Addr4[1], 5555)
+	frame := func(dst netip.AddrPort, payload string) []byte {
+		out := make([]byte, 2048)
+		return out[:afxdp.BuildFrame(out, macB, macA, src, dst, 1, []byte(payload))]
+	}
+	good := frame(x.LocalAddr(), "good")
+	badCsum := frame(x.LocalAddr(), "bad-checksum")
+	badCsum[len(badCsum)-1] ^= 0xff
+	truncated := frame(x.LocalAddr(), "truncated payload")
+	truncated = truncated[:len(truncated)-4]
+	foreign := frame(netip.AddrPortFrom(netip.MustParseAddr("10.199.40.77"), port), "not our address")
+	runt := frame(x.LocalAddr(), "runt")
+	binary.BigEndian.PutUint16(runt[14+20+4:], 4) // UDP length below its header
+	err := netns.Run(p.NS[1], func() error {
+		ifi, err := net.InterfaceByName(p.If[1])
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+		copy(sa.Addr[:], macA[:])
+		for _, f := range [][]byte{badCsum, truncated, foreign, runt, good} {
+			if err := unix.Sendto(fd, f, 0, sa); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("injecting frames: %v", err)
+	}
+	got, from := readN(t, x, 1, 10*time.Second)
+	if got[0] != "good" || from[0] != src {
+		t.Fatalf("got %q from %v", got[0], from[0])
+	}
+	st := x.Stats()
+	if st.RxBadChecksum != 1 || st.RxTruncated != 1 || st.RxForeign != 1 || st.RxRunt != 1 || st.RxPackets != 1 {
+		t.Fatalf("counters %+v, want one of each", st)
+	}
+}
+
+// TestXDPErrorsSayWhatToChange provokes the usual failures and checks
+// each error names the cause and the fix.
+func TestXDPErrorsSayWhatToChange(t *testing.T) {
+	p := needNetns(t, 50)
+	const port = 7400
+	inA := func(cfg afxdp.Config) (*afxdp.XDPConn, error) {
+		var c *afxdp.XDPConn
+		err := netns.Run(p.NS[0], func() (err error) {
+			c, err = afxdp.NewXDP(cfg)
+			return err
+		})
+		if c != nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	wantErr := func(name string, err error, words ...string) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", name)
+		}
+		t.Logf("%s: %v", name, err)
+		for _, w := range words {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%s: error %q does not mention %q", name, err, w)
+			}
+		}
+	}
+
+	// veth has no zero-copy AF_XDP.
+	_, err := inA(afxdp.Config{Interface: p.If[0], Port: port, Attach: afxdp.AttachNative, ZeroCopy: true})
+	wantErr("zero-copy on veth", err, "zero_copy = false")
+	if !errors.Is(err, afxdp.ErrNotSupported) {
+		t.Fatalf("zero-copy error %v does not wrap ErrNotSupported", err)
+	}
+	// ...so Open falls back to kernel UDP and says why.
+	var conn afxdp.Conn
+	var fallback error
+	if err := netns.Run(p.NS[0], func() (err error) {
+		conn, fallback, err = afxdp.Open(afxdp.Config{Interface: p.If[0], Port: port, Attach: afxdp.AttachNative, ZeroCopy: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, isUDP := conn.(*afxdp.UDPConn); !isUDP || fallback == nil || conn.LocalAddr() != netip.AddrPortFrom(p.Addr4[0], port) {
+		t.Fatalf("Open fell back to %T on %v, reason %v", conn, conn.LocalAddr(), fallback)
+	}
+	conn.Close()
+
+	// A bridge has no native XDP: native fails saying so, auto
+	// falls back to generic.
+	if _, err := netns.Exec(p.NS[0], "ip", "link", "add", "sxbr0", "type", "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netns.Exec(p.NS[0], "ip", "addr", "add", "10.199.51.1/24", "dev", "sxbr0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netns.Exec(p.NS[0], "ip", "link", "set", "sxbr0", "up"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = inA(afxdp.Config{Interface: "sxbr0", Port: port, Attach: afxdp.AttachNative})
+	wantErr("native on bridge", err, "native XDP", `attach = "generic"`)
+	x, err := inA(afxdp.Config{Interface: "sxbr0", Port: port, Attach: afxdp.AttachAuto, FrameCount: 64})
+	if err != nil {
+		t.Fatalf("auto on bridge: %v", err)
+	}
+	if x.AttachMode() != afxdp.AttachGeneric {
+		t.Fatalf("auto on bridge attached %q", x.AttachMode())
+	}
+	x.Close()
+
+	// The port is taken by a kernel socket.
+	taken := openUDP(t, p.NS[0], netip.AddrPortFrom(p.Addr4[0], port+1))
+	_, err = inA(afxdp.Config{Interface: p.If[0], Port: taken.LocalAddr().Port()})
+	wantErr("port taken", err, "address already in use")
+
+	// RLIMIT_MEMLOCK without CAP_IPC_LOCK: drop the capability on the
+	// throwaway thread netns.Run uses and lower the limit briefly.
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
+		t.Fatal(err)
+	}
+	err = netns.Run(p.NS[0], func() error {
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return err
+		}
+		data[0].Effective &^= 1 << unix.CAP_IPC_LOCK
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return err
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: 64 << 10, Max: old.Max}); err != nil {
+			return err
+		}
+		defer unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old)
+		c, err := afxdp.NewXDP(afxdp.Config{Interface: p.If[0], Port: port})
+		if c != nil {
+			c.Close()
+		}
+		return err
+	})
+	wantErr("memlock", err, "RLIMIT_MEMLOCK", "CAP_IPC_LOCK")
 }

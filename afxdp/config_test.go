@@ -1,0 +1,51 @@
+package afxdp
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidation(t *testing.T) {
+	ok := Config{Interface: "eth0", Port: 7400}
+	full, err := ok.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Poll != PollAdaptive || full.Attach != AttachAuto || full.FrameBytes != 2048 || full.FrameCount != 4096 || full.SpinMicros != 50 {
+		t.Fatalf("defaults: %+v", full)
+	}
+	bad := map[string]func(c *Config){
+		"no interface":      func(c *Config) { c.Interface = "" },
+		"long interface":    func(c *Config) { c.Interface = "abcdefghijklmnop" },
+		"no port":           func(c *Config) { c.Port = 0 },
+		"queue":             func(c *Config) { c.QueueID = -1 },
+		"poll":              func(c *Config) { c.Poll = "sometimes" },
+		"spin":              func(c *Config) { c.SpinMicros = spinMicrosMax + 1 },
+		"frame bytes":       func(c *Config) { c.FrameBytes = 3000 },
+		"frame count":       func(c *Config) { c.FrameCount = 1000 },
+		"frame count small": func(c *Config) { c.FrameCount = 32 },
+		"attach":            func(c *Config) { c.Attach = "offload" },
+		"zero-copy generic": func(c *Config) { c.ZeroCopy, c.Attach = true, AttachGeneric },
+		"negative core":     func(c *Config) { c.Cores = []int{-1} },
+		"too many cores":    func(c *Config) { c.Cores = []int{0, 1, 0} },
+		"multicast addr":    func(c *Config) { c.Addr = v4A.Addr(); c.Addr = mustAddr("224.0.0.1") },
+		"unspecified addr":  func(c *Config) { c.Addr = mustAddr("::") },
+	}
+	for name, mutate := range bad {
+		c := ok
+		mutate(&c)
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidConfig", name, err)
+		}
+		// Open refuses an invalid config instead of falling back.
+		if conn, fb, err := Open(c); err == nil || conn != nil || fb != nil {
+			t.Errorf("%s: Open = %v, %v, %v", name, conn, fb, err)
+		}
+	}
+	c := ok
+	c.Cores = []int{4095}
+	if _, err := NewXDP(c); err == nil || !strings.Contains(err.Error(), "core 4095") {
+		t.Errorf("NewXDP with a missing core: %v", err)
+	}
+}

@@ -1,0 +1,4 @@
+package afxdp
+
+// BuildFrame exposes the frame builder to the external namespace tests.
+var BuildFrame = buildFrame
