@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kvnodeBin is the kvnode binary TestMain built.
+var kvnodeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "synod-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	kvnodeBin = filepath.Join(dir, "kvnode")
+	build := exec.Command("go", "build", "-o", kvnodeBin, "./cmd/kvnode")
+	build.Dir = ".."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building kvnode: %v\n", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Timeouts of the harness (not assertions about speed: a slow machine only
+// makes the tests slower, up to these bounds).
+const (
+	startTimeout    = 30 * time.Second
+	leaderTimeout   = 30 * time.Second
+	catchUpTimeout  = 60 * time.Second
+	statusTimeout   = 500 * time.Millisecond
+	statusPollEvery = 20 * time.Millisecond
+)
+
+// tenant is one tenant in the generated configs.
+type tenant struct {
+	id    uint32
+	name  string
+	token string
+}
+
+var (
+	tenantA = tenant{1, "alpha", "alpha-token-0001"}
+	tenantB = tenant{2, "bravo", "bravo-token-0002"}
+)
+
+type node struct {
+	id        int
+	cfgPath   string
+	logPath   string
+	client    string // client address
+	consensus string
+	admin     string
+	cmd       *exec.Cmd
+	done      chan struct{}
+}
+
+// cluster is a group of kvnode processes on loopback.
+type cluster struct {
+	t     *testing.T
+	dir   string
+	pdir  string
+	nodes []*node
+}
+
+// freePort finds a loopback port free for both TCP and UDP (the consensus
+// address uses both).
+func freePort(t *testing.T) int {
+	for i := 0; i < 100; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
+		ln.Close()
+		if err == nil {
+			uc.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := "msync"
+	c.pdir = c.dir
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		d, err := os.MkdirTemp("/dev/shm", "synod-e2e-")
+		if err == nil {
+			c.pdir, mode = d, "shm"
+		}
+	}
+	for i := 1; i <= n; i++ {
+		c.nodes = append(c.nodes, &node{
+			id:        i,
+			client:    fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			admin:     fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		})
+	}
+	for _, nd := range c.nodes {
+		var b strings.Builder
+		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
+		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
+		fmt.Fprintf(&b, "log_level = \"info\"\nfault_injection = true\n")
+		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
+		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
+		for _, p := range c.nodes {
+			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
+		}
+		for _, tn := range []tenant{tenantA, tenantB} {
+			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n", tn.id, tn.name, tn.token)
+		}
+		nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
+		nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))
+		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			c.kill(nd)
+		}
+		if t.Failed() {
+			for _, nd := range c.nodes {
+				if b, err := os.ReadFile(nd.logPath); err == nil {
+					t.Logf("--- node%d.log (tail)\n%s", nd.id, tail(string(b), 3000))
+				}
+			}
+		}
+		if c.pdir != c.dir {
+			os.RemoveAll(c.pdir)
+		}
+	})
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	return c
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// start launches nd's process and waits until its admin endpoint answers.
+func (c *cluster) start(nd *node) {
+	c.t.Helper()
+	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(kvnodeBin, "--config", nd.cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.t.Fatal(err)
+	}
+	nd.cmd, nd.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(nd.done) }()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if _, err := c.status(nd); err == nil {
+			return
+		}
+		select {
+		case <-nd.done:
+			c.t.Fatalf("node %d exited during start-up", nd.id)
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d did not start within %v", nd.id, startTimeout)
+		}
+		time.Sleep(statusPollEvery)
+	}
+}
+
+func (nd *node) running() bool {
+	if nd.cmd == nil {
+		return false
+	}
+	select {
+	case <-nd.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL and waits for the process to go.
+func (c *cluster) kill(nd *node) {
+	if !nd.running() {
+		return
+	}
+	nd.cmd.Process.Signal(syscall.SIGKILL)
+	<-nd.done
+}
+
+// term sends SIGTERM and waits for a clean exit.
+func (c *cluster) term(nd *node) error {
+	if !nd.running() {
+		return nil
+	}
+	nd.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-nd.done:
+	case <-time.After(startTimeout):
+		c.kill(nd)
+		return fmt.Errorf("node %d ignored SIGTERM", nd.id)
+	}
+	if code := nd.cmd.ProcessState.ExitCode(); code != 0 {
+		return fmt.Errorf("node %d exited with %d after SIGTERM", nd.id, code)
+	}
+	return nil
+}
+
+// nodeStatus mirrors kvnode's /status JSON.
+type nodeStatus struct {
+	ID         uint64    `json:"id"`
+	Role       string    `json:"role"`
+	Leader     uint64    `json:"leader"`
+	Promised   [2]uint64 `json:"promised"`
+	Commit     uint64    `json:"commit"`
+	Applied    uint64    `json:"applied"`
+	LeaseValid bool      `json:"lease_valid"`
+	Durability string    `json:"durability"`
+}
+
+var httpClient = &http.Client{Timeout: statusTimeout}
+
+func (c *cluster) status(nd *node) (*nodeStatus, error) {
+	resp, err := httpClient.Get("http://" + nd.admin + "/status")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var st nodeStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// leader waits for a running node (not in except) that leads with a valid
+// lease.
+func (c *cluster) leader(except ...*node) *node {
+	c.t.Helper()
+	deadline := time.Now().Add(leaderTimeout)
+	for time.Now().Before(deadline) {
+	next:
+		for _, nd := range c.nodes {
+			for _, x := range except {
+				if x == nd {
+					continue next
+				}
+			}
+			if !nd.running() {
+				continue
+			}
+			if st, err := c.status(nd); err == nil && st.Role == "leader" && st.LeaseValid {
+				return nd
+			}
+		}
+		time.Sleep(statusPollEvery)
+	}
+	c.t.Fatalf("no leader within %v", leaderTimeout)
+	return nil
+}
+
+// waitCaughtUp waits until nd has applied at least slot.
+func (c *cluster) waitCaughtUp(nd *node, slot uint64) {
+	c.t.Helper()
+	deadline := time.Now().Add(catchUpTimeout)
+	for time.Now().Before(deadline) {
+		if st, err := c.status(nd); err == nil && st.Applied >= slot {
+			return
+		}
+		time.Sleep(statusPollEvery)
+	}
+	st, _ := c.status(nd)
+	c.t.Fatalf("node %d did not catch up to slot %d within %v (status %+v)", nd.id, slot, catchUpTimeout, st)
+}
+
+// block makes nd drop all consensus traffic to and from peers (empty heals).
+func (c *cluster) block(nd *node, peers ...*node) {
+	c.t.Helper()
+	var ids []string
+	for _, p := range peers {
+		ids = append(ids, fmt.Sprint(p.id))
+	}
+	resp, err := httpClient.PostForm("http://"+nd.admin+"/debug/faults", url.Values{"block": {strings.Join(ids, ",")}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.t.Fatalf("block on node %d: %s", nd.id, resp.Status)
+	}
+}
+
+func (c *cluster) endpoints(nodes ...*node) []string {
+	if len(nodes) == 0 {
+		nodes = c.nodes
+	}
+	var eps []string
+	for _, nd := range nodes {
+		eps = append(eps, nd.client)
+	}
+	return eps
+}
+
+func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

@@ -1,0 +1,9 @@
+// Package e2e holds synod's end-to-end tests: real kvnode processes on
+// loopback, driven by the Go client, killed and partitioned under load,
+// with whole client histories checked for linearizability by porcupine.
+//
+//	go test ./e2e/                          # the whole suite
+//	E2E_KILLS=20 go test -run Kill ./e2e/   # more leader kills
+//
+// TestMain builds kvnode once into a temporary directory.
+package e2e
