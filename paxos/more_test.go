@@ -291,3 +291,42 @@ func TestDuplicatesAndDropsHarmless(t *testing.T) {
 	}
 	nw.checkAgree()
 }
+
+// TestChunkedPromise elects a node whose log is far behind: the promises it
+// collects exceed EntriesPerMessageMax and arrive in chunks.
+func TestChunkedPromise(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := NodeID(1)
+	for nw.leader() != l {
+		nw.nodes[l].electionElapsed = nw.nodes[l].electionTimeout
+		nw.tick(1)
+	}
+	nw.crash(3)
+	const k = EntriesPerMessageMax + 500
+	for i := range k {
+		if err := nw.nodes[l].Propose([][]byte{[]byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+		nw.settle()
+	}
+	nw.tick(1)
+	nw.crash(l)
+	nw.restart(3)
+	// Let leases and the memory of leader 1 run out, then make 3 campaign.
+	for range 30 {
+		nw.nodes[2].electionElapsed = 0
+		nw.nodes[3].electionElapsed = 0
+		nw.tick(1)
+	}
+	nw.nodes[3].electionElapsed = nw.nodes[3].electionTimeout
+	nw.tick(3)
+	if nw.leader() != 3 {
+		t.Fatalf("leader %d, want 3", nw.leader())
+	}
+	nw.tick(5)
+	got := nw.cmds(3)
+	if len(got) != k || got[k-1] != fmt.Sprint(k-1) {
+		t.Fatalf("node 3 applied %d commands, want %d", len(got), k)
+	}
+	nw.checkAgree()
+}
