@@ -125,6 +125,10 @@ type sim struct {
 	// genesis is the initial membership, which every node's Config gets
 	// (a node that joins later replays or snapshots from it).
 	genesis []paxos.NodeID
+	// members is the membership after slot membersSlot, the highest slot
+	// any replica applied.
+	members     []paxos.NodeID
+	membersSlot paxos.Slot
 	conf    confChanger
 	net     *network
 	chk     *checker
@@ -443,6 +447,7 @@ func (s *sim) installSnapshot(sn *simNode, snap *paxos.Snapshot) {
 	}
 	s.tracef("node %d: install snapshot at slot %d", sn.id, snap.Meta.Slot)
 	sn.app = app
+	s.noteMembers(app.applied, app.members)
 	sn.store.saveSnapshot(snap.Meta, snap.Data)
 	sn.store.truncate(snap.Meta.Slot)
 	if s.appDurableEveryApply {
@@ -479,6 +484,7 @@ func (s *sim) apply(sn *simNode, e *paxos.Entry) {
 		app.data[keyNames[0]] += "!" // the planted bug: this replica diverges
 	}
 	app.applied = e.Slot
+	s.noteMembers(e.Slot, app.members)
 	if e.Slot > s.result.Commit {
 		s.result.Commit = e.Slot
 	}
@@ -616,18 +622,22 @@ func (s *sim) settled() bool {
 
 func (s *sim) isMember(id paxos.NodeID) bool { return slices.Contains(s.currentMembers(), id) }
 
-// currentMembers is the membership applied by the most advanced replica.
+// currentMembers is the membership after the highest slot any replica
+// applied. Replicas agree slot by slot (the checker verifies it), so this
+// never goes back when the most advanced replica crashes.
 func (s *sim) currentMembers() []paxos.NodeID {
-	var best *simNode
-	for _, sn := range s.nodes {
-		if sn.up() && (best == nil || sn.app.applied > best.app.applied) {
-			best = sn
-		}
-	}
-	if best == nil {
+	if s.membersSlot == 0 {
 		return s.genesis
 	}
-	return best.app.members
+	return s.members
+}
+
+// noteMembers records the membership a replica holds after slot.
+func (s *sim) noteMembers(slot paxos.Slot, members []paxos.NodeID) {
+	if slot > s.membersSlot {
+		s.membersSlot = slot
+		s.members = members
+	}
 }
 
 func (s *sim) livenessFailure() {
@@ -640,10 +650,11 @@ func (s *sim) livenessFailure() {
 	var nodes []string
 	for _, sn := range s.nodes {
 		st := sn.n.Status()
-		nodes = append(nodes, fmt.Sprintf("n%d %s leader=%d commit=%d applied=%d", sn.id, st.Role, st.Leader, st.Commit, sn.app.applied))
+		nodes = append(nodes, fmt.Sprintf("n%d %s leader=%d promised=%d.%d commit=%d applied=%d first=%d last=%d members=%v",
+			sn.id, st.Role, st.Leader, st.Promised.Round, st.Promised.Node, st.Commit, sn.app.applied, st.FirstSlot, st.LastSlot, st.Members))
 	}
-	s.chk.violate("liveness: not settled %d ticks after faults healed: pending [%s]; nodes [%s]",
-		LivenessTicksMax, strings.Join(pending, "; "), strings.Join(nodes, "; "))
+	s.chk.violate("liveness: not settled %d ticks after faults healed (membership %v): pending [%s]; nodes [%s]",
+		LivenessTicksMax, s.currentMembers(), strings.Join(pending, "; "), strings.Join(nodes, "; "))
 }
 
 func (s *sim) finish(checkHistory bool) *Result {

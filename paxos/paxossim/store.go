@@ -63,6 +63,7 @@ func (s *durableStore) durableState(applied paxos.Slot) paxos.DurableState {
 		m := *s.snapMeta
 		m.Members = slices.Clone(m.Members)
 		st.Snapshot = &m
+		st.SnapshotData = slices.Clone(s.snapData)
 		floor = m.Slot
 	}
 	slots := make([]paxos.Slot, 0, len(s.accepted))
