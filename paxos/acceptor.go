@@ -78,8 +78,13 @@ func (n *Node) handlePrepare(m *Message) {
 	last := n.log.last()
 	through := min(last, m.Slot+EntriesPerMessageMax-1)
 	var ents []Entry
+	size := 0
 	for s := m.Slot; s <= through; s++ {
 		if e := n.log.get(s); e != nil {
+			if size += entryBytes(e); size > messageEntryBytesMax && len(ents) > 0 {
+				through = s - 1 // the rest goes in the next chunk
+				break
+			}
 			ents = append(ents, *e)
 		}
 	}

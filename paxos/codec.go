@@ -30,6 +30,11 @@ const (
 	CmdBytesMax = 1 << 20
 	// MessageBytesMax bounds one encoded message (snapshots included).
 	MessageBytesMax = 64 << 20
+	// messageEntryBytesMax bounds the encoded entries the protocol puts in
+	// one message, leaving room for the header under MessageBytesMax.
+	messageEntryBytesMax = MessageBytesMax / 2
+	// SnapshotBytesMax bounds the snapshot data a MsgSnapshot carries.
+	SnapshotBytesMax = MessageBytesMax - 1<<20
 	// MembersMax bounds the membership of a group.
 	MembersMax = 64
 
@@ -40,6 +45,15 @@ const (
 	messageHeaderBytes = 3 + 8*10 + 4
 	entryHeaderBytes   = 8*3 + 1 + 4
 )
+
+// entryBytes is the encoded size of e.
+func entryBytes(e *Entry) int {
+	n := entryHeaderBytes
+	for _, c := range e.Cmds {
+		n += 4 + len(c)
+	}
+	return n
+}
 
 // errDecode is wrapped by every decoding error.
 var errDecode = errors.New("paxos: malformed encoding")

@@ -268,14 +268,14 @@ func (n *Node) flush() {
 	if l.sentThrough < limit {
 		from := l.sentThrough + 1
 		members := n.conf.at(from)
-		for lo := from; lo <= limit; lo += EntriesPerMessageMax {
-			hi := min(limit, lo+EntriesPerMessageMax-1)
-			ents := n.logRange(lo, hi)
+		for lo := from; lo <= limit; {
+			ents := n.logRange(lo, limit)
 			for _, id := range members {
 				if id != n.id {
 					n.send(Message{Type: MsgAccept, To: id, Ballot: l.ballot, Commit: n.commit, Entries: ents})
 				}
 			}
+			lo += Slot(len(ents))
 		}
 		l.sentThrough = limit
 	}
@@ -284,13 +284,19 @@ func (n *Node) flush() {
 	}
 }
 
-// logRange copies the entries of [lo, hi], which must all be held.
+// logRange copies the entries from lo on, through hi at most, as many as one
+// message may carry (at least one). They must all be held.
 func (n *Node) logRange(lo, hi Slot) []Entry {
+	hi = min(hi, lo+EntriesPerMessageMax-1)
 	out := make([]Entry, 0, hi-lo+1)
+	size := 0
 	for s := lo; s <= hi; s++ {
 		e := n.log.get(s)
 		if e == nil {
 			n.invariantf("leader holds no entry at slot %d in [%d, %d]", s, lo, hi)
+		}
+		if size += entryBytes(e); size > messageEntryBytesMax && len(out) > 0 {
+			break
 		}
 		out = append(out, *e)
 	}
@@ -361,10 +367,11 @@ func (n *Node) retransmit() {
 		}
 		budget := retransmitEntriesPerPeerMax
 		var run []Entry
+		runBytes := 0
 		flushRun := func() {
 			if len(run) > 0 {
 				n.send(Message{Type: MsgAccept, To: id, Ballot: l.ballot, Commit: n.commit, Entries: run})
-				run = nil
+				run, runBytes = nil, 0
 			}
 		}
 		for s := lo; s <= l.sentThrough && budget > 0; s++ {
@@ -373,7 +380,12 @@ func (n *Node) retransmit() {
 				flushRun()
 				continue
 			}
-			run = append(run, *n.log.get(s))
+			e := n.log.get(s)
+			if runBytes+entryBytes(e) > messageEntryBytesMax {
+				flushRun()
+			}
+			run = append(run, *e)
+			runBytes += entryBytes(e)
 			budget--
 		}
 		flushRun()

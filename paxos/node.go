@@ -318,6 +318,11 @@ func (n *Node) Step(m Message) error {
 // Propose submits application commands. On the leader they are batched into
 // slots; elsewhere it returns ErrNotLeader. At most ProposalQueueMax
 // commands wait for a slot; beyond that it returns ErrProposalsFull.
+//
+// A nil error means queued, not committed: commands still queued or in
+// flight when the node stops leading may be lost or may commit later under
+// another leader. Callers learn the outcome from Ready.Committed and retry
+// (idempotently) on timeout.
 func (n *Node) Propose(cmds [][]byte) error {
 	if n.role != RoleLeader {
 		return ErrNotLeader
@@ -363,7 +368,9 @@ func (n *Node) ProposeConfChange(cc ConfChange) error {
 // elsewhere). With a valid lease, and once the leader's first entry under its
 // own ballot is committed, the answer is immediate: Index is the commit
 // index. Otherwise the read waits for a read barrier: one heartbeat round
-// confirmed by a majority.
+// confirmed by a majority. A read still waiting when the node stops leading
+// is never answered; callers time out and retry. At most ReadsPendingMax
+// reads wait (ErrReadsFull beyond).
 func (n *Node) ReadIndex(id uint64) error {
 	if n.role != RoleLeader {
 		return ErrNotLeader
@@ -384,6 +391,9 @@ func (n *Node) Compact(slot Slot, data []byte) error {
 	}
 	if slot == 0 {
 		return errors.New("paxos: compact through slot 0")
+	}
+	if len(data) > SnapshotBytesMax {
+		return fmt.Errorf("paxos: snapshot of %d bytes exceeds SnapshotBytesMax %d", len(data), SnapshotBytesMax)
 	}
 	// The snapshot holds the state after applying slot, so it carries the
 	// membership in force for the slots above it.
