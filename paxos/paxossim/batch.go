@@ -14,6 +14,18 @@ type Summary struct {
 	Violations int
 	Failed     []*Result // in seed order
 	Covered    FaultSet  // union of the fault kinds the batch ran
+	Counts     Counts
+	Net        netStats
+}
+
+// Detail describes what the batch exercised, one line.
+func (s *Summary) Detail() string {
+	c := s.Counts
+	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
+		"compactions=%d snapshot-installs=%d reads=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
+		s.Covered, c.Crashes, c.MidReadyCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
+		c.Compactions, c.SnapshotsInstalled, c.LeaseOrBarrierReads,
+		s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
 }
 
 // String is the one summary line the test prints.
@@ -53,6 +65,8 @@ func RunBatch(first uint64, count int, opts Options, workers int, onResult func(
 		sum.Faults += r.FaultCount
 		sum.Violations += r.Violations
 		sum.Covered |= r.Faults
+		sum.Counts.add(r.Counts)
+		sum.Net.add(r.Net)
 		if r.Failed() {
 			sum.Failed = append(sum.Failed, r)
 		}

@@ -176,6 +176,9 @@ func (c *checker) ack(node paxos.NodeID, ev *paxos.AckEvent) {
 		r.count = ev.Count
 	}
 	if ev.Committed {
+		if c.quorum > 0 && ev.Count < c.quorum {
+			c.violate("slot %d ballot %v: Committed AckEvent with %d acks, quorum is %d", ev.Slot, ev.Ballot, ev.Count, c.quorum)
+		}
 		if r.committed {
 			c.violate("slot %d ballot %v: a second Committed AckEvent", ev.Slot, ev.Ballot)
 		}

@@ -247,6 +247,7 @@ func (s *sim) readState(sn *simNode, rs paxos.ReadState) {
 	}
 	op.readIndex = rs.Index
 	op.haveIndex = true
+	s.result.Counts.LeaseOrBarrierReads++
 }
 
 // attemptDue reports whether the operation should be (re)submitted now: it

@@ -95,6 +95,7 @@ func (s *sim) confStep(tick int64) {
 		if c.fresh < freshNodesMax && s.r.chance(1, 2) {
 			// A node id never seen before joins with an empty store.
 			c.fresh++
+			s.result.Counts.FreshNodes++
 			c.target = c.nextFresh
 			c.nextFresh++
 			s.tracef("membership: add fresh node %d", c.target)
@@ -141,4 +142,5 @@ func (s *sim) confPropose(tick int64, cc paxos.ConfChange) {
 	s.tracef("membership: node %d proposed %v", leader.id, cc)
 	c.proposedAt = tick
 	s.result.FaultCount++
+	s.result.Counts.ConfChanges++
 }

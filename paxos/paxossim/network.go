@@ -70,6 +70,16 @@ type netStats struct {
 	sent, delivered, dropped, duplicated, delayed, blocked, overflow uint64
 }
 
+func (s *netStats) add(o netStats) {
+	s.sent += o.sent
+	s.delivered += o.delivered
+	s.dropped += o.dropped
+	s.duplicated += o.duplicated
+	s.delayed += o.delayed
+	s.blocked += o.blocked
+	s.overflow += o.overflow
+}
+
 func newNetwork() *network {
 	return &network{blocked: map[link]bool{}}
 }

@@ -74,6 +74,26 @@ type Result struct {
 	Messages []string
 	Net      netStats
 	Commit   paxos.Slot // highest slot applied anywhere
+	Counts   Counts
+}
+
+// Counts tallies the discrete events of a run, so a batch can show that
+// every fault kind actually happened.
+type Counts struct {
+	Crashes, MidReadyCrashes, Partitions, OneWays, ConfChanges, FreshNodes int
+	SnapshotsInstalled, Compactions, LeaseOrBarrierReads                   int
+}
+
+func (c *Counts) add(o Counts) {
+	c.Crashes += o.Crashes
+	c.MidReadyCrashes += o.MidReadyCrashes
+	c.Partitions += o.Partitions
+	c.OneWays += o.OneWays
+	c.ConfChanges += o.ConfChanges
+	c.FreshNodes += o.FreshNodes
+	c.SnapshotsInstalled += o.SnapshotsInstalled
+	c.Compactions += o.Compactions
+	c.LeaseOrBarrierReads += o.LeaseOrBarrierReads
 }
 
 // Failed reports whether the run found a violation.
@@ -129,9 +149,9 @@ type sim struct {
 	// any replica applied.
 	members     []paxos.NodeID
 	membersSlot paxos.Slot
-	conf    confChanger
-	net     *network
-	chk     *checker
+	conf        confChanger
+	net         *network
+	chk         *checker
 
 	clients     []*client
 	history     []porcupine.Operation
@@ -288,6 +308,10 @@ func (s *sim) start(sn *simNode) {
 
 func (s *sim) crash(sn *simNode, downTicks int64) {
 	s.tracef("node %d: crash (down %d ticks, mid-Ready %v)", sn.id, downTicks, sn.crashMidReady)
+	s.result.Counts.Crashes++
+	if sn.crashMidReady {
+		s.result.Counts.MidReadyCrashes++
+	}
 	sn.crashMidReady = false
 	sn.n = nil
 	sn.app = nil
@@ -447,6 +471,7 @@ func (s *sim) installSnapshot(sn *simNode, snap *paxos.Snapshot) {
 	}
 	s.tracef("node %d: install snapshot at slot %d", sn.id, snap.Meta.Slot)
 	sn.app = app
+	s.result.Counts.SnapshotsInstalled++
 	s.noteMembers(app.applied, app.members)
 	sn.store.saveSnapshot(snap.Meta, snap.Data)
 	sn.store.truncate(snap.Meta.Slot)
@@ -534,6 +559,7 @@ func (s *sim) faultStep(tick int64) {
 		s.net.partition(ids[:k], ids[k:])
 		s.partitionUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
 		s.result.FaultCount++
+		s.result.Counts.Partitions++
 		s.tracef("network: partition %v | %v until %d", ids[:k], ids[k:], s.partitionUntil)
 	}
 	if f.Has(FaultOneWay) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
@@ -548,6 +574,7 @@ func (s *sim) faultStep(tick int64) {
 		}
 		s.oneWayUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
 		s.result.FaultCount++
+		s.result.Counts.OneWays++
 	}
 }
 
@@ -580,6 +607,7 @@ func (s *sim) compact(sn *simNode) {
 	// members are those in force at the snapshot's slot.
 	sn.store.saveSnapshot(paxos.SnapshotMeta{Slot: slot, Members: slices.Clone(sn.app.members)}, data)
 	sn.store.truncate(slot)
+	s.result.Counts.Compactions++
 	s.process(sn)
 }
 

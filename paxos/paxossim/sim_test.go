@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"synod/paxos"
 )
 
 var (
@@ -89,6 +91,7 @@ func TestSimulation(t *testing.T) {
 	}
 	sum := RunBatch(*flagFirst, n, opts, 0, nil)
 	fmt.Println(sum.String())
+	t.Log(sum.Detail())
 	if opts.Faults == 0 && !opts.NoFaults && sum.Covered != FaultAll {
 		t.Errorf("batch covered fault kinds %s, want all of %s", sum.Covered, FaultAll)
 	}
@@ -130,5 +133,33 @@ func TestNoFaultsMakesProgress(t *testing.T) {
 		if r.Ops < r.Calls || r.Ops < 20 {
 			t.Fatalf("seed %d: only %d of %d operations completed without faults", seed, r.Ops, r.Calls)
 		}
+	}
+}
+
+// TestHooks checks the event hooks the accel plane will be driven by: every
+// delivered message passes OnDeliver, every Ready passes OnReady, and the
+// leader's AckEvents show commits.
+func TestHooks(t *testing.T) {
+	var readies, delivered, committedAcks, committedEntries int
+	opts := Options{
+		NoFaults: true,
+		OnReady: func(node paxos.NodeID, rd *paxos.Ready) {
+			readies++
+			committedEntries += len(rd.Committed)
+			for _, ev := range rd.AckEvents {
+				if ev.Committed {
+					committedAcks++
+				}
+			}
+		},
+		OnDeliver: func(m *paxos.Message) { delivered++ },
+	}
+	r := Run(7, opts)
+	if r.Failed() {
+		t.Fatal(r)
+	}
+	if readies == 0 || uint64(delivered) != r.Net.delivered || committedAcks == 0 || committedEntries == 0 {
+		t.Fatalf("readies=%d delivered=%d (network says %d) committed acks=%d entries=%d",
+			readies, delivered, r.Net.delivered, committedAcks, committedEntries)
 	}
 }

@@ -62,6 +62,7 @@ func main() {
 			fmt.Println()
 		}
 	})
+	fmt.Println(sum.Detail())
 	fmt.Println(sum.String())
 	if sum.Violations > 0 {
 		os.Exit(1)
