@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"errors"
+	"maps"
 	"slices"
 )
 
@@ -50,6 +51,11 @@ type leader struct {
 	queue      [][]byte
 	ccQueued   *ConfChange
 	peers      map[NodeID]*peer
+	// leaving holds acceptors removed by a committed ConfChange (at the
+	// slot given) that have not yet reported a commit index past it: they
+	// still get heartbeats and catch-up, so they learn of their removal and
+	// stop campaigning, but their acks count for nothing.
+	leaving map[NodeID]*leavingPeer
 	hbSeq      uint64
 	hbSent     [hbHistoryMax]hbRecord
 	confirmed  uint64 // highest heartbeat seq a majority acked
@@ -72,6 +78,11 @@ type peer struct {
 	lastSnapTick int64
 }
 
+type leavingPeer struct {
+	peer
+	slot Slot
+}
+
 type hbRecord struct {
 	seq    uint64
 	tick   int64
@@ -92,6 +103,7 @@ func (n *Node) becomeLeader() {
 		ballot:      c.ballot,
 		acks:        map[Slot]*slotAcks{},
 		peers:       map[NodeID]*peer{},
+		leaving:     map[NodeID]*leavingPeer{},
 		sentThrough: n.commit,
 	}
 	n.role = RoleLeader
@@ -121,9 +133,15 @@ func (n *Node) becomeLeader() {
 func (n *Node) syncPeers() {
 	l := n.lead
 	members := n.conf.latest()
-	for id := range l.peers {
+	for id, p := range l.peers {
 		if !slices.Contains(members, id) {
 			delete(l.peers, id)
+			l.leaving[id] = &leavingPeer{peer: *p, slot: n.commit}
+		}
+	}
+	for id := range l.leaving {
+		if slices.Contains(members, id) {
+			delete(l.leaving, id) // added back
 		}
 	}
 	for _, id := range members {
@@ -350,6 +368,9 @@ func (n *Node) broadcastHeartbeat() {
 			n.send(Message{Type: MsgHeartbeat, To: id, Ballot: l.ballot, Commit: n.commit, Context: l.hbSeq})
 		}
 	}
+	for _, id := range slices.Sorted(maps.Keys(l.leaving)) {
+		n.send(Message{Type: MsgHeartbeat, To: id, Ballot: l.ballot, Commit: n.commit, Context: l.hbSeq})
+	}
 	n.confirmHeartbeats()
 }
 
@@ -429,14 +450,25 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 		}
 		return
 	}
+	if m.Ballot != l.ballot {
+		return
+	}
 	p := l.peers[m.From]
-	if m.Ballot != l.ballot || p == nil {
+	lp := l.leaving[m.From]
+	if lp != nil {
+		if m.Commit >= lp.slot {
+			delete(l.leaving, m.From)
+			return
+		}
+		p = &lp.peer
+	}
+	if p == nil {
 		return
 	}
 	p.active = true
 	prev := p.commit
 	p.commit = m.Commit
-	if m.Context > p.hbAcked && m.Context <= l.hbSeq {
+	if lp == nil && m.Context > p.hbAcked && m.Context <= l.hbSeq {
 		p.hbAcked = m.Context
 		n.confirmHeartbeats()
 	}

@@ -19,7 +19,7 @@ func TestRandomFaults(t *testing.T) {
 	}
 }
 
-func runRandom(t testing.TB, seed uint64) {
+func runRandom(t testing.TB, seed uint64) *network {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	size := 3 + 2*rng.IntN(2)
 	nw := newNetwork(t, size)
@@ -86,6 +86,17 @@ func runRandom(t testing.TB, seed uint64) {
 		}
 	}
 	nw.checkAgree()
+	return nw
+}
+
+// TestDeterministic replays a seed and expects the very same run.
+func TestDeterministic(t *testing.T) {
+	for seed := range uint64(5) {
+		a, b := runRandom(t, seed), runRandom(t, seed)
+		if a.sent != b.sent || fmt.Sprint(a.applied) != fmt.Sprint(b.applied) {
+			t.Fatalf("seed %d: runs differ: %d vs %d messages", seed, a.sent, b.sent)
+		}
+	}
 }
 
 // fatalTB turns Fatal into a recoverable panic so a test can assert that a
