@@ -29,6 +29,7 @@ const (
 	TokenBytesMax = 256  // longest accepted token
 	TokenBytesMin = 8    // shortest accepted token
 	NameBytesMax  = 64
+	WeightMax     = 1000 // largest DRR weight
 )
 
 // Spec is one tenant's identity and contract, as written in kvnode's config.
@@ -45,6 +46,9 @@ type Spec struct {
 	MaxKeyBytes   int   // 0: the protocol's limit
 	MaxValueBytes int   // 0: the protocol's limit
 	QuotaBytes    int64 // 0: no storage quota
+	// Weight is the tenant's share in the deficit-round-robin scheduler
+	// relative to others of its priority class; 0 means 1.
+	Weight int
 }
 
 // Registry maps tokens and ids to tenant specs. It is immutable after
@@ -84,8 +88,10 @@ func NewRegistry(specs []Spec) (*Registry, error) {
 			return nil, fmt.Errorf("tenants: tenant %q: token shared with another tenant", s.Name)
 		case s.OpsPerSec < 0 || s.OpsBurst < 0 || s.BytesPerSec < 0 || s.BytesBurst < 0:
 			return nil, fmt.Errorf("tenants: tenant %q: negative rate or burst", s.Name)
-		case s.MaxKeyBytes < 0 || s.MaxValueBytes < 0 || s.QuotaBytes < 0:
-			return nil, fmt.Errorf("tenants: tenant %q: negative limit", s.Name)
+		case s.MaxKeyBytes < 0 || s.MaxValueBytes < 0 || s.QuotaBytes < 0 || s.Weight < 0 || s.Weight > WeightMax:
+			return nil, fmt.Errorf("tenants: tenant %q: negative limit or weight above %d", s.Name, WeightMax)
+		case s.Priority > ClassBulk:
+			return nil, fmt.Errorf("tenants: tenant %q: unknown priority class %d", s.Name, s.Priority)
 		}
 		names[s.Name] = true
 		tokens[s.Token] = true

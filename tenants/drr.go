@@ -1,0 +1,173 @@
+package tenants
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// Bounds of the scheduler.
+const (
+	// TenantQueueItemsMax is the default bound on one tenant's queue.
+	TenantQueueItemsMax = 256
+	// DRRQuantumBytesDefault is the default quantum: the credit a weight-1
+	// tenant gains per round. It is kept near the cost of a few small
+	// items because the worst wait of a compliant tenant is one round, the
+	// sum of every backlogged tenant's quantum: a large quantum is a large
+	// head-of-line delay.
+	DRRQuantumBytesDefault = 1024
+	// DRRItemOverheadBytes is added to every item's cost: proposing,
+	// replicating and applying an operation costs about this much beyond
+	// its bytes, so many tiny items are not free.
+	DRRItemOverheadBytes = 256
+	// DRRCostBytesMax caps the cost of one item so that a dequeue needs at
+	// most DRRCostBytesMax/quantum rounds.
+	DRRCostBytesMax = 1 << 20
+	classCount      = int(ClassBulk) + 1
+)
+
+// ErrQueueFull is returned by Enqueue when the tenant's queue is at its
+// bound; the server answers THROTTLED (with a short retry-after), never
+// drops silently and never queues without bound.
+var ErrQueueFull = errors.New("tenants: tenant queue full")
+
+// DRRConfig configures a DRR; zero fields take the defaults.
+type DRRConfig struct {
+	QueueItemsMax int // per tenant
+	QuantumBytes  int
+}
+
+// DRR is a deficit-round-robin scheduler across tenants, feeding the
+// proposer's batcher. Classes are strict priority (ClassCritical before
+// ClassStandard before ClassBulk); within a class each backlogged tenant
+// gets QuantumBytes*Weight of credit per round, so a tenant within its
+// contract waits at most about one round behind any number of tenants
+// over theirs, however long their queues.
+//
+// Consensus traffic never enters a DRR: the runtime keeps it on its own
+// path (receive loop -> paxos/accel), and the proposer drains the DRR only
+// when it has room in its batch, so client work is always behind consensus
+// messages and heartbeats.
+//
+// Safe for concurrent use (server goroutines enqueue, the proposer
+// dequeues).
+type DRR[T any] struct {
+	mu      sync.Mutex
+	cfg     DRRConfig
+	now     func() time.Time
+	metrics *Metrics
+	queues  map[ID]*tenantQueue[T] // fixed at NewDRR
+	// Per class, two round-robin lists, as in fq_codel: a queue that was
+	// empty and gets an item joins fresh with one quantum of credit and is
+	// served before the queues that stayed backlogged (stale). A tenant
+	// sending within its contract is nearly always fresh, so it waits only
+	// for the item in service, not for a round of everyone's quanta; a
+	// backlogged tenant cannot stay fresh, since it must drain to rejoin.
+	fresh, stale [classCount][]*tenantQueue[T]
+	length       int
+}
+
+type drrItem[T any] struct {
+	v    T
+	cost int
+	enq  time.Time
+}
+
+type tenantQueue[T any] struct {
+	id      ID
+	class   Class
+	quantum int
+	items   []drrItem[T] // ring, cap QueueItemsMax
+	head, n int
+	deficit int
+	active  bool
+}
+
+// NewDRR builds a queue per tenant in reg. now stamps enqueue times for
+// the queueing-delay metric; metrics may be nil.
+func NewDRR[T any](reg *Registry, cfg DRRConfig, now func() time.Time, metrics *Metrics) *DRR[T] {
+	if cfg.QueueItemsMax <= 0 {
+		cfg.QueueItemsMax = TenantQueueItemsMax
+	}
+	if cfg.QuantumBytes <= 0 {
+		cfg.QuantumBytes = DRRQuantumBytesDefault
+	}
+	d := &DRR[T]{cfg: cfg, now: now, metrics: metrics, queues: map[ID]*tenantQueue[T]{}}
+	for _, sp := range reg.All() {
+		w := max(sp.Weight, 1)
+		d.queues[sp.ID] = &tenantQueue[T]{id: sp.ID, class: sp.Priority, quantum: cfg.QuantumBytes * w,
+			items: make([]drrItem[T], cfg.QueueItemsMax)}
+	}
+	return d
+}
+
+// Enqueue appends v, a frame of frameBytes, to tenant id's queue; its cost
+// is frameBytes + DRRItemOverheadBytes. It returns ErrUnknownTenant or
+// ErrQueueFull.
+func (d *DRR[T]) Enqueue(id ID, frameBytes int, v T) error {
+	cost := max(frameBytes, 0) + DRRItemOverheadBytes
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.queues[id]
+	if q == nil {
+		return ErrUnknownTenant
+	}
+	if q.n == len(q.items) {
+		d.metrics.Throttled(id, ThrottleQueue)
+		return ErrQueueFull
+	}
+	q.items[(q.head+q.n)%len(q.items)] = drrItem[T]{v: v, cost: min(cost, DRRCostBytesMax), enq: d.now()}
+	q.n++
+	d.length++
+	if !q.active {
+		q.active = true
+		q.deficit = q.quantum
+		d.fresh[q.class] = append(d.fresh[q.class], q)
+	}
+	return nil
+}
+
+// Dequeue removes the next item by class priority and deficit round robin.
+// ok is false when every queue is empty.
+func (d *DRR[T]) Dequeue() (v T, id ID, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c := range d.fresh {
+		for len(d.fresh[c]) > 0 || len(d.stale[c]) > 0 {
+			list := &d.fresh[c]
+			if len(*list) == 0 {
+				list = &d.stale[c]
+			}
+			q := (*list)[0]
+			it := &q.items[q.head]
+			if q.deficit < it.cost {
+				// Out of credit: one more quantum, to the back of the stale list.
+				q.deficit += q.quantum
+				*list = (*list)[1:]
+				d.stale[c] = append(d.stale[c], q)
+				continue
+			}
+			q.deficit -= it.cost
+			v, id = it.v, q.id
+			d.metrics.ObserveQueue(id, d.now().Sub(it.enq))
+			*it = drrItem[T]{} // do not pin the value
+			q.head = (q.head + 1) % len(q.items)
+			q.n--
+			d.length--
+			if q.n == 0 {
+				q.active = false
+				q.deficit = 0
+				*list = (*list)[1:]
+			}
+			return v, id, true
+		}
+	}
+	return v, 0, false
+}
+
+// Len returns the number of queued items.
+func (d *DRR[T]) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.length
+}
