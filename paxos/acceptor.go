@@ -71,8 +71,11 @@ func (n *Node) handlePrepare(m *Message) {
 	}
 	if m.Slot < n.log.first {
 		// This acceptor compacted slots the candidate has not committed:
-		// it cannot report them, so it cannot promise usefully.
+		// it cannot report them, so it cannot promise usefully. Offer the
+		// snapshot, so the candidate catches up (and learns the current
+		// membership, which may not even include it).
 		refuse()
+		n.offerSnapshot(m.From)
 		return
 	}
 	last := n.log.last()
@@ -166,10 +169,13 @@ func (n *Node) handleCatchup(m *Message) {
 }
 
 func (n *Node) handleSnapshot(m *Message) {
-	if !n.admitProposer(m) {
-		return
+	fromLeader := !m.Ballot.IsZero()
+	if fromLeader {
+		if !n.admitProposer(m) {
+			return
+		}
+		n.followLeader(m.From)
 	}
-	n.followLeader(m.From)
 	s := m.Snapshot
 	if s.Meta.Slot > n.commit {
 		n.log.truncateBelow(s.Meta.Slot + 1)
@@ -182,8 +188,26 @@ func (n *Node) handleSnapshot(m *Message) {
 		n.snap = s
 		n.pendingSnap = s
 	}
-	n.learnCommit(m.Commit, m.Ballot)
-	n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: m.Ballot, Commit: n.commit})
+	if fromLeader {
+		n.learnCommit(m.Commit, m.Ballot)
+		n.send(Message{Type: MsgHeartbeatResp, To: m.From, Ballot: m.Ballot, Commit: n.commit})
+	}
+}
+
+// offerSnapshot sends this node's snapshot to a node found lagging below
+// its compaction point, at most once per election timeout per node.
+func (n *Node) offerSnapshot(to NodeID) {
+	if n.snap == nil || n.snap.Data == nil {
+		return
+	}
+	if t, ok := n.snapOffered[to]; ok && n.now-t < int64(n.cfg.ElectionTicks) {
+		return
+	}
+	if n.snapOffered == nil {
+		n.snapOffered = map[NodeID]int64{}
+	}
+	n.snapOffered[to] = n.now
+	n.send(Message{Type: MsgSnapshot, To: to, Commit: n.commit, Snapshot: n.snap})
 }
 
 // learnCommit advances the commit index toward c, told by the leader of

@@ -65,8 +65,12 @@ func (n *Node) precheckWon() bool {
 func (n *Node) handlePreCheck(m *Message) {
 	heard := n.role == RoleLeader ||
 		(n.leader != 0 && n.now-n.lastLeaderTick < int64(n.cfg.ElectionTicks))
-	grant := !heard && !n.leaseBlocks(m.From) && m.Commit+1 >= n.log.first
+	behind := m.Commit+1 < n.log.first
+	grant := !heard && !n.leaseBlocks(m.From) && !behind
 	n.send(Message{Type: MsgPreCheckResp, To: m.From, Context: m.Context, Commit: n.commit, Reject: !grant})
+	if behind {
+		n.offerSnapshot(m.From)
+	}
 }
 
 func (n *Node) handlePreCheckResp(m *Message) {

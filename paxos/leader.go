@@ -48,14 +48,14 @@ type leader struct {
 	ccSlots     []Slot
 	acks        map[Slot]*slotAcks
 
-	queue      [][]byte
-	ccQueued   *ConfChange
-	peers      map[NodeID]*peer
+	queue    [][]byte
+	ccQueued *ConfChange
+	peers    map[NodeID]*peer
 	// leaving holds acceptors removed by a committed ConfChange (at the
 	// slot given) that have not yet reported a commit index past it: they
 	// still get heartbeats and catch-up, so they learn of their removal and
 	// stop campaigning, but their acks count for nothing.
-	leaving map[NodeID]*leavingPeer
+	leaving    map[NodeID]*leavingPeer
 	hbSeq      uint64
 	hbSent     [hbHistoryMax]hbRecord
 	confirmed  uint64 // highest heartbeat seq a majority acked

@@ -330,3 +330,69 @@ func TestChunkedPromise(t *testing.T) {
 	}
 	nw.checkAgree()
 }
+
+// TestSnapshotOfferedToLaggingCandidate: a node below every peer's
+// compaction point cannot pre-check or prepare; the peer that refuses it
+// sends its snapshot, so it catches up without a leader.
+func TestSnapshotOfferedToLaggingCandidate(t *testing.T) {
+	nw := newNetwork(t, 3)
+	for nw.leader() != 1 {
+		nw.nodes[1].electionElapsed = nw.nodes[1].electionTimeout
+		nw.tick(1)
+	}
+	nw.crash(3)
+	for i := range 10 {
+		nw.propose(1, fmt.Sprint(i))
+	}
+	nw.tick(2)
+	for _, id := range []NodeID{1, 2} {
+		n := nw.nodes[id]
+		if err := n.Compact(n.applied, []byte("s")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nw.crash(1)
+	nw.restart(3)
+	for range 60 {
+		nw.nodes[2].electionElapsed = 0 // node 2 never campaigns
+		nw.tick(1)
+		if nw.snaps[3] != nil {
+			break
+		}
+	}
+	if nw.snaps[3] == nil {
+		t.Fatal("lagging node 3 got no snapshot")
+	}
+	if nw.leader() != 0 {
+		t.Fatalf("leader %d exists; the test wants the leaderless path", nw.leader())
+	}
+	if st := nw.nodes[3].Status(); st.Commit != nw.nodes[2].Status().Commit {
+		t.Fatalf("node 3 commit %d, node 2 %d", st.Commit, nw.nodes[2].Status().Commit)
+	}
+	l := nw.elect()
+	nw.propose(l, "after")
+	nw.tick(3)
+	nw.checkAgree()
+}
+
+// TestRefusalWithUnknownBallotNode: a refusal carries the refuser's promised
+// ballot, which may belong to a node this one never heard of (removed and
+// compacted away). It is an ordering fact, not bad input: the next campaign
+// must outbid it.
+func TestRefusalWithUnknownBallotNode(t *testing.T) {
+	n, err := NewNode(testConfig(1, []NodeID{1, 2, 3}), DurableState{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		n.Tick()
+	}
+	err = n.Step(Message{Type: MsgPromise, Cluster: 7, From: 2, To: 1, Ballot: Ballot{Round: 50, Node: 9}, Slot: 1, Reject: true})
+	if err != nil {
+		t.Fatalf("refusal dropped: %v", err)
+	}
+	n.campaign()
+	if b := n.Status().Ballot; b.Round <= 50 {
+		t.Fatalf("campaign ballot %v does not outbid round 50", b)
+	}
+}

@@ -28,7 +28,10 @@ const (
 	// MsgCatchup carries chosen entries from the receiver's commit+1 on.
 	MsgCatchup MsgType = 9
 	// MsgSnapshot carries an application snapshot for an acceptor that lags
-	// below the leader's first log slot.
+	// below the sender's first log slot. The leader sends it under its
+	// ballot; any other node sends it with the zero ballot when it refuses
+	// a pre-check or prepare from a node below its compaction point (a
+	// snapshot holds only chosen state, so it is safe from anyone).
 	MsgSnapshot MsgType = 10
 
 	msgTypeMax = MsgSnapshot
@@ -64,7 +67,7 @@ func (t MsgType) String() string {
 // under its own ballot (so Ballot.Node must equal From).
 func (t MsgType) fromProposer() bool {
 	switch t {
-	case MsgPrepare, MsgAccept, MsgHeartbeat, MsgCatchup, MsgSnapshot:
+	case MsgPrepare, MsgAccept, MsgHeartbeat, MsgCatchup:
 		return true
 	}
 	return false

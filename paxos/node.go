@@ -129,8 +129,9 @@ type Node struct {
 	delivered Slot // committed entries handed out by Ready through here
 	applied   Slot // reported by Advance
 
-	snap        *Snapshot // latest local snapshot; Data nil after restart until Compact
-	pendingSnap *Snapshot // installed from a leader, to hand out in Ready
+	snap        *Snapshot        // latest local snapshot; Data nil after restart until Compact
+	snapOffered map[NodeID]int64 // when offerSnapshot last sent to a node (bounded by known)
+	pendingSnap *Snapshot        // installed from a leader, to hand out in Ready
 
 	conf  confHistory
 	known map[NodeID]bool // every node named by any membership seen
@@ -221,8 +222,15 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		}
 		n.conf.reset(1, cfg.Members)
 	}
+	// Every node ever named is a known sender: the initial members, the
+	// snapshot's members and (below) those named by ConfChange entries.
 	for _, id := range n.conf.latest() {
 		n.known[id] = true
+	}
+	for _, id := range cfg.Members {
+		if id != 0 {
+			n.known[id] = true
+		}
 	}
 	n.log.first = first
 	n.commit = max(first-1, st.Applied)

@@ -24,10 +24,10 @@ func (n *Node) validate(m *Message) error {
 		return fmt.Errorf("unknown type %d", m.Type)
 	case m.Ballot.Round >= 1<<62:
 		return fmt.Errorf("impossible ballot %v", m.Ballot)
-	case m.Ballot.Node != 0 && !n.known[m.Ballot.Node]:
-		return fmt.Errorf("ballot %v of unknown node", m.Ballot)
 	case m.Type.fromProposer() && (m.Ballot.Round == 0 || m.Ballot.Node != m.From):
 		return fmt.Errorf("ballot %v is not the sender's", m.Ballot)
+	case m.Type == MsgSnapshot && !m.Ballot.IsZero() && (m.Ballot.Round == 0 || m.Ballot.Node != m.From):
+		return fmt.Errorf("snapshot ballot %v is not the sender's", m.Ballot)
 	case m.Slot > slotMax || m.Commit > slotMax || m.Index > slotMax || m.Last > slotMax:
 		return errors.New("impossible slot")
 	case len(m.Entries) > EntriesPerMessageMax:
