@@ -7,6 +7,7 @@ import "sync/atomic"
 // one of the Rx drop counters; none of them panics the reader.
 type Counters struct {
 	RxPackets uint64 // delivered to ReadBatch
+	RxKernel  uint64 // of RxPackets, those an XDPConn got through its kernel socket (passed by XDP: other queues, IP options, fragments)
 	RxBytes   uint64 // payload bytes delivered
 	TxPackets uint64 // handed to the network
 	TxBytes   uint64 // payload bytes handed to the network
@@ -22,14 +23,15 @@ type Counters struct {
 
 // counters is the live, atomically updated form of Counters.
 type counters struct {
-	rxPackets, rxBytes, txPackets, txBytes    atomic.Uint64
-	rxRunt, rxTruncated, rxBadCsum, rxForeign atomic.Uint64
-	txRingFull, rxFillEmpty                   atomic.Uint64
+	rxPackets, rxKernel, rxBytes, txPackets, txBytes atomic.Uint64
+	rxRunt, rxTruncated, rxBadCsum, rxForeign        atomic.Uint64
+	txRingFull, rxFillEmpty                          atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
 	return Counters{
 		RxPackets:     c.rxPackets.Load(),
+		RxKernel:      c.rxKernel.Load(),
 		RxBytes:       c.rxBytes.Load(),
 		TxPackets:     c.txPackets.Load(),
 		TxBytes:       c.txBytes.Load(),

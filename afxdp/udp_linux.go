@@ -100,7 +100,7 @@ func (c *UDPConn) ReadBatch(pkts []Packet) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	for {
-		n, err := c.readOnce(pkts)
+		n, err := c.readOnce(pkts, true)
 		if err != nil || n > 0 {
 			return n, err
 		}
@@ -108,7 +108,17 @@ func (c *UDPConn) ReadBatch(pkts []Packet) (int, error) {
 	}
 }
 
-func (c *UDPConn) readOnce(pkts []Packet) (int, error) {
+// readNonblock is one recvmmsg that does not wait: 0 when nothing is
+// queued. The caller holds no lock; it takes rmu.
+func (c *UDPConn) readNonblock(pkts []Packet) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.readOnce(pkts, false)
+}
+
+// readOnce is one recvmmsg; with block it waits in the netpoller until
+// something is queued.
+func (c *UDPConn) readOnce(pkts []Packet, block bool) (int, error) {
 	want := min(len(pkts), c.opts.BatchSize)
 	if want == 0 {
 		return 0, nil
@@ -133,7 +143,7 @@ func (c *UDPConn) readOnce(pkts []Packet) (int, error) {
 		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])),
 			uintptr(want), unix.MSG_DONTWAIT, 0, 0)
 		if e == unix.EAGAIN {
-			return false
+			return !block
 		}
 		if e != 0 {
 			serr = e
@@ -248,6 +258,13 @@ func (c *UDPConn) writeOnce(pkts []Packet) (int, error) {
 		return got, badErr
 	}
 	return got, nil
+}
+
+// fd returns the socket's descriptor (valid until Close).
+func (c *UDPConn) fd() int {
+	fd := -1
+	c.raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
 }
 
 // BatchSize implements Conn.

@@ -28,6 +28,9 @@ const (
 	// txStallTotal bounds how long WriteBatch waits for a free TX frame or
 	// ring slot before it gives up with an error.
 	txStallTotal = time.Second
+	// shadowCheckSpins is how many empty RX ring polls pass between
+	// non-blocking reads of the kernel socket while spinning.
+	shadowCheckSpins = 1024
 	// txKickTriesMax bounds the sendto kicks per flush; copy mode sends at
 	// most a driver budget (32) of frames per kick.
 	txKickTriesMax = 256
@@ -57,7 +60,8 @@ type XDPConn struct {
 	srcMAC     [6]byte
 	local      netip.AddrPort
 	maxPayload int
-	shadow     *UDPConn // kernel socket on our address: reserves the port, sends to unresolved peers
+	shadow     *UDPConn // kernel socket on our address: reserves the port, sends to unresolved peers, receives what XDP passes
+	shadowFD   int
 	neigh      *neighCache
 	wakeFD     int // eventfd: Close wakes a poll(2) sleeper
 	ctr        counters
@@ -126,6 +130,7 @@ func NewXDP(cfg Config) (_ *XDPConn, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("afxdp: reserving %v with a kernel udp socket: %w", c.local, err)
 	}
+	c.shadowFD = c.shadow.fd()
 	if c.neigh, err = newNeighCache(c.ifindex); err != nil {
 		return nil, fmt.Errorf("afxdp: %w", err)
 	}
@@ -379,6 +384,11 @@ func (c *XDPConn) KernelStats() (unix.XDPStatistics, error) {
 // (Stats) and dropped. In busy mode it spins until a datagram arrives; in
 // adaptive mode it spins up to SpinMicros, then sleeps in poll(2). With
 // Config.Cores set, the first goroutine to call it is pinned to Cores[0].
+//
+// Datagrams to our port that the XDP program passes to the kernel (those
+// arriving on other queues, IPv4 with options, fragments, IPv6 with
+// extension headers) land in the kernel socket on our address; ReadBatch
+// reads that too, so they are slower but not lost (Stats().RxKernel).
 func (c *XDPConn) ReadBatch(pkts []Packet) (int, error) {
 	if len(pkts) == 0 {
 		return 0, nil
@@ -396,12 +406,17 @@ func (c *XDPConn) ReadBatch(pkts []Packet) (int, error) {
 	}
 	spin := time.Duration(c.cfg.SpinMicros) * time.Microsecond
 	var spinStart time.Time
-	for {
+	for spins := 1; ; spins++ {
 		if n := c.receive(pkts); n > 0 {
 			return n, nil
 		}
 		if c.closed.Load() {
 			return 0, ErrClosed
+		}
+		if spins%shadowCheckSpins == 0 {
+			if n := c.receiveKernel(pkts); n > 0 {
+				return n, nil
+			}
 		}
 		if c.fill.needWakeup() {
 			// Zero-copy drivers ask to be kicked to use new fill entries.
@@ -420,13 +435,34 @@ func (c *XDPConn) ReadBatch(pkts []Packet) (int, error) {
 		if err := c.sleep(unix.POLLIN); err != nil {
 			return 0, err
 		}
+		if n := c.receiveKernel(pkts); n > 0 {
+			return n, nil
+		}
 		spinStart = time.Time{}
 	}
 }
 
-// sleep waits in poll(2) for events on the socket or a Close.
+// receiveKernel reads, without waiting, what the kernel socket holds.
+func (c *XDPConn) receiveKernel(pkts []Packet) int {
+	n, err := c.shadow.readNonblock(pkts)
+	if err != nil {
+		return 0
+	}
+	c.ctr.rxKernel.Add(uint64(n))
+	c.ctr.rxPackets.Add(uint64(n))
+	for _, p := range pkts[:n] {
+		c.ctr.rxBytes.Add(uint64(p.N))
+	}
+	return n
+}
+
+// sleep waits in poll(2) for events on the socket, or a Close, or (when
+// receiving) a datagram on the kernel socket.
 func (c *XDPConn) sleep(events int16) error {
-	fds := []unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(c.wakeFD), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(c.wakeFD), Events: unix.POLLIN}, {Fd: -1}}
+	if events == unix.POLLIN {
+		fds[2] = unix.PollFd{Fd: int32(c.shadowFD), Events: unix.POLLIN}
+	}
 	_, err := unix.Poll(fds, pollTimeoutMillis)
 	if err != nil && !errors.Is(err, unix.EINTR) {
 		return fmt.Errorf("afxdp: poll: %w", err)

@@ -455,3 +455,42 @@ func TestXDPErrorsSayWhatToChange(t *testing.T) {
 	})
 	wantErr("memlock", err, "RLIMIT_MEMLOCK", "CAP_IPC_LOCK")
 }
+
+// TestXDPKernelPathNotLost sends IPv4 datagrams with IP options, which
+// the XDP program passes to the kernel: the XDPConn still delivers them,
+// through its kernel socket.
+func TestXDPKernelPathNotLost(t *testing.T) {
+	p := needNetns(t, 41)
+	const port = 7400
+	for _, poll := range []string{afxdp.PollAdaptive, afxdp.PollBusy} {
+		x := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: port, Poll: poll, FrameCount: 256})
+		err := netns.Run(p.NS[1], func() error {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			// NOP, NOP, NOP, end of options: IHL becomes 6.
+			if err := unix.SetsockoptString(fd, unix.IPPROTO_IP, unix.IP_OPTIONS, "\x01\x01\x01\x00"); err != nil {
+				return err
+			}
+			for i := 0; i < 3; i++ {
+				if err := unix.Sendto(fd, []byte(fmt.Sprintf("with-options-%d", i)), 0, &unix.SockaddrInet4{Port: port, Addr: p.Addr4[0].As4()}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := readN(t, x, 3, 10*time.Second)
+		if got[2] != "with-options-2" {
+			t.Fatalf("%s: got %q", poll, got)
+		}
+		if st := x.Stats(); st.RxKernel != 3 || st.RxPackets != 3 {
+			t.Fatalf("%s: stats %+v", poll, st)
+		}
+		x.Close()
+	}
+}
