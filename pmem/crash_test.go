@@ -55,6 +55,7 @@ func crashChild(path string) int {
 		fmt.Fprintln(os.Stderr, "child iterate:", err)
 		return 2
 	}
+	next = max(next, l.TruncatedBelow()) // below it an append would be invisible
 	gen := l.Generation()
 	out := make([]byte, 0, 4*8)
 	for {

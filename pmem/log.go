@@ -164,11 +164,17 @@ func Open(opts Options) (*Log, Recovery, error) {
 		meta: st.meta, metaIndex: st.metaIndex,
 		persistedPos: st.scan.tailPos, tailPos: st.scan.tailPos,
 	}
-	// The recovered records may sit only in the page cache (the previous
-	// incarnation crashed between writing and persisting them). Persist
-	// them now: a later power loss must not tear them, since records
-	// persisted after them would then be cut. The end marker replaces a
-	// cut tail, so the cut is reported once.
+	// What recovery read may sit only in the page cache: the previous
+	// incarnation may have crashed between writing and persisting a record
+	// or a meta copy. Persist it all now. A later power loss must not tear
+	// a recovered record (records persisted after it would be cut), nor the
+	// meta copy recovery did not choose while the other one is rewritten
+	// (both would then fail). The end marker replaces a cut tail, so the
+	// cut is reported once.
+	if err := r.persist(0, headerBytes); err != nil {
+		r.close()
+		return nil, rec, err
+	}
 	if err := l.persistRange(st.meta.headPos, l.markEnd()); err != nil {
 		r.close()
 		return nil, rec, err
@@ -252,6 +258,11 @@ func openFile(opts Options) (f *os.File, size int64, created bool, err error) {
 	}
 	return f, opts.SizeBytes, true, nil
 }
+
+// persistHook, when set (by tests only), runs at the start of every
+// persist of a region: the power-loss test uses it to keep a copy of what
+// is durable and to crash in the middle of an operation.
+var persistHook func(r *region, off, n int64)
 
 // formatSeed draws the checksum seed of a new region. Random, so that a
 // payload crafted to look like a record cannot pass for one, and records

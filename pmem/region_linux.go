@@ -42,6 +42,9 @@ func mapRegion(f *os.File, size int64, mode Mode) (*region, error) {
 // persist makes the stores to mem[off:off+n] durable for the region's
 // mode.
 func (r *region) persist(off, n int64) error {
+	if persistHook != nil {
+		persistHook(r, off, n)
+	}
 	switch r.mode {
 	case ModeDAX:
 		if n > 0 {
