@@ -178,6 +178,11 @@ func (n *Node) handleSnapshot(m *Message) {
 	}
 	s := m.Snapshot
 	if s.Meta.Slot > n.commit {
+		if n.role != RoleFollower {
+			// Phase 1 or 2 state is relative to the old commit index;
+			// start over from the snapshot.
+			n.becomeFollower()
+		}
 		n.log.truncateBelow(s.Meta.Slot + 1)
 		n.commit = s.Meta.Slot
 		n.delivered = s.Meta.Slot
