@@ -49,3 +49,20 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("NewXDP with a missing core: %v", err)
 	}
 }
+
+func TestOpenTransport(t *testing.T) {
+	if _, _, err := OpenTransport("carrier-pigeon", Config{Interface: "lo", Port: 1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("unknown transport: %v", err)
+	}
+	if _, _, err := OpenTransport(TransportUDP, Config{Interface: "lo", Port: 1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("udp without addr: %v", err)
+	}
+	c, fb, err := OpenTransport(TransportUDP, Config{Interface: "lo", Addr: mustAddr("127.0.0.1"), Port: 47123})
+	if err != nil {
+		t.Skipf("no loopback udp: %v", err)
+	}
+	defer c.Close()
+	if fb != nil || c.LocalAddr().String() != "127.0.0.1:47123" {
+		t.Fatalf("udp transport: %v on %v", fb, c.LocalAddr())
+	}
+}

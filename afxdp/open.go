@@ -38,3 +38,36 @@ func Open(cfg Config) (conn Conn, fallback error, err error) {
 	}
 	return u, xerr, nil
 }
+
+// Transport kinds, as kvnode's config names them.
+const (
+	TransportAFXDP = "afxdp" // NewXDP; failing is an error that says why
+	TransportUDP   = "udp"   // NewUDP on cfg.Addr:cfg.Port
+	TransportAuto  = "auto"  // Open: AF_XDP, else UDP with the reason
+)
+
+// OpenTransport opens the Conn kind names. For TransportUDP only
+// cfg.Addr (required) and cfg.Port are used. fallback is non-nil only for
+// TransportAuto when it fell back to UDP.
+func OpenTransport(kind string, cfg Config) (conn Conn, fallback error, err error) {
+	switch kind {
+	case TransportAFXDP:
+		x, err := NewXDP(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return x, nil, nil
+	case TransportUDP:
+		if !cfg.Addr.IsValid() || cfg.Port == 0 {
+			return nil, nil, configErr("udp transport needs addr and port (got %v, %d)", cfg.Addr, cfg.Port)
+		}
+		u, err := NewUDP(netip.AddrPortFrom(cfg.Addr, cfg.Port), UDPOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return u, nil, nil
+	case TransportAuto:
+		return Open(cfg)
+	}
+	return nil, nil, configErr("transport %q: want %q, %q or %q", kind, TransportAFXDP, TransportUDP, TransportAuto)
+}

@@ -494,3 +494,37 @@ func TestXDPKernelPathNotLost(t *testing.T) {
 		x.Close()
 	}
 }
+
+// TestXDPPartialChecksum reproduces the veth pitfall: with transmit
+// checksum offload on at the kernel sender, datagrams carry only the
+// pseudo-header sum. A verifying XDPConn counts them as bad checksums and
+// drops them; with AcceptPartialChecksum it delivers them.
+func TestXDPPartialChecksum(t *testing.T) {
+	p := needNetns(t, 42)
+	offload := func(on bool) {
+		t.Helper()
+		if err := netns.Run(p.NS[1], func() error { return afxdp.SetTxChecksum(p.If[1], on) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peer := openUDP(t, p.NS[1], netip.AddrPortFrom(p.Addr4[1], 7401))
+	for _, accept := range []bool{false, true} {
+		x := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: 7400, FrameCount: 256, AcceptPartialChecksum: accept})
+		offload(true)
+		sendAll(t, peer, x.LocalAddr(), "offloaded", 3)
+		offload(false)
+		sendAll(t, peer, x.LocalAddr(), "full", 1)
+		want, bad := []string{"offloaded-0000", "offloaded-0001", "offloaded-0002", "full-0000"}, uint64(0)
+		if !accept {
+			want, bad = []string{"full-0000"}, 3
+		}
+		got, _ := readN(t, x, len(want), 10*time.Second)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("accept=%v: got %q, want %q", accept, got, want)
+		}
+		if st := x.Stats(); st.RxBadChecksum != bad {
+			t.Fatalf("accept=%v: %+v, want %d bad checksums", accept, st, bad)
+		}
+		x.Close()
+	}
+}

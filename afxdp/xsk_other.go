@@ -33,3 +33,8 @@ func (*XDPConn) AttachMode() string { return "" }
 func DisableTxChecksum(ifname string) error {
 	return fmt.Errorf("afxdp: disabling tx checksum: %w", ErrNotSupported)
 }
+
+// SetTxChecksum returns an error wrapping ErrNotSupported off Linux.
+func SetTxChecksum(ifname string, on bool) error {
+	return fmt.Errorf("afxdp: setting tx checksum offload: %w", ErrNotSupported)
+}
