@@ -23,7 +23,7 @@
 // format: changing any of them needs a new FormatVersion.
 //
 //	offset  bytes  content
-//	0       64     identity line (written once, at format)
+//	0       64     identity line (written once, at format; its magic last)
 //	64      64     meta copy 0
 //	128     64     meta copy 1
 //	192     3904   zero
@@ -40,6 +40,11 @@
 //	+40 seed               uint64   (random at format; seeds every checksum)
 //	+48 reserved           uint64   (zero)
 //	+56 checksum           uint64   xxhash64(bytes 0..56)
+//
+// Format persists the whole header with the magic zeroed, then stores and
+// persists the magic (one aligned 8-byte store): a zero magic means the
+// format was interrupted and Open formats again, unless a meta copy shows
+// a generation >= 1 (then the region is refused as corrupt).
 //
 // Meta copy (double-buffered: an update writes the copy NOT holding the
 // newest sequence and persists that one line, so a crash tears at most the

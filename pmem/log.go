@@ -148,7 +148,7 @@ func Open(opts Options) (*Log, Recovery, error) {
 		}
 		return nil, rec, err
 	}
-	if created || blankHeader(r.mem) {
+	if created || unformatted(r.mem) {
 		if err := format(r, opts.ClusterID, opts.NodeID); err != nil {
 			r.close()
 			return nil, rec, err
@@ -276,9 +276,9 @@ var formatSeed = func() (uint64, error) {
 	return binary.LittleEndian.Uint64(b[:]), nil
 }
 
-// format writes a fresh header: meta copy 0 first, the identity line last,
-// so a crash during format leaves a blank header that the next Open
-// formats again.
+// format writes a fresh header and persists it with the magic zeroed, then
+// stores and persists the magic: a crash during format leaves a zero magic,
+// and the next Open formats again.
 func format(r *region, clusterID, nodeID uint64) error {
 	seed, err := formatSeed()
 	if err != nil {
@@ -286,13 +286,16 @@ func format(r *region, clusterID, nodeID uint64) error {
 	}
 	clear(r.mem[:headerBytes])
 	encodeMeta(r.mem[metaOffset0:], seed, meta{seq: 1})
-	if err := r.persist(0, headerBytes); err != nil {
-		return err
-	}
 	encodeIdentity(r.mem[identityOffset:], identity{
 		version: FormatVersion, clusterID: clusterID, nodeID: nodeID,
 		regionBytes: uint64(len(r.mem)), seed: seed,
 	})
+	magic := binary.LittleEndian.Uint64(r.mem[identityOffset:])
+	clear(r.mem[identityOffset : identityOffset+8])
+	if err := r.persist(0, headerBytes); err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(r.mem[identityOffset:], magic) // one aligned 8-byte store
 	return r.persist(identityOffset, lineBytes)
 }
 

@@ -1,7 +1,9 @@
 package pmem
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -337,13 +339,18 @@ func TestHeaderChecks(t *testing.T) {
 	if _, _, err := Open(testOpts(path, 0)); !errors.Is(err, ErrNotLog) {
 		t.Fatalf("open of a foreign file: %v", err)
 	}
-	// A blank header (format interrupted before the identity line) is
-	// formatted again.
+	// A blank header is formatted again.
 	editFile(t, path, func(mem []byte) { clear(mem[:headerBytes]) })
 	l, rec := mustOpen(t, testOpts(path, 0))
 	l.Close()
 	if rec.Generation != 1 || rec.Records != 0 {
 		t.Fatalf("reformat recovery = %+v", rec)
+	}
+	// A zero magic on a log that was opened before is a fault, not an
+	// interrupted format: refused.
+	editFile(t, path, func(mem []byte) { clear(mem[:8]) })
+	if _, _, err := Open(testOpts(path, 0)); !errors.Is(err, ErrHeaderCorrupt) {
+		t.Fatalf("open of a used log with its magic zeroed: %v", err)
 	}
 	if _, _, err := Open(Options{Path: path, Mode: "fast"}); err == nil || !strings.Contains(err.Error(), "unknown mode") {
 		t.Fatalf("open with unknown mode: %v", err)
@@ -430,5 +437,45 @@ func TestEmptyFileIsFormatted(t *testing.T) {
 	defer l.Close()
 	if rec.Generation != 1 {
 		t.Fatalf("recovery of an empty file: %+v", rec)
+	}
+}
+
+// A format interrupted before the magic reached the media (every other
+// header byte durable, or any subset of them) is formatted again.
+func TestInterruptedFormat(t *testing.T) {
+	dir := shmDir(t)
+	src := filepath.Join(dir, "src")
+	var formatted []byte
+	persistHook = func(r *region, off, n int64) {
+		if formatted == nil && off == 0 && n == headerBytes {
+			formatted = bytes.Clone(r.mem[:headerBytes]) // the state before the magic store
+		}
+	}
+	l, _ := mustOpen(t, testOpts(src, RegionBytesMin))
+	persistHook = nil
+	l.Close()
+	if formatted == nil || !allZero(formatted[:8]) {
+		t.Fatal("format did not persist the header before the magic")
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range 50 {
+		path := filepath.Join(dir, fmt.Sprintf("log%d", i))
+		img := make([]byte, RegionBytesMin)
+		for w := 0; w < headerBytes; w += 8 { // a random subset of the words
+			if i == 0 || rng.IntN(2) == 0 {
+				copy(img[w:w+8], formatted[w:w+8])
+			}
+		}
+		if err := os.WriteFile(path, img, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, rec, err := Open(testOpts(path, 0))
+		if err != nil {
+			t.Fatalf("image %d: %v", i, err)
+		}
+		l.Close()
+		if rec.Generation != 1 {
+			t.Fatalf("image %d: %+v", i, rec)
+		}
 	}
 }

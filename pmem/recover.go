@@ -169,9 +169,30 @@ type regionState struct {
 	scan      scanResult
 }
 
-// blankHeader reports whether the header page is all zero: a region whose
-// format never completed (format writes the identity line last).
-func blankHeader(mem []byte) bool { return allZero(mem[:headerBytes]) }
+// unformatted reports whether the region's format never completed: format
+// persists the whole header with the magic zeroed and only then stores the
+// magic (one aligned 8-byte store), so a zero magic means an interrupted
+// format, unless a meta copy shows the log was opened before (generation
+// >= 1): then the magic was zeroed by a fault, and reformatting would make
+// the acceptor forget its promises.
+func unformatted(mem []byte) bool {
+	if len(mem) < headerBytes || !allZero(mem[identityOffset:identityOffset+8]) {
+		return false
+	}
+	return !usedMeta(mem)
+}
+
+// usedMeta reports whether a meta copy validates with the identity line's
+// seed and has a generation of at least 1.
+func usedMeta(mem []byte) bool {
+	id, _, _ := decodeIdentity(mem[identityOffset:])
+	for _, off := range []int{metaOffset0, metaOffset1} {
+		if m, ok := decodeMeta(mem[off:], id.seed); ok && m.generation >= 1 {
+			return true
+		}
+	}
+	return false
+}
 
 // recoverRegion validates the header of mem and scans its ring. It never
 // panics, whatever mem holds; it returns an error for a header it cannot
@@ -183,6 +204,8 @@ func recoverRegion(mem []byte, clusterID, nodeID uint64, fn func(off uint64, r R
 	}
 	id, magicOK, sumOK := decodeIdentity(mem[identityOffset:])
 	switch {
+	case !magicOK && allZero(mem[identityOffset:identityOffset+8]) && usedMeta(mem):
+		return st, fmt.Errorf("%w: magic zeroed on a log that was opened before", ErrHeaderCorrupt)
 	case !magicOK:
 		return st, ErrNotLog
 	case !sumOK:
