@@ -11,7 +11,7 @@ import (
 
 // Client limits, in ticks and operations.
 const (
-	clientTimeoutTicks   = 25 // an attempt with no answer this long is retried elsewhere
+	clientTimeoutTicks   = 12 // an attempt with no answer this long is retried elsewhere
 	clientThinkTicksMax  = 6  // idle time between two operations
 	opsPerClientMax      = 60
 	simKeys              = 3
@@ -87,6 +87,12 @@ func (s *sim) newOp(c *client) {
 		}
 	}
 	op := &pendingOp{in: in, target: c.leader, attemptAt: -1}
+	if s.r.chance(1, 5) {
+		// Sometimes ask a random node: clients that only follow hints
+		// would stay with a deposed leader until they time out, and never
+		// race a new leader against an old one's lease.
+		op.target = s.nodes[s.r.intn(len(s.nodes))].id
+	}
 	if in.Op != opGet {
 		c.seq++
 		op.seq = c.seq
@@ -219,7 +225,7 @@ func (s *sim) readStep(c *client, op *pendingOp, tick int64) {
 		op.submitted = true
 	case errors.Is(err, paxos.ErrNotLeader):
 		s.retarget(c, op, sn.n.Status().Leader)
-	case errors.Is(err, paxos.ErrProposalsFull), errors.Is(err, paxos.ErrStopped):
+	case errors.Is(err, paxos.ErrReadsFull), errors.Is(err, paxos.ErrStopped):
 		s.retarget(c, op, 0)
 	default:
 		s.chk.violate("node %d: ReadIndex returned an unexpected error: %v", sn.id, err)
