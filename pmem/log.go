@@ -185,6 +185,7 @@ func Open(opts Options) (*Log, Recovery, error) {
 		r.close()
 		return nil, rec, err
 	}
+	l.checkInvariants()
 	rec = Recovery{Records: st.scan.live, CutBytes: st.scan.cutBytes, CutReason: st.scan.cutReason, Generation: m.generation}
 	return l, rec, nil
 }
@@ -299,6 +300,17 @@ func format(r *region, clusterID, nodeID uint64) error {
 	return r.persist(identityOffset, lineBytes)
 }
 
+// checkInvariants panics with the state if the positions are inconsistent:
+// a broken invariant here means the log could overwrite live records.
+func (l *Log) checkInvariants() {
+	m := l.meta
+	if m.headPos > l.persistedPos || l.persistedPos > l.tailPos || l.tailPos-m.headPos > l.n ||
+		m.headPos%recordAlignBytes != 0 || l.tailPos%recordAlignBytes != 0 {
+		panic(fmt.Sprintf("pmem: invariant broken: head %d persisted %d tail %d ring %d",
+			m.headPos, l.persistedPos, l.tailPos, l.n))
+	}
+}
+
 // writeMeta persists m into the copy not holding the newest state.
 func (l *Log) writeMeta(m meta) error {
 	m.seq = l.meta.seq + 1
@@ -361,7 +373,8 @@ func (l *Log) SetPromised(b Ballot) error {
 // until Persist returns. The whole batch is appended or, on error, none of
 // it: a batch that does not fit before the head returns a *FullError
 // (errors.Is(err, ErrFull)); the log never overwrites a record that
-// TruncateBelow has not released.
+// TruncateBelow has not released. A record whose Slot is below the
+// truncation point is stored but never returned by Iterate.
 func (l *Log) Append(recs []Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -405,6 +418,7 @@ func (l *Log) Append(recs []Record) error {
 		}, r.Payload)
 		l.tailPos += size
 	}
+	l.checkInvariants()
 	l.markEnd()
 	return nil
 }
@@ -446,6 +460,7 @@ func (l *Log) Persist() error {
 		return err
 	}
 	l.persistedPos = l.tailPos
+	l.checkInvariants()
 	return nil
 }
 
@@ -510,7 +525,11 @@ func (l *Log) TruncateBelow(slot uint64) error {
 		p += uint64(recordBytes(int(h.length)))
 	}
 	m.headPos = p
-	return l.writeMeta(m)
+	if err := l.writeMeta(m); err != nil {
+		return err
+	}
+	l.checkInvariants()
+	return nil
 }
 
 // TruncatedBelow is the durable truncation point.
