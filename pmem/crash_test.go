@@ -131,7 +131,7 @@ func TestCrashKill(t *testing.T) {
 	}
 	fmt.Printf("pmem crash: kills=%d persisted=%d lost=%d corrupt=%d\n",
 		tally.kills, tally.persisted, tally.lost, tally.corrupt)
-	fmt.Printf("pmem crash: SIGKILL (process crash) in shm=%d msync=%d children, %d killed before reporting a slot, %d reopens cut a torn tail; shm does not survive power loss, and power loss is not exercised\n",
+	fmt.Printf("pmem crash: SIGKILL (process crash) in shm=%d msync=%d children, %d killed before reporting a slot, %d reopens cut a torn tail; a SIGKILL is a process crash only (power loss: TestPowerLoss, simulated); shm does not survive power loss\n",
 		tally.byMode[ModeShm], tally.byMode[ModeMsync], tally.killsInOpen, tally.cuts)
 	if tally.lost != 0 || tally.corrupt != 0 {
 		t.Fatalf("lost=%d corrupt=%d", tally.lost, tally.corrupt)
