@@ -10,6 +10,7 @@ type Counters struct {
 	RxKernel  uint64 // of RxPackets, those an XDPConn got through its kernel socket (passed by XDP: other queues, IP options, fragments)
 	RxBytes   uint64 // payload bytes delivered
 	TxPackets uint64 // handed to the network
+	TxKernel  uint64 // of TxPackets, those an XDPConn sent through its kernel socket (next hop's MAC not known yet)
 	TxBytes   uint64 // payload bytes handed to the network
 
 	RxRunt        uint64 // shorter than the headers they claim (Ethernet, IP, UDP)
@@ -23,9 +24,9 @@ type Counters struct {
 
 // counters is the live, atomically updated form of Counters.
 type counters struct {
-	rxPackets, rxKernel, rxBytes, txPackets, txBytes atomic.Uint64
-	rxRunt, rxTruncated, rxBadCsum, rxForeign        atomic.Uint64
-	txRingFull, rxFillEmpty                          atomic.Uint64
+	rxPackets, rxKernel, rxBytes, txPackets, txKernel, txBytes atomic.Uint64
+	rxRunt, rxTruncated, rxBadCsum, rxForeign                  atomic.Uint64
+	txRingFull, rxFillEmpty                                    atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
@@ -34,6 +35,7 @@ func (c *counters) snapshot() Counters {
 		RxKernel:      c.rxKernel.Load(),
 		RxBytes:       c.rxBytes.Load(),
 		TxPackets:     c.txPackets.Load(),
+		TxKernel:      c.txKernel.Load(),
 		TxBytes:       c.txBytes.Load(),
 		RxRunt:        c.rxRunt.Load(),
 		RxTruncated:   c.rxTruncated.Load(),

@@ -575,6 +575,7 @@ func (c *XDPConn) WriteBatch(pkts []Packet) (int, error) {
 				return sent, fmt.Errorf("afxdp: sending to unresolved neighbour %v through the kernel: %w", dst, err)
 			}
 			c.ctr.txPackets.Add(1)
+			c.ctr.txKernel.Add(1)
 			c.ctr.txBytes.Add(uint64(p.N))
 			sent++
 			continue
