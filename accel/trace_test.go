@@ -3,81 +3,15 @@ package accel
 import (
 	"bytes"
 	"errors"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"synod/paxos"
 )
 
-// recordWorkload drives a leader plane, a follower plane and the shaper
-// through a random but seeded workload, tracing the leader plane to buf
-// and the follower plane to fbuf.
+// recordWorkload records a leader and a follower trace with GenerateTraces.
 func recordWorkload(t testing.TB, seed int64, inputs int) (leader, follower []byte) {
 	var lb, fb bytes.Buffer
-	spec := DefaultSpec()
-	spec.WindowSlots = 64
-	spec.Seed = uint32(seed)
-	var now uint64
-	clock := func() uint64 { return now }
-	lp, err := New(spec, WithTrace(&lb), WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := New(spec, WithTrace(&fb), WithClock(clock), WithWAL(&fakeWAL{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < spec.Replicas; i++ {
-		lp.SetMember(nil, i, paxos.NodeID(i+1))
-		fp.SetMember(nil, i, paxos.NodeID(i+1))
-	}
-	lp.SetSelf(nil, 0)
-	fp.SetSelf(nil, 1)
-	lp.SetTenant(nil, 3, 1000, 5, 100_000, 4096)
-	rng := rand.New(rand.NewSource(seed))
-	ballot := b(1, 1)
-	lp.SetBallot(nil, ballot)
-	lp.SetRole(nil, RoleLeader)
-	fp.SetPromised(nil, ballot)
-	fp.SetRole(nil, RoleFollower)
-	next := paxos.Slot(1)
-	for i := 0; i < inputs; i++ {
-		now += uint64(rng.Intn(500))
-		switch r := rng.Intn(100); {
-		case r < 3:
-			lp.Tick(nil, now)
-			fp.Tick(nil, now)
-		case r < 25:
-			lp.Arm(nil, next, ballot)
-			fp.OnAccept(nil, next, ballot, 1, []byte{byte(i)})
-			next++
-		case r < 70:
-			s := next - paxos.Slot(rng.Intn(70)) // some out of window, some never armed
-			lp.OnAccepted(nil, s, ballot, paxos.NodeID(1+rng.Intn(6)))
-		case r < 80:
-			lp.Admit(rng.Intn(5), rng.Intn(3000))
-		case r < 85:
-			lp.OnHeartbeatAck(nil, paxos.NodeID(2+rng.Intn(4)), ballot, now-uint64(rng.Intn(1000)))
-			fp.OnHeartbeat(nil, 1, ballot, now)
-		case r < 88:
-			if next > 32 {
-				lp.SetWindowBase(nil, next-32)
-				fp.SetWindowBase(nil, next-32)
-			}
-		case r < 89:
-			ballot = b(ballot.Round+1, ballot.Node)
-			lp.SetBallot(nil, ballot)
-			fp.SetPromised(nil, ballot)
-		default:
-			fp.OnAccept(nil, next+paxos.Slot(rng.Intn(100)), b(ballot.Round-uint64(rng.Intn(2)), 1), 1, nil)
-		}
-	}
-	if err := lp.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := fp.Close(); err != nil {
+	if err := GenerateTraces(&lb, &fb, seed, inputs); err != nil {
 		t.Fatal(err)
 	}
 	return lb.Bytes(), fb.Bytes()
