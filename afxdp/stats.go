@@ -18,15 +18,16 @@ type Counters struct {
 	RxBadChecksum uint64 // IPv4 header or UDP checksum wrong
 	RxForeign     uint64 // not UDP to our address and port (wrong EtherType, protocol, address, port, fragments, IP options)
 
-	TxRingFull  uint64 // a TX attempt found no free frame or ring slot (retried, not lost)
-	RxFillEmpty uint64 // times the fill ring could not be refilled (frame pool empty)
+	TxRingFull uint64 // a TX attempt found no free frame or ring slot (retried, not lost)
+	// Kernel-side drops (RX ring full, fill ring empty) are in
+	// XDPConn.KernelStats.
 }
 
 // counters is the live, atomically updated form of Counters.
 type counters struct {
 	rxPackets, rxKernel, rxBytes, txPackets, txKernel, txBytes atomic.Uint64
 	rxRunt, rxTruncated, rxBadCsum, rxForeign                  atomic.Uint64
-	txRingFull, rxFillEmpty                                    atomic.Uint64
+	txRingFull                                                 atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
@@ -42,6 +43,5 @@ func (c *counters) snapshot() Counters {
 		RxBadChecksum: c.rxBadCsum.Load(),
 		RxForeign:     c.rxForeign.Load(),
 		TxRingFull:    c.txRingFull.Load(),
-		RxFillEmpty:   c.rxFillEmpty.Load(),
 	}
 }

@@ -530,9 +530,6 @@ func (c *XDPConn) receive(pkts []Packet) int {
 func (c *XDPConn) refill() {
 	n := c.fill.free(uint32(len(c.rxFree)))
 	if n == 0 {
-		if len(c.rxFree) == 0 {
-			c.ctr.rxFillEmpty.Add(1)
-		}
 		return
 	}
 	for i := uint32(0); i < n; i++ {
