@@ -1,0 +1,65 @@
+// Package paxos is Multi-Paxos as a pure, deterministic state machine in the
+// shape of etcd's RawNode: Tick, Step, Propose, Ready, Advance. It starts no
+// goroutines, reads no clock and does no I/O; randomness (election timeouts)
+// comes from Config.Seed. See Node for the Ready contract.
+//
+// # Protocol
+//
+// Ballots are (Round, Node). A node whose randomized election timer fires
+// first runs a pre-check round (MsgPreCheck): only when a majority of the
+// membership answers that it has not heard from a leader within
+// ElectionTicks (and holds no lease for another node) does it run phase 1.
+// This keeps a node that rejoins after a partition from deposing a healthy
+// leader. A leader that has not heard from a majority within ElectionTicks
+// steps down (check quorum).
+//
+// Phase 1 runs once for every undecided slot: MsgPrepare from the
+// candidate's commit index + 1 upward. A MsgPromise reports the acceptor's
+// accepted entries above that point (in chunks of at most
+// EntriesPerMessageMax) and its commit index; entries at or below it are
+// chosen and are adopted outright, otherwise the highest ballot per slot
+// wins. Holes become EntryNoop. The new leader re-proposes every adopted
+// slot under its own ballot and adds a noop of its own (its first slot
+// under its ballot); reads are served only once that noop is committed.
+//
+// Phase 2 is per slot with a pipeline window of inflightSlotsMax slots
+// beyond the commit index. Proposals queue (ProposalQueueMax) and are
+// batched into slots (SlotCmdsMax, SlotBytesMax) when the caller collects a
+// Ready. The leader learns a commit from a majority of MsgAccepted for the
+// same (slot, ballot); every count is reported as an AckEvent and through
+// AckCount. The commit index travels on the next MsgAccept or MsgHeartbeat.
+// A follower commits slot s <= Commit only when it holds the value accepted
+// under the sender's ballot (the leader proposes one value per slot per
+// ballot); otherwise its heartbeat answer shows it lagging and the leader
+// sends the chosen entries (MsgCatchup), or its snapshot (MsgSnapshot) when
+// they were compacted. Unacknowledged Accepts are resent every heartbeat;
+// duplicates and reordering are harmless because every handler is
+// idempotent per (slot, ballot).
+//
+// # Leases
+//
+// An acceptor that answers a heartbeat from leader L at its tick t promises
+// not to promise or accept a higher ballot from any node but L until
+// t + LeaseTicks (its own ticks). The leader's lease is valid until
+// send-tick(h) + LeaseTicks - DriftTicks for the newest heartbeat h a
+// majority acked: every acceptor started its lease no earlier than the send,
+// and DriftTicks bounds how much faster an acceptor's clock may run over one
+// lease. While it holds, no other node can complete phase 1, so the leader
+// answers ReadIndex at once with its commit index. Otherwise ReadIndex waits
+// for a read barrier: a heartbeat round acked by a majority. A restarted
+// node honours the leases it may have granted before the crash by refusing
+// every new ballot for LeaseTicks after start.
+//
+// # Membership
+//
+// One change at a time, and a ConfChange stops the pipeline until it
+// commits; see ProposeConfChange for the rule and the safety argument.
+//
+// # Bad input
+//
+// Step drops and counts (Status().Dropped) any message that no correct peer
+// could send: a foreign cluster, an unknown sender, a proposer message whose
+// ballot is not the sender's, impossible slots or ranges. The wire decoder
+// (UnmarshalMessage) checks every length against its limit before
+// allocating. A broken internal invariant panics with the node's state.
+package paxos
