@@ -55,6 +55,8 @@ var (
 	ErrClosed = errors.New("pmem: log closed")
 	// ErrDAXUnavailable: dax mode was asked for where MAP_SYNC is refused.
 	ErrDAXUnavailable = errors.New("pmem: MAP_SYNC refused")
+	// ErrLocked: another Log (in this or another process) has the file open.
+	ErrLocked = errors.New("pmem: log file is in use by another Log")
 	// ErrNotSupported is wrapped where the platform cannot map a region.
 	ErrNotSupported = errors.New("pmem: not supported")
 )
@@ -138,6 +140,10 @@ func Open(opts Options) (*Log, Recovery, error) {
 	}
 	f, size, created, err := openFile(opts)
 	if err != nil {
+		return nil, rec, err
+	}
+	if err := lockFile(f); err != nil {
+		f.Close()
 		return nil, rec, err
 	}
 	r, err := mapRegion(f, size, mode)

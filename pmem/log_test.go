@@ -504,3 +504,14 @@ func BenchmarkAppendPersistShm(b *testing.B) {
 		}
 	}
 }
+
+func TestSecondOpenRefused(t *testing.T) {
+	path := filepath.Join(shmDir(t), "log")
+	l, _ := mustOpen(t, testOpts(path, RegionBytesMin))
+	if _, _, err := Open(testOpts(path, 0)); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of a log in use: %v", err)
+	}
+	l.Close()
+	l, _ = mustOpen(t, testOpts(path, 0))
+	l.Close()
+}

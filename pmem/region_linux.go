@@ -118,3 +118,17 @@ func syncDir(dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// lockFile takes an exclusive advisory lock on the region file, so that a
+// second Log on the same file (another process, or this one) is refused
+// instead of corrupting it. The kernel drops the lock when the holder
+// dies.
+func lockFile(f *os.File) error {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s", ErrLocked, f.Name())
+		}
+		return fmt.Errorf("pmem: locking %s: %w", f.Name(), err)
+	}
+	return nil
+}
