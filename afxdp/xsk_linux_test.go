@@ -1,14 +1,17 @@
 package afxdp_test
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -540,6 +543,105 @@ func TestXDPPartialChecksum(t *testing.T) {
 		if st := x.Stats(); st.RxBadChecksum != bad {
 			t.Fatalf("accept=%v: %+v, want %d bad checksums", accept, st, bad)
 		}
+		x.Close()
+	}
+}
+
+// TestXDPNeighbourFromKernelTable checks the netlink path: once the
+// kernel's neighbour table knows the peer (a ping resolved it), even the
+// first datagram leaves through the TX ring, IPv4 and IPv6.
+func TestXDPNeighbourFromKernelTable(t *testing.T) {
+	p := needNetns(t, 43)
+	for i, pair := range [][2]netip.Addr{{p.Addr4[0], p.Addr4[1]}, {p.Addr6[0], p.Addr6[1]}} {
+		if err := netns.Ping(p.NS[0], pair[1], 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		x := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Addr: pair[0], Port: uint16(7400 + i), FrameCount: 256})
+		peer := openUDP(t, p.NS[1], netip.AddrPortFrom(pair[1], 7500))
+		sendAll(t, x, peer.LocalAddr(), "first", 3)
+		got, from := readN(t, peer, 3, 10*time.Second)
+		if got[0] != "first-0000" || from[0] != x.LocalAddr() {
+			t.Fatalf("got %q from %v", got, from)
+		}
+		if st := x.Stats(); st.TxKernel != 0 || st.TxPackets != 3 {
+			t.Fatalf("%v: the neighbour table was not used: %+v", pair[1], st)
+		}
+		x.Close() // one socket per queue
+	}
+}
+
+// TestXDPBindBusyBounded opens a second socket on a queue that already
+// has one: bind keeps getting EBUSY, retries for a bounded time, then
+// fails saying why.
+func TestXDPBindBusyBounded(t *testing.T) {
+	p := needNetns(t, 44)
+	openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: 7400, FrameCount: 64})
+	start := time.Now()
+	err := netns.Run(p.NS[0], func() error {
+		c, err := afxdp.NewXDP(afxdp.Config{Interface: p.If[0], Port: 7401, FrameCount: 64})
+		if c != nil {
+			c.Close()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "another AF_XDP socket holds this queue") {
+		t.Fatalf("second bind: %v", err)
+	}
+	if waited := time.Since(start); waited > time.Minute {
+		t.Fatalf("bind retried for %v", waited)
+	}
+	t.Logf("second bind after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestXDPChildHolder is not a test on its own: TestXDPRebindAfterKill runs
+// the test binary with AFXDP_HOLD_NS/AFXDP_HOLD_IF set, and then this opens
+// an XDPConn there, says "ready" and waits to be killed.
+func TestXDPChildHolder(t *testing.T) {
+	ns, ifname := os.Getenv("AFXDP_HOLD_NS"), os.Getenv("AFXDP_HOLD_IF")
+	if ns == "" {
+		t.Skip("helper process for TestXDPRebindAfterKill")
+	}
+	var c *afxdp.XDPConn
+	if err := netns.Run(ns, func() (err error) {
+		c, err = afxdp.NewXDP(afxdp.Config{Interface: ifname, Port: 7400})
+		return err
+	}); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	pkts := []afxdp.Packet{{Buf: make([]byte, 2048)}}
+	for {
+		c.ReadBatch(pkts) // hold the socket until SIGKILL
+	}
+}
+
+// TestXDPRebindAfterKill kills a process holding the queue with SIGKILL
+// and rebinds at once: the kernel releases the old socket asynchronously,
+// and the bounded EBUSY retry covers that.
+func TestXDPRebindAfterKill(t *testing.T) {
+	p := needNetns(t, 45)
+	for round := 0; round < 3; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestXDPChildHolder$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "AFXDP_HOLD_NS="+p.NS[0], "AFXDP_HOLD_IF="+p.If[0])
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child: %q, %v", line, err)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		start := time.Now()
+		x := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: 7400})
+		t.Logf("round %d: rebound %v after the kill", round, time.Since(start).Round(time.Microsecond))
 		x.Close()
 	}
 }
