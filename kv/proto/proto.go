@@ -56,6 +56,9 @@ type Opcode uint8
 
 // Opcodes. Values are part of the wire format.
 const (
+	// OpNone appears only in error responses to a frame whose opcode the
+	// server could not read.
+	OpNone   Opcode = 0
 	OpHello  Opcode = 1 // handshake: token -> tenant id
 	OpPing   Opcode = 2 // liveness; answered by the server itself
 	OpGet    Opcode = 3
@@ -67,7 +70,7 @@ const (
 	OpStatus Opcode = 9 // cluster and member status (kvctl status)
 )
 
-var opNames = [...]string{OpHello: "HELLO", OpPing: "PING", OpGet: "GET", OpPut: "PUT",
+var opNames = [...]string{OpNone: "NONE", OpHello: "HELLO", OpPing: "PING", OpGet: "GET", OpPut: "PUT",
 	OpDelete: "DELETE", OpCAS: "CAS", OpScan: "SCAN", OpBatch: "BATCH", OpStatus: "STATUS"}
 
 func (o Opcode) String() string {
@@ -174,7 +177,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	switch {
 	case h.Length > bodyBytesMax:
 		return h, fmt.Errorf("%w: body of %d bytes exceeds %d", ErrTooLarge, h.Length, bodyBytesMax)
-	case !h.Op.Valid():
+	case !h.Op.Valid() && !(h.Op == OpNone && h.Flags&FlagResponse != 0):
 		return h, fmt.Errorf("%w: unknown opcode %d", ErrMalformed, b[4])
 	case h.Flags&^flagsKnown != 0:
 		return h, fmt.Errorf("%w: unknown flags %#x", ErrMalformed, b[5])

@@ -182,6 +182,9 @@ func DecodeResponse(h Header, body []byte) (*Response, error) {
 	if h.Flags != FlagResponse {
 		return nil, fmt.Errorf("%w: response flags %#x, want exactly the response flag", ErrMalformed, h.Flags)
 	}
+	if h.Op == OpNone && h.Status == StatusOK {
+		return nil, fmt.Errorf("%w: OK response without an opcode", ErrMalformed)
+	}
 	resp := &Response{Op: h.Op, Status: h.Status, Tenant: h.Tenant, ID: h.ID}
 	r := &reader{b: body}
 	if h.Status != StatusOK {

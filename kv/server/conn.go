@@ -185,6 +185,9 @@ func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, reason string
 	ev.Str("op", h.Op.String()).Uint64("id", h.ID).Str("status", st.String()).Bool("closing", fatal).Msg(reason)
 	resp := proto.Errorf(st, "%s", reason)
 	resp.Op, resp.ID, resp.Tenant = h.Op, h.ID, c.tenant
+	if !h.Op.Valid() {
+		resp.Op = proto.OpNone
+	}
 	c.send(resp, fatal)
 }
 
