@@ -177,9 +177,12 @@ func (r *Replica) readIndex(w *readWaiter, tick uint64) {
 	id := t.nextID
 	if err := r.node.ReadIndex(id); err != nil {
 		s := r.node.Status()
-		if errors.Is(err, paxos.ErrNotLeader) {
+		switch {
+		case errors.Is(err, paxos.ErrNotLeader):
 			fail(r.notLeader(&s))
-		} else {
+		case errors.Is(err, paxos.ErrReadsFull):
+			fail(ErrBusy)
+		default:
 			fail(fmt.Errorf("%w: %v", ErrUnavailable, err))
 		}
 		return

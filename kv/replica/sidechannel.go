@@ -161,9 +161,14 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 	if n > sideFrameBytesMax {
 		return nil, fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, n)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	// Grow with the bytes that actually arrive: a header alone must not
+	// make the receiver allocate sideFrameBytesMax.
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err != nil {
 		return nil, fmt.Errorf("reading side-channel frame: %w", err)
+	}
+	if len(b) != int(n) {
+		return nil, fmt.Errorf("reading side-channel frame: %w", io.ErrUnexpectedEOF)
 	}
 	return b, nil
 }
