@@ -18,6 +18,9 @@ const (
 	// rate >= 1/s with a burst below BurstTokensMax... except huge bursts at
 	// tiny rates, which a longer idle period then refills in several steps.
 	refillElapsedMicrosMax = 1 << 30
+	// costUnitsMax clamps the units one admission is charged for; any
+	// larger frame costs the whole burst anyway (BurstTokensMax < it).
+	costUnitsMax = 1 << 42
 )
 
 // Bucket is one token bucket. The zero Bucket (Rate 0) is unlimited: it
@@ -68,10 +71,10 @@ func (b *Bucket) Refill(nowMicros uint64) {
 // an item larger than the burst can still pass once the bucket is full
 // (rather than never).
 func (b *Bucket) Cost(units uint64) uint64 {
-	if units > b.Burst/MicroTokensPerToken {
-		return b.Burst
-	}
-	return units * MicroTokensPerToken
+	// Multiply rather than divide (the RTL mirrors this): units is first
+	// clamped to costUnitsMax, so the product cannot overflow.
+	c := min(units, costUnitsMax) * MicroTokensPerToken
+	return min(c, b.Burst)
 }
 
 // Wait returns how many microseconds until the bucket holds cost
