@@ -32,7 +32,7 @@ func TestRunAllModes(t *testing.T) {
 	}
 	var b bytes.Buffer
 	WriteTable(&b, results)
-	if !strings.Contains(b.String(), "| afxdp-busy | native | 300 |") {
+	if !strings.Contains(b.String(), "| afxdp-busy | native | yes | 300 |") {
 		t.Fatalf("table:\n%s", b.String())
 	}
 }

@@ -26,6 +26,7 @@ func main() {
 	modes := flag.String("modes", "afxdp-busy,afxdp-adaptive,udp", "comma-separated transports")
 	serverCPU := flag.Int("server-cpu", 0, "CPU for the echo loop (-1: unpinned)")
 	clientCPU := flag.Int("client-cpu", 1, "CPU for the ping loop (-1: unpinned)")
+	flag.BoolVar(&opts.PinUDP, "pin-udp", false, "pin the kernel UDP loops too (slower: netpoller hand-offs)")
 	flag.Parse()
 	opts.Modes = strings.Split(*modes, ",")
 	opts.ServerCPU, opts.ClientCPU = serverCPU, clientCPU
