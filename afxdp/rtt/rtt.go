@@ -57,7 +57,7 @@ type Options struct {
 	// locked to a thread that blocks in Go's netpoller needs an extra
 	// thread hand-off per wake-up, which roughly triples its RTT here.
 	PinUDP bool
-	Subnet               int // 10.199.<Subnet>.0/24 inside the namespaces (default 199)
+	Subnet int // 10.199.<Subnet>.0/24 inside the namespaces (default 199)
 }
 
 // Result is one mode's latency distribution.
