@@ -74,7 +74,7 @@ type node struct {
 
 // cluster is a group of kvnode processes on loopback.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	pdir  string
 	nodes []*node
@@ -82,7 +82,7 @@ type cluster struct {
 
 // freePort finds a loopback port free for both TCP and UDP (the consensus
 // address uses both).
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	for i := 0; i < 100; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -100,7 +100,7 @@ func freePort(t *testing.T) int {
 	return 0
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := "msync"

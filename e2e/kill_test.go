@@ -30,7 +30,7 @@ const (
 	killFinalReadLimit = 20 * time.Second
 )
 
-func dialClient(t *testing.T, eps []string, token string, retries int) *client.Client {
+func dialClient(t testing.TB, eps []string, token string, retries int) *client.Client {
 	t.Helper()
 	ctx, cancel := ctxTimeout(10 * time.Second)
 	defer cancel()
