@@ -34,10 +34,11 @@ type durable struct {
 	accepted map[Slot]Entry
 	applied  Slot
 	snap     *SnapshotMeta
+	snapData []byte
 }
 
 func (d *durable) state() DurableState {
-	st := DurableState{Promised: d.promised, Applied: d.applied, Snapshot: d.snap}
+	st := DurableState{Promised: d.promised, Applied: d.applied, Snapshot: d.snap, SnapshotData: d.snapData}
 	for _, s := range slices.Sorted(maps.Keys(d.accepted)) {
 		if d.snap != nil && s <= d.snap.Slot {
 			continue
@@ -84,6 +85,19 @@ func (nw *network) start(id NodeID, cfg Config) {
 	delete(nw.down, id)
 }
 
+// compact takes an application snapshot on id through its applied slot and
+// keeps it with the durable state, as an application would.
+func (nw *network) compact(id NodeID, data []byte) error {
+	n := nw.nodes[id]
+	if err := n.Compact(n.applied, data); err != nil {
+		return err
+	}
+	meta := n.snap.Meta
+	nw.durable[id].snap = &meta
+	nw.durable[id].snapData = data
+	return nil
+}
+
 // crash stops id; restart brings it back from its durable state only.
 func (nw *network) crash(id NodeID) { nw.down[id] = true }
 
@@ -127,6 +141,7 @@ func (nw *network) handleReady(id NodeID) bool {
 		nw.snaps[id] = rd.Snapshot
 		meta := rd.Snapshot.Meta
 		d.snap = &meta
+		d.snapData = rd.Snapshot.Data
 		d.applied = meta.Slot
 		// The application state is the snapshot: its history is opaque.
 		nw.applied[id] = append(nw.applied[id][:0:0], Entry{Slot: meta.Slot, Type: EntryNoop, Cmds: [][]byte{rd.Snapshot.Data}})

@@ -49,6 +49,12 @@ type Config struct {
 	// Members is the initial membership, used only when DurableState holds
 	// no snapshot (a fresh group). Every member must be given the same list.
 	Members []NodeID
+	// KnownNodes are further nodes whose messages are accepted before the
+	// log names them. A node joining a running group passes the group's
+	// current membership here (it still starts from Members, or a snapshot,
+	// and learns the real history from the log): otherwise it would drop
+	// messages from members added after the initial membership.
+	KnownNodes []NodeID
 
 	ElectionTicks  int // base election timeout; randomized in [ElectionTicks, 2*ElectionTicks)
 	HeartbeatTicks int // leader heartbeat period
@@ -227,7 +233,7 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 	for _, id := range n.conf.latest() {
 		n.known[id] = true
 	}
-	for _, id := range cfg.Members {
+	for _, id := range slices.Concat(cfg.Members, cfg.KnownNodes) {
 		if id != 0 {
 			n.known[id] = true
 		}

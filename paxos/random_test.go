@@ -7,7 +7,10 @@ import (
 	"testing"
 )
 
-var randomSeeds = flag.Int("paxos.seeds", 200, "seeds for TestRandomFaults")
+var (
+	randomSeeds = flag.Int("paxos.seeds", 200, "seeds for TestRandomFaults")
+	randomConf  = flag.Bool("paxos.conf", true, "membership changes and compaction in TestRandomFaults")
+)
 
 // TestRandomFaults drives groups through drops, duplicates, reordering,
 // partitions and crash/restart, checking that every node applies the same
@@ -23,20 +26,24 @@ func runRandom(t testing.TB, seed uint64) *network {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	size := 3 + 2*rng.IntN(2)
 	nw := newNetwork(t, size)
+	// The address book: every id that may ever join.
+	book := []NodeID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	for _, id := range nw.ids {
 		cfg := testConfig(id, nw.ids)
+		cfg.KnownNodes = book
 		cfg.Seed = int64(seed)
 		nw.start(id, cfg)
 	}
+	initial := nw.ids[:size:size]
 	next := 0
 	for step := range 400 {
 		switch r := rng.IntN(100); {
 		case r < 3:
-			nw.isolate(nw.ids[rng.IntN(size)])
+			nw.isolate(nw.ids[rng.IntN(len(nw.ids))])
 		case r < 6:
 			nw.heal()
 		case r < 8:
-			id := nw.ids[rng.IntN(size)]
+			id := nw.ids[rng.IntN(len(nw.ids))]
 			if !nw.down[id] {
 				nw.crash(id)
 			}
@@ -51,6 +58,31 @@ func runRandom(t testing.TB, seed uint64) *network {
 			if l := nw.leader(); l != 0 {
 				_ = nw.nodes[l].Propose([][]byte{[]byte(fmt.Sprint(next))})
 				next++
+			}
+		case r < 42 && *randomConf:
+			l := nw.leader()
+			if l == 0 {
+				break
+			}
+			members := nw.nodes[l].Status().Members
+			if rng.IntN(2) == 0 && len(members) < 5 && len(nw.ids) < len(book) {
+				id := NodeID(len(nw.ids) + 1)
+				if nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfAddNode, Node: id}) == nil {
+					// A joiner starts with the initial membership.
+					cfg := testConfig(id, initial)
+					cfg.KnownNodes = book
+					cfg.Seed = int64(seed)
+					nw.start(id, cfg)
+				}
+			} else if len(members) > 2 {
+				_ = nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfRemoveNode, Node: members[rng.IntN(len(members))]})
+			}
+		case r < 45 && *randomConf:
+			id := nw.ids[rng.IntN(len(nw.ids))]
+			if n := nw.nodes[id]; !nw.down[id] && n.applied > 0 {
+				if err := nw.compact(id, []byte(fmt.Sprintf("snap%d", n.applied))); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		drop := rng.IntN(4) == 0
@@ -79,10 +111,18 @@ func runRandom(t testing.TB, seed uint64) *network {
 	l := nw.elect()
 	nw.propose(l, "final")
 	nw.tick(40)
-	for _, id := range nw.ids {
-		got := nw.cmds(id)
-		if nw.snaps[id] == nil && (len(got) == 0 || got[len(got)-1] != "final") {
-			t.Fatalf("seed %d: node %d applied %v", seed, id, got)
+	var final Slot
+	for _, e := range nw.applied[l] {
+		if e.Type == EntryNormal && len(e.Cmds) == 1 && string(e.Cmds[0]) == "final" {
+			final = e.Slot
+		}
+	}
+	if final == 0 {
+		t.Fatalf("seed %d: leader %d did not apply the final proposal", seed, l)
+	}
+	for _, id := range nw.nodes[l].Status().Members {
+		if a := nw.durable[id].applied; a < final {
+			t.Fatalf("seed %d: member %d applied through %d, final proposal at %d", seed, id, a, final)
 		}
 	}
 	nw.checkAgree()
