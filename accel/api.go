@@ -215,6 +215,23 @@ func (p *Plane) OnAccepted(dst []Event, slot paxos.Slot, b paxos.Ballot, from pa
 	return p.input(dst, Event{Kind: InAccepted, Slot: slot, Ballot: b, Node: from})
 }
 
+// OnAcceptedRange feeds an Accepted that acknowledges the slots [first,
+// last] (paxos.MsgAccepted carries Slot and Index): one input per slot, at
+// most WindowSlots of them; a longer range's tail is handed up.
+func (p *Plane) OnAcceptedRange(dst []Event, first, last paxos.Slot, b paxos.Ballot, from paxos.NodeID) []Event {
+	n := 0
+	for s := first; s <= last && s >= first; s++ {
+		if n == p.s.spec.WindowSlots {
+			// Beyond anything the window can hold: one input for the rest,
+			// which the aggregator hands up as out of window.
+			return p.OnAccepted(dst, last, b, from)
+		}
+		dst = p.OnAccepted(dst, s, b, from)
+		n++
+	}
+	return dst
+}
+
 // OnAccept runs the follower fast path for Accept(slot, ballot) from the
 // leader: if the ballot is at least the promised register and the slot is
 // in the window, payload is appended to the WAL and persisted, and the

@@ -302,3 +302,20 @@ func TestAcceptWithPmemLog(t *testing.T) {
 		t.Fatalf("pmem log holds %+v", got)
 	}
 }
+
+func TestAcceptedRange(t *testing.T) {
+	p := newLeader(t, 3, 2, 16)
+	for s := paxos.Slot(1); s <= 4; s++ {
+		p.Arm(nil, s, b(1, 1))
+	}
+	out := p.OnAcceptedRange(nil, 1, 4, b(1, 1), 2)
+	if countKind(out, OutCommit) != 4 {
+		t.Fatalf("range ack: %v", kinds(out))
+	}
+	// A range longer than the window is cut: 16 slots are fed (1..4 count
+	// silently, 5..16 were never armed) and the tail is one hand-up.
+	out = p.OnAcceptedRange(nil, 1, 1000, b(1, 1), 3)
+	if n := len(out); n != 13 || out[n-1].Reason() != ReasonWindow || out[0].Reason() != ReasonNotArmed {
+		t.Fatalf("long range: %d outputs, last %v", n, out[n-1])
+	}
+}
