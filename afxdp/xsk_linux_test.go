@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -214,82 +213,10 @@ func soak(t *testing.T, subnet int, attach string) {
 	srv := openXDP(t, p.NS[0], afxdp.Config{Interface: p.If[0], Port: port, Attach: attach})
 	cli := openXDP(t, p.NS[1], afxdp.Config{Interface: p.If[1], Port: port, Attach: attach})
 
-	var echoed atomic.Int64
-	go func() {
-		pkts := make([]afxdp.Packet, srv.BatchSize())
-		for i := range pkts {
-			pkts[i].Buf = make([]byte, 2048)
-		}
-		for {
-			n, err := srv.ReadBatch(pkts)
-			if err != nil {
-				return
-			}
-			if _, err := srv.WriteBatch(pkts[:n]); err != nil {
-				return
-			}
-			echoed.Add(int64(n))
-		}
-	}()
-
-	// A stall watchdog: if no reply arrives for 5s, the rest is lost.
-	var progress atomic.Int64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		last := int64(-1)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Second):
-			}
-			if cur := progress.Load(); cur == last {
-				cli.Close()
-				return
-			} else {
-				last = cur
-			}
-		}
-	}()
-
-	rx := make([]afxdp.Packet, cli.BatchSize())
-	for i := range rx {
-		rx[i].Buf = make([]byte, 2048)
-	}
-	tx := make([]afxdp.Packet, window)
-	bufs := make([][64]byte, window)
-	next, received := 0, 0
-	lost := 0
-	for received < total {
-		k := 0
-		for next < total && next-received < window && k < window {
-			binary.BigEndian.PutUint64(bufs[k][:], uint64(next))
-			tx[k] = afxdp.Packet{Buf: bufs[k][:], N: 64, Addr: srv.LocalAddr()}
-			k++
-			next++
-		}
-		if k > 0 {
-			if n, err := cli.WriteBatch(tx[:k]); n != k || err != nil {
-				t.Fatalf("WriteBatch = %d of %d, %v", n, k, err)
-			}
-		}
-		n, err := cli.ReadBatch(rx)
-		if err != nil {
-			lost = total - received
-			break
-		}
-		for _, pk := range rx[:n] {
-			if pk.N != 64 || binary.BigEndian.Uint64(pk.Buf) != uint64(received) {
-				t.Fatalf("reply %d: got seq %d (n=%d)", received, binary.BigEndian.Uint64(pk.Buf), pk.N)
-			}
-			received++
-		}
-		progress.Store(int64(received))
-	}
+	received, lost, err := pingPong(cli, srv, total, window, 5*time.Second)
 	fmt.Printf("afxdp soak: attach=%s packets=%d lost=%d\n", attach, received, lost)
-	if lost != 0 {
-		t.Fatalf("lost %d of %d; client %+v server %+v", lost, total, cli.Stats(), srv.Stats())
+	if err != nil {
+		t.Fatalf("%v; client %+v server %+v", err, cli.Stats(), srv.Stats())
 	}
 	for _, c := range []*afxdp.XDPConn{srv, cli} {
 		st := c.Stats()
