@@ -26,7 +26,7 @@ import (
 // testCluster runs replicas in one process over an afxdp.MemNetwork (the
 // side channel uses real loopback TCP on the same port numbers).
 type testCluster struct {
-	t         *testing.T
+	t         testing.TB
 	net       *afxdp.MemNetwork
 	peers     []Peer
 	dir       string
@@ -44,7 +44,7 @@ type testNode struct {
 const testTenant = tenants.ID(1)
 
 // freePort returns a loopback port that was free for TCP a moment ago.
-func freePort(t *testing.T) uint16 {
+func freePort(t testing.TB) uint16 {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func freePort(t *testing.T) uint16 {
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
-func newTestCluster(t *testing.T, n int, snapEvery uint64) *testCluster {
+func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
 	t.Helper()
 	shm := "/dev/shm"
 	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
