@@ -2,7 +2,6 @@ package paxos
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -302,4 +301,3 @@ func fmtMsg(m *Message) string {
 	return b.String()
 }
 
-var _ = slices.Contains[[]NodeID]
