@@ -21,9 +21,9 @@ type Summary struct {
 // Detail describes what the batch exercised, one line.
 func (s *Summary) Detail() string {
 	c := s.Counts
-	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
+	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d, all-at-once %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
 		"compactions=%d snapshot-installs=%d reads=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
-		s.Covered, c.Crashes, c.MidReadyCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
+		s.Covered, c.Crashes, c.MidReadyCrashes, c.TotalCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
 		c.Compactions, c.SnapshotsInstalled, c.LeaseOrBarrierReads,
 		s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
 }

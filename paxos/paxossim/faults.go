@@ -68,19 +68,20 @@ func (f FaultSet) Has(o FaultSet) bool { return f&o == o }
 
 // Fault rates and durations, all in ticks or parts per million.
 const (
-	crashPerTickPPM     = 15_000 // chance per tick that some node crashes
-	downTicksMin        = 5
-	downTicksMax        = 60
-	partitionPerTickPPM = 12_000
-	partitionTicksMin   = 10
-	partitionTicksMax   = 80
-	dropPPMMax          = 100_000 // up to 10% of messages lost
-	dupPPMMax           = 50_000
-	longDelayPPMMax     = 50_000
-	driftPPMMax         = 50_000 // a node's tick period is off by at most 5%
-	confChangePerTick   = 20_000
-	compactTicksMin     = 15
-	compactTicksMax     = 60
+	crashPerTickPPM      = 15_000 // chance per tick that some node crashes
+	totalCrashPerTickPPM = 2_000  // chance per tick that every node crashes at once
+	downTicksMin         = 5
+	downTicksMax         = 60
+	partitionPerTickPPM  = 12_000
+	partitionTicksMin    = 10
+	partitionTicksMax    = 80
+	dropPPMMax           = 100_000 // up to 10% of messages lost
+	dupPPMMax            = 50_000
+	longDelayPPMMax      = 50_000
+	driftPPMMax          = 50_000 // a node's tick period is off by at most 5%
+	confChangePerTick    = 20_000
+	compactTicksMin      = 15
+	compactTicksMax      = 60
 )
 
 // randomFaults picks the fault profile of a seed: each kind with

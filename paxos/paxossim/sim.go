@@ -40,7 +40,7 @@ const (
 type Options struct {
 	Ticks   int      // fault-phase length; 0 means TicksDefault
 	Nodes   int      // 0: 3 or 5, chosen by the seed
-	Clients int      // 0: 2 to 4, chosen by the seed
+	Clients int      // 0: 2 to 6, chosen by the seed
 	Faults  FaultSet // 0: a random profile chosen by the seed
 	// NoFaults forces a run without faults (Faults is then ignored).
 	NoFaults bool
@@ -80,13 +80,14 @@ type Result struct {
 // Counts tallies the discrete events of a run, so a batch can show that
 // every fault kind actually happened.
 type Counts struct {
-	Crashes, MidReadyCrashes, Partitions, OneWays, ConfChanges, FreshNodes int
-	SnapshotsInstalled, Compactions, LeaseOrBarrierReads                   int
+	Crashes, MidReadyCrashes, TotalCrashes, Partitions, OneWays, ConfChanges, FreshNodes int
+	SnapshotsInstalled, Compactions, LeaseOrBarrierReads                                 int
 }
 
 func (c *Counts) add(o Counts) {
 	c.Crashes += o.Crashes
 	c.MidReadyCrashes += o.MidReadyCrashes
+	c.TotalCrashes += o.TotalCrashes
 	c.Partitions += o.Partitions
 	c.OneWays += o.OneWays
 	c.ConfChanges += o.ConfChanges
@@ -199,7 +200,7 @@ func newSim(seed uint64, opts Options) *sim {
 	}
 	nc := opts.Clients
 	if nc == 0 {
-		nc = 2 + s.r.intn(3)
+		nc = 2 + s.r.intn(5)
 	}
 	s.faults = opts.Faults
 	if s.faults == 0 {
@@ -535,6 +536,18 @@ func (s *sim) faultStep(tick int64) {
 				victim.crashMidReady = true
 			} else {
 				s.crash(victim, s.r.between(downTicksMin, downTicksMax))
+			}
+		}
+	}
+	if f.Has(FaultCrash) && s.r.ppm(totalCrashPerTickPPM) {
+		// Every node at once: only durable state can carry committed
+		// entries across this.
+		down := s.r.between(downTicksMin, downTicksMax/2)
+		s.tracef("all nodes crash")
+		s.result.Counts.TotalCrashes++
+		for _, sn := range s.nodes {
+			if sn.up() {
+				s.crash(sn, down)
 			}
 		}
 	}
