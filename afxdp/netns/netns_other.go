@@ -36,3 +36,18 @@ func Run(ns string, f func() error) error { return Available() }
 
 // Ping returns an error wrapping afxdp.ErrNotSupported.
 func Ping(ns string, dst netip.Addr, timeout time.Duration) error { return Available() }
+
+// LAN is n node namespaces on one Ethernet segment (Linux only).
+type LAN struct {
+	Hub   string
+	NS    []string
+	If    []string
+	Addr4 []netip.Addr
+	Addr6 []netip.Addr
+}
+
+// NewLAN returns an error wrapping afxdp.ErrNotSupported.
+func NewLAN(name string, subnet, n int) (*LAN, error) { return nil, Available() }
+
+// Close does nothing.
+func (l *LAN) Close() error { return nil }
