@@ -30,6 +30,7 @@ type CheckResult struct {
 	Commits    int    // (slot, ballot) commits software made
 	Mismatches int    // slots where the two disagree
 	HandUps    uint64 // OutHandUp events seen
+	Excused    int    // slots only software committed, after the plane handed up an input for them
 	First      string // the first mismatching slot, described
 }
 
@@ -98,7 +99,11 @@ func (c *Checker) Result() CheckResult {
 	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
 	for _, s := range slots {
 		p, sw := c.plane[s], c.soft[s]
-		if sameBallots(p, sw) || (len(p) == 0 && c.handedUp[s]) {
+		if sameBallots(p, sw) {
+			continue
+		}
+		if len(p) == 0 && c.handedUp[s] {
+			r.Excused++
 			continue
 		}
 		r.Mismatches++

@@ -260,6 +260,7 @@ func TestCheckerWithPaxos(t *testing.T) {
 			}
 			total.Commits += r.Commits
 			total.HandUps += r.HandUps
+			total.Excused += r.Excused
 			for i, p := range g.planes {
 				fast += p.Stats().FastAccepts
 				if err := p.Close(); err != nil {
@@ -278,7 +279,7 @@ func TestCheckerWithPaxos(t *testing.T) {
 			}
 		}
 	}
-	fmt.Printf("%v fast_accepts=%d (paxos group, 3 and 5 nodes, 4 seeds each, leader isolations)\n", total, fast)
+	fmt.Printf("%v excused=%d fast_accepts=%d (paxos group, 3 and 5 nodes, 4 seeds each, leader isolations)\n", total, total.Excused, fast)
 }
 
 // TestCheckerWithPaxosPlantedBug runs the same group with every plane's
