@@ -12,10 +12,13 @@ type Summary struct {
 	Ops        int
 	Faults     int
 	Violations int
-	Failed     []*Result // in seed order
-	Covered    FaultSet  // union of the fault kinds the batch ran
-	Counts     Counts
-	Net        netStats
+	// SafetyViolations counts the end-to-end safety violations (two values
+	// in a slot, diverged replicas, non-linearizable histories).
+	SafetyViolations int
+	Failed           []*Result // in seed order
+	Covered          FaultSet  // union of the fault kinds the batch ran
+	Counts           Counts
+	Net              netStats
 }
 
 // Detail describes what the batch exercised, one line.
@@ -64,6 +67,7 @@ func RunBatch(first uint64, count int, opts Options, workers int, onResult func(
 		sum.Ops += r.Ops
 		sum.Faults += r.FaultCount
 		sum.Violations += r.Violations
+		sum.SafetyViolations += r.SafetyViolations
 		sum.Covered |= r.Faults
 		sum.Counts.add(r.Counts)
 		sum.Net.add(r.Net)

@@ -37,6 +37,12 @@ type acceptRecord struct {
 type checker struct {
 	violations []string
 	count      int
+	// safety counts the end-to-end safety violations among count: two
+	// values chosen or committed in a slot, diverged replica state, a
+	// non-linearizable history. The protocol-level checks (AckEvents,
+	// promises) catch many bugs earlier; planted-bug tests use this count
+	// to show the end-to-end checks catch them too.
+	safety int
 
 	// committed value of each slot, the first time any node applied it.
 	slotValue map[paxos.Slot]uint64
@@ -62,6 +68,11 @@ func newChecker(quorum int) *checker {
 		acks:         map[slotBallot]*ackRecord{},
 		valuesByHash: map[uint64]string{},
 	}
+}
+
+func (c *checker) violateSafety(format string, args ...any) {
+	c.safety++
+	c.violate(format, args...)
 }
 
 func (c *checker) violate(format string, args ...any) {
@@ -110,7 +121,7 @@ func (c *checker) accepted(node paxos.NodeID, e *paxos.Entry) {
 		c.accepts[k] = r
 	}
 	if r.value != v {
-		c.violate("slot %d ballot %v: node %d accepted a different value than another acceptor under the same ballot: %s",
+		c.violateSafety("slot %d ballot %v: node %d accepted a different value than another acceptor under the same ballot: %s",
 			e.Slot, e.Ballot, node, describeEntry(e))
 		return
 	}
@@ -124,7 +135,7 @@ func (c *checker) accepted(node paxos.NodeID, e *paxos.Entry) {
 		return
 	}
 	if old, ok := c.chosen[e.Slot]; ok && old != v {
-		c.violate("slot %d: two values chosen by acceptor quorums (second under ballot %v: %s)", e.Slot, e.Ballot, describeEntry(e))
+		c.violateSafety("slot %d: two values chosen by acceptor quorums (second under ballot %v: %s)", e.Slot, e.Ballot, describeEntry(e))
 		return
 	}
 	c.chosen[e.Slot] = v
@@ -135,14 +146,14 @@ func (c *checker) accepted(node paxos.NodeID, e *paxos.Entry) {
 func (c *checker) applied(node paxos.NodeID, e *paxos.Entry, state uint64) {
 	v := entryValue(e)
 	if old, ok := c.slotValue[e.Slot]; ok && old != v {
-		c.violate("slot %d: node %d committed %s, another node committed %s",
+		c.violateSafety("slot %d: node %d committed %s, another node committed %s",
 			e.Slot, node, describeEntry(e), c.valuesByHash[old])
 	} else if !ok {
 		c.slotValue[e.Slot] = v
 		c.valuesByHash[v] = describeEntry(e)
 	}
 	if ch, ok := c.chosen[e.Slot]; ok && ch != v {
-		c.violate("slot %d: node %d committed %s, but acceptors chose a different value", e.Slot, node, describeEntry(e))
+		c.violateSafety("slot %d: node %d committed %s, but acceptors chose a different value", e.Slot, node, describeEntry(e))
 	}
 	c.state(node, e.Slot, state)
 }
@@ -151,7 +162,7 @@ func (c *checker) applied(node paxos.NodeID, e *paxos.Entry, state uint64) {
 // node's state at that slot.
 func (c *checker) state(node paxos.NodeID, slot paxos.Slot, state uint64) {
 	if old, ok := c.slotState[slot]; ok && old != state {
-		c.violate("slot %d: node %d's application state diverged from another replica's", slot, node)
+		c.violateSafety("slot %d: node %d's application state diverged from another replica's", slot, node)
 	} else if !ok {
 		c.slotState[slot] = state
 	}

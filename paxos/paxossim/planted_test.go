@@ -23,6 +23,18 @@ func TestPlantedQuorumBugIsCaught(t *testing.T) {
 	if sum.Violations == 0 {
 		t.Fatalf("a quorum of n/2 went unnoticed in %d seeds", plantedSeeds)
 	}
+	// Not only the AckEvent quorum check: the end-to-end checks (values per
+	// slot, replica state, linearizability) must see the damage too.
+	if sum.SafetyViolations == 0 {
+		t.Fatalf("a quorum of n/2 caused no end-to-end safety violation in %d seeds", plantedSeeds)
+	}
+	var endToEnd int
+	for _, r := range sum.Failed {
+		if r.SafetyViolations > 0 {
+			endToEnd++
+		}
+	}
+	t.Logf("end-to-end safety violations in %d of %d failing seeds", endToEnd, len(sum.Failed))
 	for _, r := range sum.Failed[:min(3, len(sum.Failed))] {
 		t.Logf("caught: %s", r)
 	}

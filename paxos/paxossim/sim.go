@@ -70,6 +70,9 @@ type Result struct {
 	Retries    int
 	FaultCount int // injected fault events (crashes, partitions, lost/duplicated/delayed messages, membership changes)
 	Violations int
+	// SafetyViolations counts the end-to-end safety violations among
+	// Violations (see checker.safety).
+	SafetyViolations int
 	// Messages describes up to violationsMax violations.
 	Messages []string
 	Net      netStats
@@ -411,7 +414,16 @@ func (s *sim) process(sn *simNode) {
 }
 
 func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
-	// 1. Durable first.
+	// 1. Durable first. An acceptor's promise never goes down, and it
+	// never accepts under a ballot below what it had durably promised.
+	if rd.Promised != nil && rd.Promised.Less(sn.store.promised) {
+		s.chk.violate("node %d: promised ballot went down from %v to %v", sn.id, sn.store.promised, *rd.Promised)
+	}
+	for i := range rd.Accepted {
+		if e := &rd.Accepted[i]; e.Ballot.Less(sn.store.promised) {
+			s.chk.violate("node %d: accepted slot %d under ballot %v below its durable promise %v", sn.id, e.Slot, e.Ballot, sn.store.promised)
+		}
+	}
 	sn.store.persist(rd)
 	for i := range rd.Accepted {
 		s.chk.accepted(sn.id, &rd.Accepted[i])
@@ -701,7 +713,7 @@ func (s *sim) livenessFailure() {
 func (s *sim) finish(checkHistory bool) *Result {
 	if checkHistory {
 		if why := checkLinearizable(s.history); why != "" {
-			s.chk.violate("%s", why)
+			s.chk.violateSafety("%s", why)
 		}
 	}
 	r := s.result
@@ -709,6 +721,7 @@ func (s *sim) finish(checkHistory bool) *Result {
 	r.Net = s.net.stats
 	r.FaultCount += int(s.net.stats.dropped + s.net.stats.duplicated + s.net.stats.delayed + s.net.stats.blocked)
 	r.Violations = s.chk.count
+	r.SafetyViolations = s.chk.safety
 	r.Messages = s.chk.violations
 	return &r
 }
