@@ -138,9 +138,11 @@ func (s *state) apply(in Event, out []Event) []Event {
 		return s.setRole(in, out)
 	case InSetBallot:
 		if in.Ballot != s.ballot {
-			out = s.dropLease(out, &in) // LEASE-LOST carries the ballot whose lease ended
 			s.ballot = in.Ballot
 			s.ackSeen = 0
+			// LEASE-LOST carries the new ballot (the register is written
+			// first); rtl/ mirrors this order.
+			out = s.dropLease(out, &in)
 		}
 		return out
 	case InSetPromised:
