@@ -300,4 +300,3 @@ func fmtMsg(m *Message) string {
 	}
 	return b.String()
 }
-
