@@ -174,4 +174,6 @@ var (
 	ErrConfChangeBusy = errors.New("paxos: a membership change is already in progress")
 	ErrBadMessage     = errors.New("paxos: bad message dropped")
 	ErrStopped        = errors.New("paxos: node stopped")
+	ErrNotMember      = errors.New("paxos: not a member of the group")
+	ErrLeaseHeld      = errors.New("paxos: a lease granted to another leader is still running")
 )

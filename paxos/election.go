@@ -22,6 +22,9 @@ func (n *Node) becomeFollower() {
 func (n *Node) isMember() bool { return slices.Contains(n.conf.latest(), n.id) }
 
 func (n *Node) tickElection() {
+	if n.cfg.ExternalElection {
+		return
+	}
 	n.electionElapsed++
 	if n.electionElapsed >= n.electionTimeout {
 		n.resetElectionTimer()

@@ -396,3 +396,41 @@ func TestRefusalWithUnknownBallotNode(t *testing.T) {
 		t.Fatalf("campaign ballot %v does not outbid round 50", b)
 	}
 }
+
+func TestExternalElection(t *testing.T) {
+	nw := newNetwork(t, 3)
+	for _, id := range nw.ids {
+		cfg := testConfig(id, nw.ids)
+		cfg.ExternalElection = true
+		nw.start(id, cfg)
+	}
+	nw.tick(100)
+	if l := nw.leader(); l != 0 {
+		t.Fatalf("node %d elected itself without Campaign", l)
+	}
+	if err := nw.nodes[2].Campaign(); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	if l := nw.leader(); l != 2 {
+		t.Fatalf("leader %d after Campaign on 2", l)
+	}
+	nw.tick(1)
+	// Node 3 acked a heartbeat: its lease to node 2 forbids campaigning.
+	if err := nw.nodes[3].Campaign(); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("Campaign inside a lease: %v", err)
+	}
+	// The plane handles heartbeats: cut node 2's own heartbeats to 3 and
+	// report contact instead; node 3 keeps honouring the lease.
+	nw.cut[[2]NodeID{2, 3}] = true
+	for range 20 {
+		nw.nodes[3].NoteLeaderContact(2)
+		nw.tick(1)
+		if err := nw.nodes[3].Campaign(); !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("Campaign while the plane reports the leader: %v", err)
+		}
+	}
+	if st := nw.nodes[3].Status(); st.Leader != 2 {
+		t.Fatalf("node 3 follows %d", st.Leader)
+	}
+}

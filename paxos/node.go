@@ -63,6 +63,13 @@ type Config struct {
 
 	// Seed makes the randomized election timeouts deterministic.
 	Seed int64
+
+	// ExternalElection, when true, stops Tick from ever starting an
+	// election: an outside timer (the accel plane's heartbeat engine) calls
+	// Campaign instead, and reports heartbeats it handled through
+	// NoteLeaderContact. Leader heartbeats and check quorum still run on
+	// Tick.
+	ExternalElection bool
 }
 
 // Ready carries everything the caller must do after the node changed:
@@ -289,6 +296,41 @@ func (n *Node) Tick() {
 		n.tickLeader()
 	default:
 		n.tickElection()
+	}
+}
+
+// Campaign starts an election now: the pre-check round, then phase 1 if a
+// majority agrees. It is how an outside election timer (ExternalElection)
+// drives the node; it works without it too. It returns nil on a leader (no
+// change), ErrNotMember when the node is not in the membership, and
+// ErrLeaseHeld while a lease this node granted to another leader runs.
+func (n *Node) Campaign() error {
+	switch {
+	case n.role == RoleLeader:
+		return nil
+	case !n.isMember():
+		return ErrNotMember
+	case n.leaseBlocks(n.id):
+		return ErrLeaseHeld
+	}
+	n.resetElectionTimer()
+	n.startPreCheck()
+	return nil
+}
+
+// NoteLeaderContact tells the node that a heartbeat from the leader of its
+// promised ballot was handled outside it (by the accel plane, which acked
+// it). The node counts that as hearing from the leader, and honours the
+// lease the ack granted: it refuses other ballots for LeaseTicks. Contact
+// from any node but the promised ballot's is ignored.
+func (n *Node) NoteLeaderContact(from NodeID) {
+	if from == 0 || from == n.id || from != n.promised.Node || n.role == RoleLeader {
+		return
+	}
+	n.followLeader(from)
+	if n.cfg.LeaseTicks > 0 {
+		n.leaseHolder = from
+		n.leaseUntil = n.now + int64(n.cfg.LeaseTicks)
 	}
 }
 
