@@ -484,11 +484,14 @@ func (c *XDPConn) receive(pkts []Packet) int {
 	now := time.Now()
 	fb := uint64(c.cfg.FrameBytes)
 	umemLen := uint64(len(c.umem))
+	rxHalf := umemLen / 2 // receive chunks live below this offset
 	out := 0
 	for i := uint32(0); i < avail; i++ {
 		d := c.rx.descAt(c.rx.local + i)
 		addr, n := d.Addr, uint64(d.Len)
-		c.rxFree = append(c.rxFree, addr-addr%fb)
+		if base := addr - addr%fb; base < rxHalf && len(c.rxFree) < cap(c.rxFree) {
+			c.rxFree = append(c.rxFree, base)
+		}
 		if addr >= umemLen || n > umemLen-addr || addr%fb+n > fb {
 			c.ctr.rxTruncated.Add(1) // a descriptor outside its chunk: never trust it
 			continue

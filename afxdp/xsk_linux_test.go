@@ -604,7 +604,7 @@ func TestXDPLANThreeNodes(t *testing.T) {
 		for i, c := range conns {
 			kernelBefore[i] = c.Stats().TxKernel
 		}
-		exchange(t, conns, rounds)
+		exchange(t, asConns(conns), rounds)
 		for i, c := range conns {
 			if k := c.Stats().TxKernel; round == 1 && k != kernelBefore[i] {
 				t.Fatalf("node %d sent %d datagrams through the kernel in round 1", i, k-kernelBefore[i])
@@ -613,7 +613,17 @@ func TestXDPLANThreeNodes(t *testing.T) {
 	}
 }
 
-func exchange(t *testing.T, conns []*afxdp.XDPConn, rounds int) {
+func asConns(xs []*afxdp.XDPConn) []afxdp.Conn {
+	var cs []afxdp.Conn
+	for _, x := range xs {
+		cs = append(cs, x)
+	}
+	return cs
+}
+
+// exchange has every conn send rounds datagrams to every other and checks
+// each received exactly rounds from each, with no frame dropped.
+func exchange(t *testing.T, conns []afxdp.Conn, rounds int) {
 	t.Helper()
 	for i, c := range conns {
 		for j, d := range conns {
@@ -633,8 +643,38 @@ func exchange(t *testing.T, conns []*afxdp.XDPConn, rounds int) {
 				t.Fatalf("node %d got %d datagrams from node %d, want %d", j, count[c.LocalAddr()], i, rounds)
 			}
 		}
-		if st := d.Stats(); st.RxBadChecksum+st.RxForeign+st.RxTruncated+st.RxRunt != 0 {
-			t.Fatalf("node %d: %+v", j, st)
+		if sd, ok := d.(interface{ Stats() afxdp.Counters }); ok {
+			if st := sd.Stats(); st.RxBadChecksum+st.RxForeign+st.RxTruncated+st.RxRunt != 0 {
+				t.Fatalf("node %d: %+v", j, st)
+			}
 		}
+	}
+}
+
+// TestMixedLAN is the heterogeneous deployment at the transport level: two
+// AF_XDP nodes and one kernel UDP node on one segment, all to all, twice.
+func TestMixedLAN(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %v", err)
+		}
+		t.Skip(err)
+	}
+	lan, err := netns.NewLAN(fmt.Sprintf("synod-xdp-%d-mix", os.Getpid()), 47, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lan.Close(); err != nil {
+			t.Errorf("removing namespaces: %v", err)
+		}
+	})
+	conns := []afxdp.Conn{
+		openXDP(t, lan.NS[0], afxdp.Config{Interface: lan.If[0], Port: 7400, FrameCount: 256}),
+		openXDP(t, lan.NS[1], afxdp.Config{Interface: lan.If[1], Port: 7400, FrameCount: 256, Attach: afxdp.AttachGeneric}),
+		openUDP(t, lan.NS[2], netip.AddrPortFrom(lan.Addr4[2], 7400)),
+	}
+	for round := 0; round < 2; round++ {
+		exchange(t, conns, 50)
 	}
 }
