@@ -187,3 +187,22 @@ func FuzzParseFrame(f *testing.F) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func BenchmarkBuildFrame(b *testing.B) {
+	out := make([]byte, 2048)
+	payload := make([]byte, 256)
+	b.SetBytes(int64(len(payload)))
+	for b.Loop() {
+		buildFrame(out, macA, macB, v4A, v4B, 1, payload)
+	}
+}
+
+func BenchmarkParseFrame(b *testing.B) {
+	f := mustBuild(v6A, v6B, make([]byte, 256))
+	b.SetBytes(256)
+	for b.Loop() {
+		if _, v := parseFrame(f, v6B, false); v != verdictOK {
+			b.Fatal(v)
+		}
+	}
+}
