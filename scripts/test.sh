@@ -2,6 +2,11 @@
 # Runs synod's whole test suite on a fresh machine. As root it first installs
 # what the tests need (HDL simulators, iproute2) with apt-get when missing.
 # CI=true turns every "skip: missing capability" into a failure.
+#
+# Output: each package's result, every summary line the tests print
+# (paxossim:, pmem crash:, e2e:, accel:, cosim:, rtl: ...), every skip with
+# its reason, and the full output of anything that failed. The raw
+# `go test -json` stream is kept in $SYNOD_TEST_LOG (default: a temp file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +28,13 @@ fi
 echo "== go vet"
 go vet ./...
 echo "== go test"
-# -p 2: the CI machine has 2 cores. Timeouts are generous; the suite is
-# expected to take well under 30 minutes.
-go test -p 2 -timeout 40m "$@" ./...
+log=${SYNOD_TEST_LOG:-$(mktemp -t synod-test.XXXXXX.json)}
+go build -o "${log}.report" ./internal/testreport
+# -p 2: the CI machine has 2 cores. The suite is expected to take well under
+# 30 minutes; the timeout only catches a hang.
+set +e
+go test -json -p 2 -timeout 40m "$@" ./... | tee "$log" | "${log}.report"
+rc=${PIPESTATUS[0]}; rep=${PIPESTATUS[2]}
+set -e
+echo "(raw go test -json log: $log)"
+[ "$rc" = 0 ] && [ "$rep" = 0 ]
