@@ -16,6 +16,10 @@ const (
 	delayMicrosMin     = 200
 	delayMicrosMax     = 2500
 	longDelayMicrosMax = 12 * microsPerTick // "reorder" fault: a packet overtaken by later ones
+	// One delayed packet in ancientPerDelayed arrives very late, long after
+	// the ballot that sent it was superseded.
+	ancientPerDelayed     = 10
+	ancientDelayMicrosMax = 150 * microsPerTick
 )
 
 // packet is one encoded message in flight. Messages travel as bytes so
@@ -105,6 +109,9 @@ func (n *network) send(r *simRand, now int64, from, to paxos.NodeID, data []byte
 		if r.ppm(n.longDelayPPM) {
 			n.stats.delayed++
 			d = r.between(delayMicrosMax, longDelayMicrosMax)
+			if r.chance(1, ancientPerDelayed) {
+				d = r.between(longDelayMicrosMax, ancientDelayMicrosMax)
+			}
 		}
 		n.nextSeq++
 		heap.Push(&n.q, packet{at: now + d, seq: n.nextSeq, from: from, to: to, data: data})
