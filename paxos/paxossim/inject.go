@@ -1,0 +1,114 @@
+package paxossim
+
+import (
+	"slices"
+
+	"synod/paxos"
+)
+
+// faultStep injects this tick's faults.
+func (s *sim) faultStep(tick int64) {
+	f := s.faults
+	if f.Has(FaultCrash) && s.r.ppm(crashPerTickPPM) {
+		var ups []*simNode
+		for _, sn := range s.nodes {
+			if sn.up() {
+				ups = append(ups, sn)
+			}
+		}
+		down := len(s.nodes) - len(ups)
+		// Mostly keep a majority up so the run makes progress; sometimes
+		// take the majority down too.
+		if len(ups) > 0 && (down < (len(s.nodes)-1)/2 || s.r.chance(1, 10)) {
+			victim := ups[s.r.intn(len(ups))]
+			if s.r.chance(1, 3) {
+				victim.crashMidReady = true
+			} else {
+				s.crash(victim, s.r.between(downTicksMin, downTicksMax))
+			}
+		}
+	}
+	if f.Has(FaultCrash) && s.r.ppm(totalCrashPerTickPPM) {
+		// Every node at once: only durable state can carry committed
+		// entries across this.
+		down := s.r.between(downTicksMin, downTicksMax/2)
+		s.tracef("all nodes crash")
+		s.result.Counts.TotalCrashes++
+		for _, sn := range s.nodes {
+			if sn.up() {
+				s.crash(sn, down)
+			}
+		}
+	}
+	for _, sn := range s.nodes {
+		if !sn.up() && tick >= sn.downUntil {
+			s.tracef("node %d: restart", sn.id)
+			s.start(sn)
+		}
+	}
+	if s.partitionUntil != 0 && tick >= s.partitionUntil || s.oneWayUntil != 0 && tick >= s.oneWayUntil {
+		s.tracef("network: heal")
+		s.net.heal()
+		s.partitionUntil, s.oneWayUntil = 0, 0
+	}
+	if f.Has(FaultPartition) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+		ids := make([]paxos.NodeID, len(s.nodes))
+		for i, sn := range s.nodes {
+			ids[i] = sn.id
+		}
+		s.r.r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		k := 1 + s.r.intn(len(ids)-1)
+		s.net.partition(ids[:k], ids[k:])
+		s.partitionUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
+		s.result.FaultCount++
+		s.result.Counts.Partitions++
+		s.tracef("network: partition %v | %v until %d", ids[:k], ids[k:], s.partitionUntil)
+	}
+	if f.Has(FaultOneWay) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+		links := 1 + s.r.intn(len(s.nodes))
+		for range links {
+			a := s.nodes[s.r.intn(len(s.nodes))].id
+			b := s.nodes[s.r.intn(len(s.nodes))].id
+			if a != b {
+				s.net.block(a, b)
+				s.tracef("network: block %d -> %d", a, b)
+			}
+		}
+		s.oneWayUntil = tick + s.r.between(partitionTicksMin, partitionTicksMax)
+		s.result.FaultCount++
+		s.result.Counts.OneWays++
+	}
+}
+
+// maintenance is the application's periodic work: snapshots.
+func (s *sim) maintenance(tick int64) {
+	for _, sn := range s.nodes {
+		if !sn.up() || tick < sn.nextCompact {
+			continue
+		}
+		if s.faults.Has(FaultSnapshot) {
+			sn.nextCompact = tick + s.r.between(compactTicksMin, compactTicksMax)
+		} else {
+			sn.nextCompact = tick + 4*compactTicksMax
+		}
+		if sn.app.applied == 0 {
+			continue
+		}
+		s.compact(sn)
+	}
+}
+
+func (s *sim) compact(sn *simNode) {
+	data := sn.app.encode()
+	slot := sn.app.applied
+	if err := sn.n.Compact(slot, data); err != nil {
+		s.tracef("node %d: compact at %d refused: %v", sn.id, slot, err)
+		return
+	}
+	// The application's snapshot is durable once Compact accepted it; its
+	// members are those in force at the snapshot's slot.
+	sn.store.saveSnapshot(paxos.SnapshotMeta{Slot: slot, Members: slices.Clone(sn.app.members)}, data)
+	sn.store.truncate(slot)
+	s.result.Counts.Compactions++
+	s.process(sn)
+}
