@@ -20,6 +20,20 @@
 // client history is checked for linearizability with porcupine against a KV
 // model.
 //
+// Running it:
+//
+//	go test ./paxos/paxossim                        # 2000 seeds, prints the summary line
+//	go test ./paxos/paxossim -run 'TestSimulation$' -seed=12345 -v   # replay one seed with its trace
+//	go test ./paxos/paxossim -run 'TestSimulation$' -seeds=20000 -ticks=1000
+//	go test ./paxos/paxossim -run 'TestSimulation$' -long -timeout 60m
+//	go test ./paxos/paxossim -run 'TestSimulation$' -faults=crash,partition
+//	go run ./paxos/paxossim/cmd/paxossim -seeds 2000   # standalone
+//
+// A failing seed prints the command that replays it. Crashed nodes keep
+// only their durableStore: what Ready.Promised and Ready.Accepted made
+// durable, and the application's durable copy (either its whole state after
+// every apply, or only its last snapshot, chosen per seed).
+//
 // The simulator is a test tool: it is used by its tests and by
 // cmd/paxossim, never by production code.
 package paxossim
