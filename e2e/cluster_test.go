@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	kvnodeBin = filepath.Join(dir, "kvnode")
-	build := exec.Command("go", "build", "-o", kvnodeBin, "./cmd/kvnode")
+	args := []string{"build", "-o", kvnodeBin}
+	if os.Getenv("E2E_RACE") == "1" {
+		args = append(args, "-race") // kvnode itself under the race detector
+	}
+	build := exec.Command("go", append(args, "./cmd/kvnode")...)
 	build.Dir = ".."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -141,6 +145,11 @@ func newCluster(t testing.TB, n int) *cluster {
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
 			c.kill(nd)
+		}
+		for _, nd := range c.nodes {
+			if b, err := os.ReadFile(nd.logPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
+				t.Errorf("node %d: the race detector reported a data race (see its log below)", nd.id)
+			}
 		}
 		if t.Failed() {
 			for _, nd := range c.nodes {

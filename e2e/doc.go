@@ -4,6 +4,7 @@
 //
 //	go test ./e2e/                          # the whole suite
 //	E2E_KILLS=20 go test -run Kill ./e2e/   # more leader kills
+//	E2E_RACE=1 go test ./e2e/               # kvnode built with -race
 //
 // TestMain builds kvnode once into a temporary directory.
 package e2e
