@@ -1,0 +1,125 @@
+package raftpath
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/kv/sm"
+	"synod/tenants"
+)
+
+// busyRetryAfter is the retry-after sent with THROTTLED when a queue is
+// full.
+const busyRetryAfter = 2 * time.Millisecond
+
+// Backend serves client requests on a Node: writes are answered once
+// applied on the leader, GET and SCAN after a ReadIndex barrier unless
+// FlagStaleOK.
+type Backend struct{ n *Node }
+
+var _ server.Backend = (*Backend)(nil)
+
+// NewBackend returns the server.Backend of n.
+func NewBackend(n *Node) *Backend { return &Backend{n: n} }
+
+// Do implements server.Backend.
+func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	switch req.Op {
+	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
+		res, err := b.n.Write(ctx, sm.EncodeCommand(tenant, req))
+		if err != nil {
+			return errResponse(err)
+		}
+		return res.Response(req)
+	case proto.OpGet, proto.OpScan:
+		if req.Flags&proto.FlagStaleOK == 0 {
+			if err := b.n.ReadBarrier(ctx); err != nil {
+				return errResponse(err)
+			}
+		}
+		// Reads never overlap a restore: only the Ready loop restores, and
+		// only on a follower (a leader is never sent a snapshot), while
+		// linearizable reads are served by the leader. Stale reads on a
+		// follower may see a restore in progress, as their flag allows.
+		if req.Op == proto.OpGet {
+			v, ok, err := b.n.sm.Get(tenant, req.Key)
+			if err != nil {
+				return proto.Errorf(proto.StatusInternal, "%v", err)
+			}
+			if !ok {
+				return &proto.Response{Status: proto.StatusNotFound}
+			}
+			return &proto.Response{Value: v, HasValue: true}
+		}
+		pairs, more, err := b.n.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		return &proto.Response{Pairs: pairs, More: more}
+	case proto.OpStatus:
+		return &proto.Response{Cluster: b.clusterStatus()}
+	case proto.OpPing:
+		return &proto.Response{}
+	}
+	return proto.Errorf(proto.StatusBadRequest, "opcode %v not served", req.Op)
+}
+
+func errResponse(err error) *proto.Response {
+	var nl *NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		r := proto.Errorf(proto.StatusNotLeader, "%v", err)
+		r.Leader = nl.ClientAddr
+		return r
+	case errors.Is(err, ErrBusy):
+		r := proto.Errorf(proto.StatusThrottled, "%v", err)
+		r.RetryAfter = busyRetryAfter
+		return r
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return proto.Errorf(proto.StatusUnavailable, "deadline passed; outcome unknown: %v", err)
+	default:
+		return proto.Errorf(proto.StatusUnavailable, "%v", err)
+	}
+}
+
+// clusterStatus maps raft terms onto the protocol's ballots: Round is
+// the term, Node the leader.
+func (b *Backend) clusterStatus() *proto.ClusterStatus {
+	s := b.n.Status()
+	cs := &proto.ClusterStatus{Self: s.ID, LeaderID: s.Leader, Ballot: proto.Ballot{Round: s.Term, Node: s.Leader}}
+	for _, p := range b.n.cfg.Peers {
+		if p.ID == s.Leader {
+			cs.LeaderAddr = p.ClientAddr
+		}
+		m := proto.MemberStatus{ID: p.ID, Addr: p.ClientAddr, Ballot: cs.Ballot}
+		switch {
+		case p.ID == s.ID:
+			m.Role = roleOf(s.Role)
+			m.Commit, m.Applied, m.Reachable = s.Commit, s.Applied, true
+		case p.ID == s.Leader:
+			m.Role, m.Reachable = proto.RoleLeader, true
+		default:
+			m.Role = proto.RoleFollower
+		}
+		if s.Match != nil && p.ID != s.ID {
+			m.Commit, m.Reachable = s.Match[p.ID], s.Active[p.ID]
+		}
+		cs.Members = append(cs.Members, m)
+	}
+	return cs
+}
+
+func roleOf(st raft.StateType) proto.Role {
+	switch st {
+	case raft.StateLeader:
+		return proto.RoleLeader
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return proto.RoleCandidate
+	}
+	return proto.RoleFollower
+}
