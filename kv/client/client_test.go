@@ -21,7 +21,7 @@ import (
 
 const token = "client-test-token"
 
-func startServer(t *testing.T, be server.Backend) string {
+func startServer(t testing.TB, be server.Backend) string {
 	t.Helper()
 	reg, err := tenants.NewRegistry([]tenants.Spec{{ID: 3, Name: "t", Token: token}})
 	if err != nil {
@@ -37,7 +37,7 @@ func startServer(t *testing.T, be server.Backend) string {
 	return ln.Addr().String()
 }
 
-func localBackend(t *testing.T) *local.Backend {
+func localBackend(t testing.TB) *local.Backend {
 	t.Helper()
 	s, err := sm.Open(t.TempDir(), sm.Options{})
 	if err != nil {

@@ -18,6 +18,11 @@ func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
 	if tenant == 0 {
 		return nil, false, ErrReservedTenant
 	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return nil, false, ErrClosed
+	}
 	v, closer, err := s.db.Get(dataKey(tenant, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
@@ -50,6 +55,11 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 	}
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, false, nil
+	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return nil, false, ErrClosed
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {

@@ -18,7 +18,8 @@
 //	0x00000000 | "restoring"              present while a Restore is incomplete
 //
 // Concurrency: Apply, Restore and Flush are serialised by the SM; Get and
-// Scan may run concurrently with them and read the latest committed state.
+// Scan may run concurrently with them and read the latest committed state;
+// after Close they return ErrClosed.
 // Reads during Restore may see a partial state: the runtime must not serve
 // reads while restoring.
 package sm
@@ -33,6 +34,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/rs/zerolog"
 
 	"synod/kv/proto"
 	"synod/tenants"
@@ -67,6 +69,8 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is Pebble's memtable size; 0 picks Pebble's default.
 	MemTableBytes uint64
+	// Log receives Pebble's messages; nil discards them.
+	Log *zerolog.Logger
 }
 
 // SM is the state machine. Create it with Open.
@@ -74,6 +78,11 @@ type SM struct {
 	db *pebble.DB
 
 	applied atomic.Uint64 // last applied slot; Invariant: equals the stored applied key
+
+	// dbMu keeps reads off a closed Pebble: Get and Scan hold it shared,
+	// Close exclusively while it closes the database.
+	dbMu     sync.RWMutex
+	dbClosed bool
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
 	clients map[clientKey]*clientEntry
@@ -98,7 +107,11 @@ var (
 // Open opens (or creates) the state machine in dir. It refuses a directory
 // whose last Restore did not finish (ErrRestoreUnfinish).
 func Open(dir string, opts Options) (*SM, error) {
-	po := &pebble.Options{DisableWAL: true}
+	log := zerolog.Nop()
+	if opts.Log != nil {
+		log = *opts.Log
+	}
+	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}}
 	if opts.CacheBytes > 0 {
 		c := pebble.NewCache(opts.CacheBytes)
 		defer c.Unref()
@@ -193,6 +206,9 @@ func (s *SM) Close() error {
 	}
 	s.snapMu.Unlock()
 	s.snapWG.Wait()
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	s.dbClosed = true
 	ferr := s.db.Flush()
 	cerr := s.db.Close()
 	if ferr != nil {

@@ -486,3 +486,18 @@ func TestCloseAbortsSnapshotStream(t *testing.T) {
 		t.Fatal("snapshot stream completed after Close")
 	}
 }
+
+func TestReadsAfterClose(t *testing.T) {
+	s := openT(t, t.TempDir())
+	newApplier(t, s).apply(1, put("k", "v"))
+	s.Close()
+	if _, _, err := s.Get(1, []byte("k")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("get after close: %v", err)
+	}
+	if _, _, err := s.Scan(1, nil, nil, 10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("scan after close: %v", err)
+	}
+	if _, err := s.Apply(99, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("apply after close: %v", err)
+	}
+}
