@@ -1,0 +1,180 @@
+package main
+
+// The Raft comparison path (replication = "raft"), owned by the
+// raft+kvbench helper. It reuses the config's peers, tenants, client and
+// admin addresses and the [consensus] timeouts; [pmem] is validated but
+// unused (the raft WAL is a file that is fdatasynced).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"go.etcd.io/raft/v3"
+
+	"synod/kv/server"
+	"synod/raftpath"
+	"synod/tenants"
+)
+
+// RaftConfig is the [raft] table, read only with replication = "raft".
+type RaftConfig struct {
+	// WALDir holds the raft WAL; "" is data_dir/raft. Put it on /dev/shm
+	// for the durability ablation (survives a process crash, not a power
+	// loss).
+	WALDir string `toml:"wal_dir"`
+	// SnapshotEntries: applied entries between snapshots (0: 10,000).
+	SnapshotEntries uint64 `toml:"snapshot_entries"`
+}
+
+// validateReplication checks replication and, for raft, its table.
+func (c *Config) validateReplication() error {
+	switch c.Replication {
+	case "", "paxos":
+		return nil
+	case "raft":
+		for _, p := range c.Peers {
+			if p.ID >= 1<<16 {
+				return fmt.Errorf("peers: id %d: the raft path takes ids below 65536", p.ID)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("replication: %q is not one of paxos, raft", c.Replication)
+}
+
+// raftTiming converts the [consensus] clock to etcd's: raft ticks once
+// per heartbeat (as etcd does), and the election timeout in wall time
+// stays the same as the Paxos path's, so leader changes compare fairly.
+func raftTiming(c *Config) (tick time.Duration, election, heartbeat int) {
+	hb := c.Consensus.HeartbeatTicks
+	tick = c.TickDuration() * time.Duration(hb)
+	election = max(2, c.Consensus.ElectionTicks/hb)
+	return tick, election, 1
+}
+
+// runRaftNode runs one raftpath replica until SIGTERM/SIGINT or a fatal
+// storage error.
+func runRaftNode(cfg *Config) error {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel)
+	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Str("replication", "raft").Logger()
+	reg, err := tenants.NewRegistry(cfg.tenantSpecs())
+	if err != nil {
+		return err
+	}
+	walDir := cfg.Raft.WALDir
+	if walDir == "" {
+		walDir = filepath.Join(cfg.DataDir, "raft")
+	}
+	tick, election, heartbeat := raftTiming(cfg)
+	rcfg := raftpath.Config{ID: cfg.NodeID, DataDir: cfg.DataDir, WALDir: walDir, Tick: tick,
+		ElectionTicks: election, HeartbeatTicks: heartbeat, SnapshotEntries: cfg.Raft.SnapshotEntries, Log: log}
+	for _, p := range cfg.Peers {
+		rcfg.Peers = append(rcfg.Peers, raftpath.Peer{ID: p.ID, Addr: p.ConsensusAddr, ClientAddr: p.ClientAddr})
+	}
+	// The raft streams listen on consensus_listen (TCP).
+	rln, err := net.Listen("tcp", cfg.ConsensusListen)
+	if err != nil {
+		return fmt.Errorf("listening for raft peers on %s: %w", cfg.ConsensusListen, err)
+	}
+	rcfg.Listener = rln
+	node, err := raftpath.Open(rcfg)
+	if err != nil {
+		rln.Close()
+		return err
+	}
+	durability := "fsync-file: fdatasync of a WAL file in " + walDir
+	srv := server.New(server.Config{}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
+	ln, err := net.Listen("tcp", cfg.ClientListen)
+	if err != nil {
+		node.Close()
+		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, server.ErrServerClosed) {
+			log.Error().Err(err).Msg("client server stopped")
+		}
+	}()
+	var admin *http.Server
+	if cfg.AdminListen != "" {
+		promReg := prometheus.NewRegistry()
+		promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		admin = &http.Server{Addr: cfg.AdminListen, Handler: raftAdminMux(node, promReg, durability), ReadHeaderTimeout: 5 * time.Second}
+		aln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			srv.Close()
+			node.Close()
+			return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
+		}
+		go admin.Serve(aln)
+	}
+	log.Info().Str("client", cfg.ClientListen).Str("raft", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
+		Dur("tick", tick).Int("election_ticks", election).Str("durability", durability).Msg("kvnode serving (raft)")
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var runErr error
+	select {
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("shutting down")
+	case err := <-node.Fatal():
+		log.Error().Err(err).Msg("fatal raft error; shutting down")
+		runErr = err
+	}
+	done := make(chan struct{})
+	go func() {
+		srv.Close()
+		if admin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			admin.Shutdown(ctx)
+			cancel()
+		}
+		if err := node.Close(); err != nil {
+			log.Warn().Err(err).Msg("closing the raft node")
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info().Msg("stopped")
+	case <-time.After(shutdownTimeout):
+		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
+	}
+	return runErr
+}
+
+// raftAdminMux serves /metrics, /debug/pprof/ and /status (the same JSON
+// shape as the Paxos path; promised is [term, leader]).
+func raftAdminMux(node *raftpath.Node, reg *prometheus.Registry, durability string) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		s := node.Status()
+		role := "follower"
+		switch s.Role {
+		case raft.StateLeader:
+			role = "leader"
+		case raft.StateCandidate, raft.StatePreCandidate:
+			role = "candidate"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(nodeStatus{ID: s.ID, Role: role, Leader: s.Leader, Promised: [2]uint64{s.Term, s.Leader},
+			Commit: s.Commit, Applied: s.Applied, LastSlot: s.Commit, LeaseValid: false, Durability: durability})
+	})
+	return mux
+}
