@@ -50,7 +50,7 @@ const (
 	RequestTimeoutDefault   = 5 * time.Second
 	HandshakeTimeoutDefault = 5 * time.Second
 	WriteTimeoutDefault     = 10 * time.Second
-	ConnsMaxDefault         = 4096
+	ConnsMaxDefault         = 1024
 	readBufferBytes         = 64 << 10
 	writeBufferBytes        = 64 << 10
 	// writeQueueFrames bounds the responses waiting for the writer: one per

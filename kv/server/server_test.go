@@ -358,3 +358,14 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	c.expectClosed()
 }
+
+func TestConnsMax(t *testing.T) {
+	_, addr := start(t, &echoBackend{}, Config{ConnsMax: 1})
+	first := dialRaw(t, addr)
+	if r := first.hello(tokenA); r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+	second := dialRaw(t, addr)
+	second.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tokenA}))
+	second.expectClosed()
+}
