@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.etcd.io/raft/v3"
 
+	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/raftpath"
 	"synod/tenants"
@@ -97,7 +98,10 @@ func runRaftNode(cfg *Config) error {
 		return err
 	}
 	durability := "fsync-file: fdatasync of a WAL file in " + walDir
-	srv := server.New(server.Config{}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
+	// Tenant handling as the design's front end has it: the software
+	// token-bucket shaper admits frames from the fixed header.
+	shaper := tenants.NewShaper(reg, time.Now, nil)
+	srv := server.New(server.Config{Admitter: raftAdmitter{shaper}}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err != nil {
 		node.Close()
@@ -154,6 +158,13 @@ func runRaftNode(cfg *Config) error {
 		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
 	}
 	return runErr
+}
+
+// raftAdmitter adapts tenants.Shaper to kv/server's Admitter.
+type raftAdmitter struct{ s *tenants.Shaper }
+
+func (a raftAdmitter) Admit(t tenants.ID, op proto.Opcode, n int) (bool, time.Duration) {
+	return a.s.Admit(t, uint8(op), n)
 }
 
 // raftAdminMux serves /metrics, /debug/pprof/ and /status (the same JSON
