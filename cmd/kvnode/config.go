@@ -13,6 +13,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/rs/zerolog"
+
+	"synod/afxdp"
 )
 
 // Config is kvnode's configuration file (TOML). Every key is checked: an
@@ -42,6 +44,11 @@ type Config struct {
 	Transport TransportConfig `toml:"transport"`
 	Consensus ConsensusConfig `toml:"consensus"`
 	Tenants   []TenantConfig  `toml:"tenants"`
+
+	// Replication is "paxos" (default) or "raft" (the comparison path,
+	// see raft.go and its [raft] table).
+	Replication string     `toml:"replication"`
+	Raft        RaftConfig `toml:"raft"`
 }
 
 // PeerConfig is one member of the group.
@@ -66,9 +73,38 @@ type CoresConfig struct {
 	Apply     *int `toml:"apply"`
 }
 
-// TransportConfig chooses the datagram transport.
+// TransportConfig chooses the datagram transport. The AF_XDP fields are
+// used only with kind "afxdp" or "auto"; the socket's address and port are
+// consensus_listen's, and its poll loop is pinned to cores.rx.
 type TransportConfig struct {
-	Kind string `toml:"kind"` // udp (afxdp later)
+	Kind                  string `toml:"kind"` // udp | afxdp | auto
+	Interface             string `toml:"interface"`
+	Queue                 int    `toml:"queue"`
+	Poll                  string `toml:"poll"` // busy | adaptive
+	SpinMicros            int    `toml:"spin_micros"`
+	FrameBytes            int    `toml:"frame_bytes"`
+	FrameCount            int    `toml:"frame_count"`
+	ZeroCopy              bool   `toml:"zero_copy"`
+	Attach                string `toml:"attach"` // native | generic | auto
+	AcceptPartialChecksum bool   `toml:"accept_partial_checksum"`
+}
+
+// afxdpConfig is the afxdp.Config of this node's transport.
+func (c *Config) afxdpConfig() afxdp.Config {
+	ap, _ := netip.ParseAddrPort(c.ConsensusListen)
+	t := c.Transport
+	ac := afxdp.Config{
+		Interface: t.Interface, QueueID: t.Queue, Addr: ap.Addr(), Port: ap.Port(),
+		Poll: t.Poll, SpinMicros: t.SpinMicros, FrameBytes: t.FrameBytes, FrameCount: t.FrameCount,
+		ZeroCopy: t.ZeroCopy, Attach: t.Attach, AcceptPartialChecksum: t.AcceptPartialChecksum,
+	}
+	if rx := cpuOrUnpinned(c.Cores.RX); rx >= 0 {
+		ac.Cores = []int{rx}
+		if tx := cpuOrUnpinned(c.Cores.TX); tx >= 0 {
+			ac.Cores = append(ac.Cores, tx)
+		}
+	}
+	return ac
 }
 
 // ConsensusConfig sets the paxos clock. Durations are Go duration strings.
@@ -254,9 +290,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("pmem.size_bytes: %d is below the minimum %d", c.PMem.SizeBytes, pmemSizeBytesMin)
 	}
 	switch c.Transport.Kind {
-	case "udp":
-	case "afxdp", "auto":
-		return fmt.Errorf("transport.kind: %q is not available in this build yet; use \"udp\"", c.Transport.Kind)
+	case afxdp.TransportUDP:
+	case afxdp.TransportAFXDP, afxdp.TransportAuto:
+		if err := c.afxdpConfig().Validate(); err != nil {
+			return fmt.Errorf("transport: %w", err)
+		}
 	default:
 		return fmt.Errorf("transport.kind: %q is not one of udp, afxdp, auto", c.Transport.Kind)
 	}
@@ -280,6 +318,9 @@ func (c *Config) validate() error {
 		default:
 			return fmt.Errorf("tenants[%d].priority: %q is not one of critical, standard, bulk", i, t.Priority)
 		}
+	}
+	if err := c.validateReplication(); err != nil {
+		return err
 	}
 	return c.validateCores(runtime.NumCPU())
 }

@@ -66,6 +66,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{"consensus = -1", "consensus = -7", "cores.consensus"},
 		{"mode = \"shm\"", "mode = \"nvram\"", "pmem.mode"},
 		{"kind = \"udp\"", "kind = \"carrier-pigeon\"", "transport.kind"},
+		{"kind = \"udp\"", "kind = \"afxdp\"", "interface"},
+		{"kind = \"udp\"", "kind = \"auto\"\ninterface = \"lo\"\npoll = \"sometimes\"", "poll"},
 		{"tick = \"1ms\"", "tick = \"soon\"", "consensus.tick"},
 		{"node_id = 1", "node_id = 9", "node_id 9 is not listed"},
 		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},

@@ -36,6 +36,9 @@ const shutdownTimeout = 10 * time.Second
 
 // runNode runs one replica until SIGTERM/SIGINT or a fatal error.
 func runNode(cfg *Config) error {
+	if cfg.Replication == "raft" {
+		return runRaftNode(cfg)
+	}
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
 	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
 
@@ -66,12 +69,23 @@ func runNode(cfg *Config) error {
 		plog.Close()
 		return fmt.Errorf("opening the state machine: %w", err)
 	}
-	listen, _ := netip.ParseAddrPort(cfg.ConsensusListen)
-	conn, err := afxdp.NewUDP(listen, afxdp.UDPOptions{})
+	conn, fallback, err := afxdp.OpenTransport(cfg.Transport.Kind, cfg.afxdpConfig())
 	if err != nil {
 		plog.Close()
 		store.Close()
-		return fmt.Errorf("opening the udp transport on %s: %w", listen, err)
+		return fmt.Errorf("opening the %s transport on %s: %w", cfg.Transport.Kind, cfg.ConsensusListen, err)
+	}
+	transport := cfg.Transport.Kind
+	rxCPU := cpuOrUnpinned(cfg.Cores.RX)
+	switch conn.(type) {
+	case *afxdp.XDPConn:
+		transport = afxdp.TransportAFXDP
+		rxCPU = -1 // the AF_XDP conn pins the goroutine that reads it (cores.rx)
+	default:
+		transport = afxdp.TransportUDP
+	}
+	if fallback != nil {
+		log.Warn().Err(fallback).Msg("transport auto: AF_XDP unavailable, using kernel UDP")
 	}
 
 	promReg := prometheus.NewRegistry()
@@ -86,7 +100,7 @@ func runNode(cfg *Config) error {
 		LeaseTicks:     cfg.Consensus.LeaseTicks,
 		DriftTicks:     cfg.Consensus.DriftTicks,
 		Cores: replica.Cores{
-			RX: cpuOrUnpinned(cfg.Cores.RX), TX: cpuOrUnpinned(cfg.Cores.TX),
+			RX: rxCPU, TX: cpuOrUnpinned(cfg.Cores.TX),
 			Consensus: cpuOrUnpinned(cfg.Cores.Consensus), Apply: cpuOrUnpinned(cfg.Cores.Apply),
 		},
 		Log:     log,
@@ -132,7 +146,7 @@ func runNode(cfg *Config) error {
 		go admin.Serve(aln)
 	}
 	log.Info().Str("client", cfg.ClientListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
-		Str("transport", cfg.Transport.Kind).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
+		Str("transport", transport).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
 		Msg("kvnode serving")
 
 	sig := make(chan os.Signal, 1)

@@ -218,6 +218,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		ID:             cfg.ID,
 		ClusterID:      cfg.ClusterID,
 		Members:        members,
+		KnownNodes:     members, // the address book: every configured peer
 		ElectionTicks:  cfg.ElectionTicks,
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		LeaseTicks:     cfg.LeaseTicks,
