@@ -58,11 +58,14 @@ type tenant struct {
 	id    uint32
 	name  string
 	token string
+	extra string // further TOML keys of its [[tenants]] table
 }
 
 var (
-	tenantA = tenant{1, "alpha", "alpha-token-0001"}
-	tenantB = tenant{2, "bravo", "bravo-token-0002"}
+	tenantA = tenant{1, "alpha", "alpha-token-0001", ""}
+	tenantB = tenant{2, "bravo", "bravo-token-0002", ""}
+	// tenantC has a tiny ops budget: the shaper must throttle it.
+	tenantC = tenant{3, "charlie", "charlie-token-0003", "ops_per_sec = 5.0\nops_burst = 5.0\n"}
 )
 
 type node struct {
@@ -133,8 +136,8 @@ func newCluster(t testing.TB, n int) *cluster {
 		for _, p := range c.nodes {
 			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
 		}
-		for _, tn := range []tenant{tenantA, tenantB} {
-			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n", tn.id, tn.name, tn.token)
+		for _, tn := range []tenant{tenantA, tenantB, tenantC} {
+			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n%s", tn.id, tn.name, tn.token, tn.extra)
 		}
 		nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
 		nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))

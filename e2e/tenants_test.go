@@ -97,3 +97,61 @@ func readResponse(t *testing.T, r *bufio.Reader) *proto.Response {
 	}
 	return resp
 }
+
+// TestTenantThrottled: a tenant over its ops budget gets THROTTLED with a
+// retry-after, decided from the frame header, while another tenant is
+// served.
+func TestTenantThrottled(t *testing.T) {
+	c := newCluster(t, 3)
+	l := c.leader()
+	conn, err := net.DialTimeout("tcp", l.client, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	if _, err := conn.Write(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tenantC.token})); err != nil {
+		t.Fatal(err)
+	}
+	if resp := readResponse(t, r); resp.Status != proto.StatusOK {
+		t.Fatalf("hello: %v", resp.Status)
+	}
+	// Twenty pipelined GETs against a burst of five.
+	const n = 20
+	var frames []byte
+	for i := 0; i < n; i++ {
+		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, ID: uint64(10 + i), Tenant: tenants.ID(tenantC.id), Key: []byte("k")})
+	}
+	if _, err := conn.Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	throttled := 0
+	for i := 0; i < n; i++ {
+		resp := readResponse(t, r)
+		switch resp.Status {
+		case proto.StatusThrottled:
+			throttled++
+			if resp.RetryAfter <= 0 {
+				t.Fatalf("THROTTLED without a retry-after")
+			}
+		case proto.StatusOK, proto.StatusNotFound:
+		default:
+			t.Fatalf("unexpected status %v", resp.Status)
+		}
+	}
+	if throttled == 0 {
+		t.Fatalf("a tenant with a burst of 5 sent %d requests at once and none was throttled", n)
+	}
+	// Tenant A is not affected.
+	a := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
+	defer a.Close()
+	ctx, cancel := ctxTimeout(killOpTimeout)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		if err := a.Put(ctx, []byte("a"), []byte("1")); err != nil {
+			t.Fatalf("tenant A: %v", err)
+		}
+	}
+	t.Logf("tenant C: %d of %d throttled", throttled, n)
+}

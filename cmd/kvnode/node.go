@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp"
+	"synod/kv/proto"
 	"synod/kv/replica"
 	"synod/kv/server"
 	"synod/kv/sm"
@@ -120,7 +121,14 @@ func runNode(cfg *Config) error {
 	}
 	rep.Start()
 
-	srv := server.New(server.Config{}, reg, replica.NewBackend(rep, store), log.With().Str("loop", "server").Logger())
+	// Per-tenant shaping happens on the fixed frame header, before the
+	// body is decoded or anything reaches Pebble or Paxos.
+	tmetrics := tenants.NewMetrics(reg)
+	promReg.MustRegister(tmetrics)
+	shaper := tenants.NewShaper(reg, time.Now, tmetrics)
+	backend := replica.NewBackend(rep, store)
+	backend.Tenants = tmetrics
+	srv := server.New(server.Config{Admitter: shaperAdmitter{shaper}}, reg, backend, log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err != nil {
 		rep.Close()
@@ -269,4 +277,11 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 		})
 	}
 	return mux
+}
+
+// shaperAdmitter adapts tenants.Shaper to server.Admitter.
+type shaperAdmitter struct{ s *tenants.Shaper }
+
+func (a shaperAdmitter) Admit(id tenants.ID, op proto.Opcode, frameBytes int) (bool, time.Duration) {
+	return a.s.Admit(id, uint8(op), frameBytes)
 }

@@ -23,6 +23,9 @@ const busyRetryAfter = 2 * time.Millisecond
 type Backend struct {
 	r  *Replica
 	sm *sm.SM
+	// Tenants, when set, receives each request's service time (admission
+	// to reply) per tenant.
+	Tenants *tenants.Metrics
 }
 
 var _ server.Backend = (*Backend)(nil)
@@ -33,7 +36,9 @@ func NewBackend(r *Replica, s *sm.SM) *Backend { return &Backend{r: r, sm: s} }
 // Do implements server.Backend. Writes are answered when applied on this
 // node (the leader); GET and SCAN take a read barrier unless FlagStaleOK.
 func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	start := time.Now()
 	resp := b.do(ctx, tenant, req)
+	b.Tenants.ObserveService(tenant, time.Since(start))
 	b.r.metrics.TenantOps.WithLabelValues(strconv.FormatUint(uint64(tenant), 10), req.Op.String(), resp.Status.String()).Inc()
 	return resp
 }

@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_leader_changes_total", Help: "Times the leader this replica knows of changed."}),
 		TenantOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "synod_tenant_ops_total", Help: "Client operations by tenant, op and status."}, []string{"tenant", "op", "status"}),
+			Name: "synod_replica_ops_total", Help: "Client operations the replica executed, by tenant id, op and status."}, []string{"tenant", "op", "status"}),
 		Applied: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_applied_slot", Help: "Highest applied slot."}),
 		Commit:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_commit_slot", Help: "Highest committed slot known."}),
 		InboundDropped: prometheus.NewCounter(prometheus.CounterOpts{
