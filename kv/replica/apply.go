@@ -137,8 +137,12 @@ func (r *Replica) snapshot(last *uint64) {
 	*last = slot
 	r.metrics.Snapshots.Inc()
 	r.log.Debug().Uint64("slot", slot).Uint64("durable", durable).Int("bytes", len(data)).Msg("snapshot taken")
+	// Never block here: the consensus loop may itself be blocked handing
+	// this loop committed entries. A full control queue only delays
+	// compaction to the next snapshot.
 	select {
 	case r.controlC <- func() { r.compacted(paxos.Slot(slot), paxos.Slot(durable), data) }:
-	case <-r.stop:
+	default:
+		r.log.Warn().Uint64("slot", slot).Msg("control queue full; compaction deferred to the next snapshot")
 	}
 }
