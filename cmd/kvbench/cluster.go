@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"synod/kv/client"
+	"synod/kv/proto"
+)
+
+// Cluster limits.
+const (
+	leaderWaitMax   = 30 * time.Second
+	stopWaitMax     = 10 * time.Second
+	statusPollEvery = 20 * time.Millisecond
+	statusTimeout   = 300 * time.Millisecond
+	logTailBytes    = 1500
+)
+
+// cluster is a set of kvnode child processes on loopback, or an existing
+// cluster (procs empty).
+type cluster struct {
+	path      Path
+	dir       string
+	shmDir    string
+	endpoints []string
+	procs     []*nodeProc
+	tokens    []string
+}
+
+type nodeProc struct {
+	id   int
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func tenantToken(i int) string { return fmt.Sprintf("kvbench-tenant-%d", i) }
+
+// nodeConfig renders kvnode's TOML for node i of path p.
+func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
+	var b strings.Builder
+	base := o.BasePort
+	fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", i, filepath.Join(dir, fmt.Sprintf("node%d", i)))
+	fmt.Fprintf(&b, "client_listen = \"127.0.0.1:%d\"\nconsensus_listen = \"127.0.0.1:%d\"\nlog_level = \"warn\"\n", base+i, base+20+i)
+	if p.Replication == "raft" {
+		fmt.Fprintf(&b, "replication = \"raft\"\n")
+	}
+	fmt.Fprintln(&b)
+	pmemDir, mode := dir, p.pmemMode
+	if mode == "" {
+		mode = "msync" // validated by kvnode, unused by raft
+	}
+	if mode == "shm" {
+		pmemDir = shmDir
+	}
+	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n\n", filepath.Join(pmemDir, fmt.Sprintf("node%d.pmem", i)), 64<<20, mode)
+	kind := p.transport
+	if kind == "" {
+		kind = "udp"
+	}
+	fmt.Fprintf(&b, "[transport]\nkind = %q\n\n[consensus]\ntick = \"1ms\"\n\n", kind)
+	if p.Replication == "raft" {
+		walDir := filepath.Join(dir, fmt.Sprintf("node%d", i), "raft")
+		if p.walOnShm {
+			walDir = filepath.Join(shmDir, fmt.Sprintf("node%d-raft", i))
+		}
+		fmt.Fprintf(&b, "[raft]\nwal_dir = %q\n\n", walDir)
+	}
+	if p.Accel {
+		fmt.Fprintf(&b, "[accel]\nenabled = true\n\n")
+	}
+	for j := 1; j <= o.Nodes; j++ {
+		fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = \"127.0.0.1:%d\"\nclient_addr = \"127.0.0.1:%d\"\n\n", j, base+20+j, base+j)
+	}
+	share := o.Rate / float64(o.Tenants)
+	for t := 1; t <= o.Tenants; t++ {
+		// Contracts: victims get ContractFactor times their share; the
+		// noisy tenant (1) gets its share, and its bulk bursts exceed it
+		// many times over.
+		ops := share * o.ContractFactor
+		prio := "standard"
+		if t == 1 {
+			ops, prio = share, "bulk"
+		}
+		fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = \"t%d\"\ntoken = %q\nops_per_sec = %.1f\nops_burst = %.1f\npriority = %q\n\n",
+			t, t, tenantToken(t), ops, max(ops, 10), prio)
+	}
+	return b.String()
+}
+
+// startCluster starts o.Nodes kvnode processes for p and waits for a
+// leader.
+func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*cluster, error) {
+	root := o.DataDir
+	dir, err := os.MkdirTemp(root, "kvbench-"+p.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{path: p, dir: dir}
+	if d, err := os.MkdirTemp("/dev/shm", "kvbench-"+p.Name+"-"); err == nil {
+		c.shmDir = d
+	} else if p.pmemMode == "shm" || p.walOnShm {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("no /dev/shm for the shm durability mode: %w", err)
+	} else {
+		c.shmDir = dir
+	}
+	for t := 1; t <= o.Tenants; t++ {
+		c.tokens = append(c.tokens, tenantToken(t))
+	}
+	for i := 1; i <= o.Nodes; i++ {
+		c.endpoints = append(c.endpoints, fmt.Sprintf("127.0.0.1:%d", o.BasePort+i))
+		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
+		if err := os.WriteFile(cfgPath, []byte(nodeConfig(o, p, i, dir, c.shmDir)), 0o640); err != nil {
+			c.stop()
+			return nil, err
+		}
+		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", i))
+		logf, err := os.Create(logPath)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		cmd := exec.Command(kvnode, "--config", cfgPath)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			c.stop()
+			return nil, fmt.Errorf("starting kvnode %d: %w", i, err)
+		}
+		np := &nodeProc{id: i, cmd: cmd, log: logPath, done: make(chan struct{})}
+		go func() { np.err = cmd.Wait(); logf.Close(); close(np.done) }()
+		c.procs = append(c.procs, np)
+	}
+	if _, err := c.waitLeader(ctx, leaderWaitMax); err != nil {
+		msg := c.failureText()
+		c.stop()
+		return nil, fmt.Errorf("%v%s", err, msg)
+	}
+	return c, nil
+}
+
+// failureText returns the first error-looking line of the first node that
+// exited (or of node 1's log).
+func (c *cluster) failureText() string {
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.log)
+			return fmt.Sprintf(": node %d exited (%v): %s", p.id, p.err, firstLine(lastBytes(string(b), logTailBytes)))
+		default:
+		}
+	}
+	return ""
+}
+
+func lastBytes(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, "kvnode: "); i >= 0 {
+		s = s[i:]
+	}
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// statusOf asks one node for its STATUS.
+func statusOf(ctx context.Context, ep, token string) (*proto.ClusterStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	cl, err := client.Dial(ctx, []string{ep}, token, client.Options{RetriesMax: 1, DialTimeout: statusTimeout, RequestTimeout: statusTimeout})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	return cl.StatusAt(ctx, ep)
+}
+
+// waitLeader polls until some node reports a leader (and returns its
+// index in endpoints) or a node exits.
+func (c *cluster) waitLeader(ctx context.Context, limit time.Duration) (int, error) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		for _, p := range c.procs {
+			select {
+			case <-p.done:
+				return -1, fmt.Errorf("kvnode %d exited during start-up", p.id)
+			default:
+			}
+		}
+		for i, ep := range c.endpoints {
+			st, err := statusOf(ctx, ep, c.tokens[0])
+			if err == nil && st.LeaderID != 0 && st.Self == st.LeaderID {
+				return i, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return -1, fmt.Errorf("no leader within %v", limit)
+}
+
+// leaderPID returns the process id of the node that leads now.
+func (c *cluster) leaderPID(ctx context.Context) (int, error) {
+	i, err := c.waitLeader(ctx, leaderWaitMax)
+	if err != nil {
+		return 0, err
+	}
+	if i >= len(c.procs) {
+		return 0, errors.New("leader is not an embedded process")
+	}
+	return c.procs[i].cmd.Process.Pid, nil
+}
+
+// pids lists the node processes.
+func (c *cluster) pids() []int {
+	var out []int
+	for _, p := range c.procs {
+		out = append(out, p.cmd.Process.Pid)
+	}
+	return out
+}
+
+// stop terminates the nodes and removes the data.
+func (c *cluster) stop() {
+	for _, p := range c.procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.After(stopWaitMax)
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+		case <-deadline:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
+	if c.shmDir != "" && c.shmDir != c.dir {
+		os.RemoveAll(c.shmDir)
+	}
+}
+
+// leaderWatch polls every node's STATUS and counts leader changes: each
+// new (ballot round or raft term, node) pair that a node reports for
+// itself as leader, after the first, is one change.
+type leaderWatch struct {
+	mu      sync.Mutex
+	seen    map[proto.Ballot]bool
+	changes int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchLeaders(c *cluster) *leaderWatch {
+	w := &leaderWatch{seen: map[proto.Ballot]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		// One long-lived client per node keeps polling cheap.
+		clients := make([]*client.Client, len(c.endpoints))
+		defer func() {
+			for _, cl := range clients {
+				if cl != nil {
+					cl.Close()
+				}
+			}
+		}()
+		t := time.NewTicker(statusPollEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-t.C:
+			}
+			for i, ep := range c.endpoints {
+				ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+				if clients[i] == nil {
+					cl, err := client.Dial(ctx, []string{ep}, c.tokens[0], client.Options{RetriesMax: 1, DialTimeout: statusTimeout, RequestTimeout: statusTimeout})
+					if err != nil {
+						cancel()
+						continue
+					}
+					clients[i] = cl
+				}
+				st, err := clients[i].StatusAt(ctx, ep)
+				cancel()
+				if err != nil {
+					clients[i].Close()
+					clients[i] = nil
+					continue
+				}
+				// Only a node's claim about itself counts: followers may
+				// lag or see a failed candidate's higher ballot.
+				if st.LeaderID == 0 || st.LeaderID != st.Self {
+					continue
+				}
+				b := proto.Ballot{Round: st.Ballot.Round, Node: st.Self}
+				w.mu.Lock()
+				if !w.seen[b] {
+					if len(w.seen) > 0 {
+						w.changes++
+					}
+					w.seen[b] = true
+				}
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+// reset starts counting from the leaders seen so far.
+func (w *leaderWatch) reset() {
+	w.mu.Lock()
+	w.changes = 0
+	w.mu.Unlock()
+}
+
+func (w *leaderWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changes
+}
+
+func (w *leaderWatch) close() {
+	close(w.stop)
+	<-w.done
+}

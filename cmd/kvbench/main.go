@@ -1,0 +1,330 @@
+// Command kvbench compares synod's replication paths side by side on the
+// same machine, workload and storage, and reports the tail, not the mean.
+//
+//	kvbench              quick scaled reference workload (about a minute on 2 cores)
+//	kvbench --full       the long run
+//	kvbench --paths raft,paxos --scenarios steady --rate 3000
+//	kvbench --endpoints 127.0.0.1:7001,... --token T   an existing cluster
+//	kvbench rtt          AF_XDP vs kernel UDP round trips (afxdp/rtt)
+//
+// Every path runs on a fresh embedded cluster of kvnode child processes on
+// loopback. Load is open-loop Poisson; latency counts from the intended
+// send time. docs/benchmarking.md explains the method, the knobs and how
+// to read the output.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "hog":
+			if err := hogMain(os.Args[2:]); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			return
+		case "rtt":
+			if err := rttMain(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "kvbench rtt: %v\n", err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	r, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+		os.Exit(1)
+	}
+	writeTable(os.Stdout, r)
+	for _, p := range r.Paths {
+		if p.Status == "failed" {
+			os.Exit(1)
+		}
+	}
+}
+
+func parseFlags(args []string) (*Options, error) {
+	fs := flag.NewFlagSet("kvbench", flag.ContinueOnError)
+	full := fs.Bool("full", false, "the long run (5 replicas, 30 s phases)")
+	tiny := fs.Bool("tiny", false, "smoke-test scale (seconds)")
+	// Knobs; their defaults come from the preset, applied after parsing.
+	var (
+		nodes, tenants, keys, valueBytes, conc, burst, scanLimit, batchOps, hogCPUs, basePort int
+		readRatio, zipfS, rate, contract                                                      float64
+		dist, paths, scenarios, endpoints, token, kvnode, out, dataDir                        string
+		warmup, duration, period                                                              time.Duration
+		seed                                                                                  uint64
+		noPlots, quiet                                                                        bool
+	)
+	fs.IntVar(&nodes, "nodes", 0, "replicas per cluster")
+	fs.IntVar(&tenants, "tenants", 0, "tenants (tenant 1 is the noisy neighbour)")
+	fs.Float64Var(&readRatio, "read-ratio", -1, "fraction of GETs in the steady load")
+	fs.IntVar(&keys, "keys", 0, "keys per tenant (preloaded)")
+	fs.StringVar(&dist, "dist", "", "key distribution: uniform or zipf")
+	fs.Float64Var(&zipfS, "zipf-s", 0, "zipf exponent (> 1)")
+	fs.IntVar(&valueBytes, "value-bytes", 0, "PUT value size")
+	fs.Float64Var(&rate, "rate", 0, "offered steady ops/s, all tenants together")
+	fs.DurationVar(&warmup, "warmup", -1, "unrecorded start of every phase")
+	fs.DurationVar(&duration, "duration", 0, "recorded length of every phase")
+	fs.IntVar(&conc, "concurrency", 0, "operations in flight (arrivals beyond wait; the wait counts)")
+	fs.Uint64Var(&seed, "seed", 0, "schedule and key seed")
+	fs.DurationVar(&period, "noisy-period", 0, "noisy tenant: time between bursts")
+	fs.IntVar(&burst, "noisy-burst", -1, "noisy tenant: bulk operations per burst")
+	fs.IntVar(&scanLimit, "scan-limit", 0, "noisy tenant: keys per bulk SCAN (<= 1000)")
+	fs.IntVar(&batchOps, "batch-ops", 0, "noisy tenant: PUTs per bulk BATCH (<= 128)")
+	fs.Float64Var(&contract, "contract-factor", 0, "victims' contract = this x their share of --rate")
+	fs.IntVar(&hogCPUs, "hog-cpus", 0, "CPUs the hog burns and the leader is pinned to")
+	fs.StringVar(&paths, "paths", "", "comma-separated paths (default all): "+pathNames())
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated: steady,noisy,hog")
+	fs.StringVar(&endpoints, "endpoints", "", "an existing cluster's client addresses (no embedded cluster)")
+	fs.StringVar(&token, "token", "", "with --endpoints: the token every tenant uses")
+	fs.StringVar(&kvnode, "kvnode", "", "kvnode binary (default: next to kvbench, in PATH, or built with go build)")
+	fs.StringVar(&out, "out", "", "output directory for kvbench.json and PNGs")
+	fs.StringVar(&dataDir, "data-dir", "", "where clusters keep data (default: the temp dir; must be a disk for fsync-file)")
+	fs.IntVar(&basePort, "base-port", 0, "first loopback port (clients base+1.., consensus base+21..)")
+	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
+	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (subcommands: rtt)", fs.Arg(0))
+	}
+	o := quickOptions()
+	switch {
+	case *full && *tiny:
+		return nil, errors.New("--full and --tiny exclude each other")
+	case *full:
+		o = fullOptions()
+	case *tiny:
+		o = tinyOptions()
+	}
+	setI := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setF := func(dst *float64, v float64) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setI(&o.Nodes, nodes)
+	setI(&o.Tenants, tenants)
+	setI(&o.Keys, keys)
+	setI(&o.ValueBytes, valueBytes)
+	setI(&o.Concurrency, conc)
+	setI(&o.ScanLimit, scanLimit)
+	setI(&o.BatchOps, batchOps)
+	setI(&o.HogCPUs, hogCPUs)
+	setI(&o.BasePort, basePort)
+	setF(&o.ZipfS, zipfS)
+	setF(&o.Rate, rate)
+	setF(&o.ContractFactor, contract)
+	if readRatio >= 0 {
+		o.ReadRatio = readRatio
+	}
+	if burst >= 0 {
+		o.NoisyBurst = burst
+	}
+	if dist != "" {
+		o.Dist = dist
+	}
+	if warmup >= 0 {
+		o.Warmup = warmup
+	}
+	if duration > 0 {
+		o.Duration = duration
+	}
+	if period > 0 {
+		o.NoisyPeriod = period
+	}
+	if seed > 0 {
+		o.Seed = seed
+	}
+	if paths != "" {
+		o.Paths = strings.Split(paths, ",")
+	}
+	if scenarios != "" {
+		o.Scenarios = strings.Split(scenarios, ",")
+	}
+	if endpoints != "" {
+		o.Endpoints = strings.Split(endpoints, ",")
+		if token == "" {
+			return nil, errors.New("--endpoints needs --token")
+		}
+		o.Token = token
+	}
+	o.Kvnode = kvnode
+	if out != "" {
+		o.OutDir = out
+	}
+	o.DataDir = dataDir
+	o.NoPlots = o.NoPlots || noPlots
+	o.Quiet = o.Quiet || quiet
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+func pathNames() string {
+	var n []string
+	for _, p := range allPaths() {
+		n = append(n, p.Name)
+	}
+	return strings.Join(n, ",")
+}
+
+// selectPaths returns the paths o names (all by default), in the order of
+// allPaths. With --endpoints one path runs: the cluster that is there.
+func selectPaths(o *Options) ([]Path, error) {
+	if len(o.Endpoints) > 0 {
+		return []Path{{Name: "existing", Replication: "?", Durability: "as configured on the cluster (unknown to kvbench)", Transport: "?", main: true}}, nil
+	}
+	all := allPaths()
+	if len(o.Paths) == 0 {
+		return all, nil
+	}
+	var out []Path
+	for _, name := range o.Paths {
+		found := false
+		for _, p := range all {
+			if p.Name == name {
+				out = append(out, p)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--paths: unknown path %q (known: %s)", name, pathNames())
+		}
+	}
+	return out, nil
+}
+
+// notAvailable says why a path cannot run here, before trying it.
+func notAvailable(p Path) string {
+	switch {
+	case p.transport == "afxdp":
+		return "AF_XDP needs the kvnode processes in network namespaces joined by veth; kvbench starts them on loopback only (see `kvbench rtt` for the transport's own figures)"
+	}
+	return ""
+}
+
+// run runs every selected path and writes the JSON and plots.
+func run(ctx context.Context, o *Options) (*Report, error) {
+	paths, err := selectPaths(o)
+	if err != nil {
+		return nil, err
+	}
+	if o.DataDir == "" {
+		o.DataDir = os.TempDir()
+	}
+	r := &Report{Started: time.Now().UTC(), Machine: describeMachine(o.DataDir), Options: *o}
+	var bin string
+	if len(o.Endpoints) == 0 {
+		if bin, err = findKvnode(o.Kvnode); err != nil {
+			return nil, err
+		}
+	}
+	phases := 0
+	for _, p := range paths {
+		if p.main {
+			phases += len(o.Scenarios)
+		} else {
+			phases++
+		}
+	}
+	bar := newProgress(phases, o.Quiet)
+	for _, p := range paths {
+		n := 1
+		if p.main {
+			n = len(o.Scenarios)
+		}
+		if why := notAvailable(p); why != "" {
+			r.Paths = append(r.Paths, &PathResult{Path: p, Status: "n/a", Reason: why, Phases: map[string]*PhaseResult{}})
+			bar.skip(n)
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		pr := runPath(ctx, o, bin, p, bar)
+		if pr.Status != "ok" {
+			bar.skip(n - len(pr.Phases))
+		}
+		r.Paths = append(r.Paths, pr)
+	}
+	bar.finish()
+	r.Elapsed = time.Since(r.Started).Round(time.Second).String()
+	r.headline()
+	r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady scenario only")
+	if r.Machine.CPUs <= 2 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d-CPU machine: the client, every replica and the hog share the same cores, so absolute figures include scheduler contention", r.Machine.CPUs))
+	}
+	jp, err := writeJSON(o.OutDir, r)
+	if err != nil {
+		return r, err
+	}
+	r.Notes = append(r.Notes, "figures: "+jp)
+	if !o.NoPlots {
+		files, err := writePlots(o.OutDir, r)
+		if err != nil {
+			r.Notes = append(r.Notes, "plots failed: "+err.Error())
+		} else if len(files) > 0 {
+			r.Notes = append(r.Notes, "plots: "+strings.Join(files, ", "))
+		}
+	}
+	return r, nil
+}
+
+// findKvnode returns a kvnode binary: the flag, one next to this
+// executable, one in PATH, or one built now with `go build` (inside the
+// synod module).
+func findKvnode(flagPath string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "kvnode")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("kvnode"); err == nil {
+		return p, nil
+	}
+	dir, err := os.MkdirTemp("", "kvbench-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "kvnode")
+	cmd := exec.Command("go", "build", "-o", bin, "synod/cmd/kvnode")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	fmt.Fprintln(os.Stderr, "kvbench: building kvnode (go build synod/cmd/kvnode) ...")
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("no kvnode binary (give --kvnode, or run inside the synod module): go build: %w", err)
+	}
+	return bin, nil
+}

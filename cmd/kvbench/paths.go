@@ -1,0 +1,45 @@
+package main
+
+// Path is one configuration compared on a fresh cluster. Each ablation
+// differs from its base path in exactly one lever.
+type Path struct {
+	Name        string `json:"name"`
+	Replication string `json:"replication"` // paxos | raft
+	// Durability is the promise the log makes, stated in every table.
+	Durability string `json:"durability"`
+	Transport  string `json:"transport"` // tcp (raft) | udp | afxdp
+	Accel      bool   `json:"accel"`
+	// Base names the path this ablation changes one lever of ("" for the
+	// main paths).
+	Base  string `json:"base,omitempty"`
+	Lever string `json:"lever,omitempty"`
+
+	pmemMode  string // paxos: msync | shm | dax
+	walOnShm  bool   // raft: WAL directory on /dev/shm
+	transport string // kvnode transport.kind
+	main      bool   // main paths run every scenario; ablations run steady
+}
+
+// Durability modes as the tables print them.
+const (
+	durFsyncFile = "fsync-file (fdatasync, disk)"
+	durMsync     = "pmem-msync (msync, disk file)"
+	durShm       = "pmem-shm (/dev/shm: process crash only, NOT power loss)"
+	durFsyncShm  = "fsync-shm (fdatasync on /dev/shm: process crash only)"
+)
+
+// allPaths lists the main paths, then the ablations.
+func allPaths() []Path {
+	return []Path{
+		{Name: "raft", Replication: "raft", Durability: durFsyncFile, Transport: "tcp", main: true},
+		{Name: "paxos", Replication: "paxos", Durability: durMsync, Transport: "udp", pmemMode: "msync", transport: "udp", main: true},
+		{Name: "paxos-accel", Replication: "paxos", Durability: durMsync, Transport: "udp", Accel: true, pmemMode: "msync", transport: "udp", main: true},
+		// Durability lever.
+		{Name: "raft-shm", Replication: "raft", Durability: durFsyncShm, Transport: "tcp", walOnShm: true, Base: "raft", Lever: "durability: WAL on /dev/shm"},
+		{Name: "paxos-shm", Replication: "paxos", Durability: durShm, Transport: "udp", pmemMode: "shm", transport: "udp", Base: "paxos", Lever: "durability: pmem-shm"},
+		// Transport lever.
+		{Name: "paxos-afxdp", Replication: "paxos", Durability: durMsync, Transport: "afxdp", pmemMode: "msync", transport: "afxdp", Base: "paxos", Lever: "transport: afxdp"},
+		// Accel lever on the fastest log.
+		{Name: "paxos-shm-accel", Replication: "paxos", Durability: durShm, Transport: "udp", Accel: true, pmemMode: "shm", transport: "udp", Base: "paxos-shm", Lever: "accel on"},
+	}
+}
