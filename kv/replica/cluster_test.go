@@ -32,6 +32,8 @@ type testCluster struct {
 	dir       string
 	pmemDir   string
 	snapEvery uint64
+	pmemBytes int64
+	usedPct   int64
 	nodes     map[paxos.NodeID]*testNode
 }
 
@@ -54,6 +56,10 @@ func freePort(t testing.TB) uint16 {
 }
 
 func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
+	return newTestClusterSized(t, n, snapEvery, 8<<20)
+}
+
+func newTestClusterSized(t testing.TB, n int, snapEvery uint64, pmemBytes int64, usedPct ...int64) *testCluster {
 	t.Helper()
 	shm := "/dev/shm"
 	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
@@ -64,7 +70,10 @@ func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, net: afxdp.NewMemNetwork(), dir: t.TempDir(), pmemDir: pdir, snapEvery: snapEvery,
-		nodes: map[paxos.NodeID]*testNode{}}
+		pmemBytes: pmemBytes, nodes: map[paxos.NodeID]*testNode{}}
+	if len(usedPct) > 0 {
+		c.usedPct = usedPct[0]
+	}
 	for i := 1; i <= n; i++ {
 		p := freePort(t)
 		c.peers = append(c.peers, Peer{
@@ -92,7 +101,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 		mode = pmem.ModeMsync
 	}
 	plog, _, err := OpenPMemLog(pmem.Options{Path: filepath.Join(c.pmemDir, fmt.Sprintf("n%d.pmem", id)),
-		SizeBytes: 8 << 20, Mode: mode, ClusterID: 9, NodeID: uint64(id)})
+		SizeBytes: c.pmemBytes, Mode: mode, ClusterID: 9, NodeID: uint64(id)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -114,7 +123,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 	r, err := New(Config{
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: 60, DriftTicks: 5,
-		SnapshotEverySlots: c.snapEvery, Cores: Unpinned, Faults: faults,
+		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
 	}, conn, plog, store)
 	if err != nil {
@@ -418,4 +427,54 @@ func counterValue(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestLogFullIsBackpressure writes far more than the PMem ring holds: a full
+// log refuses writes (UNAVAILABLE) and triggers snapshots that let it
+// truncate; nothing crashes and every write eventually succeeds.
+func TestLogFullIsBackpressure(t *testing.T) {
+	c := newTestClusterSized(t, 3, 0, 256<<10, 101) // compaction only when full
+	val := string(make([]byte, 2048))
+	for i := 0; i < 400; i++ { // ~800 KiB through a 256 KiB ring
+		c.put(fmt.Sprintf("f%03d", i), val)
+	}
+	full := 0.0
+	for _, n := range c.nodes {
+		full += counterValue(n.r.metrics.LogFull)
+		if n.r.stopped.Load() {
+			t.Fatal("a replica stopped")
+		}
+	}
+	if full == 0 {
+		t.Fatal("the log never filled: the test did not exercise backpressure")
+	}
+	l := c.leader()
+	for id := range c.nodes {
+		c.waitApplied(id, c.nodes[l].r.Applied())
+	}
+	t.Logf("log-full events: %v", full)
+}
+
+// TestLogCompactsBeforeFull: with the default threshold a replica asks for
+// a snapshot once its log is half full, before it fills.
+func TestLogCompactsBeforeFull(t *testing.T) {
+	c := newTestClusterSized(t, 3, 0, 1<<20)
+	val := string(make([]byte, 2048))
+	for i := 0; i < 400; i++ {
+		c.put(fmt.Sprintf("g%03d", i), val)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		snaps := 0.0
+		for _, n := range c.nodes {
+			snaps += counterValue(n.r.metrics.Snapshots)
+		}
+		if snaps > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot was taken although the log passed half full")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

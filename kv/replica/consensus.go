@@ -222,6 +222,9 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 			return false
 		}
 	}
+	if len(rd.Accepted) > 0 {
+		r.checkLogUsage()
+	}
 	if r.logFull.Load() {
 		r.logFull.Store(false)
 		r.log.Info().Msg("acceptor log has room again")
@@ -298,6 +301,24 @@ func copyEntries(es []paxos.Entry) []paxos.Entry {
 func (r *Replica) die(err error) {
 	r.log.Error().Err(err).Msg("acceptor log failed; replica stops")
 	r.reportFatal(err)
+}
+
+// checkLogUsage requests a snapshot when the acceptor log is past its
+// usage threshold, at most once per election timeout (a snapshot cannot
+// free entries above the applied slot, so asking again at once is futile).
+func (r *Replica) checkLogUsage() {
+	pct := r.cfg.LogSnapshotUsedPercent
+	if pct <= 0 {
+		pct = logSnapshotUsedPercent
+	}
+	used, capacity := r.alog.Usage()
+	if capacity <= 0 || used*100 < capacity*pct {
+		return
+	}
+	if now := time.Now(); now.After(r.nextUsageSnap) {
+		r.nextUsageSnap = now.Add(time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick)
+		r.requestSnapshot()
+	}
 }
 
 // requestSnapshot asks the apply loop for a snapshot now (coalesced).

@@ -23,6 +23,8 @@ type AcceptorLog interface {
 	Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error)
 	// TruncateBelow drops entries with a slot below slot.
 	TruncateBelow(slot paxos.Slot) error
+	// Usage reports the bytes in use and the log's capacity.
+	Usage() (used, capacity int64)
 	// Mode names the durability mode ("dax", "msync", "shm", "memory").
 	Mode() string
 	Close() error

@@ -52,6 +52,10 @@ const (
 	// snapshotEverySlots is how many applied slots pass between snapshots
 	// (each snapshot lets the node compact and the PMem log truncate).
 	snapshotEverySlots = 20000
+	// logSnapshotUsedPercent: past this share of the acceptor log in use,
+	// a snapshot is requested (at most once per election timeout) so the
+	// log truncates before it fills.
+	logSnapshotUsedPercent = 50
 	// logFullRetryTicks is how often, in ticks, a stalled Ready whose
 	// append hit a full PMem log is retried.
 	logFullRetryTicks = 10

@@ -109,6 +109,9 @@ func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, erro
 // TruncateBelow implements AcceptorLog.
 func (p *PMemLog) TruncateBelow(slot paxos.Slot) error { return p.l.TruncateBelow(uint64(slot)) }
 
+// Usage implements AcceptorLog.
+func (p *PMemLog) Usage() (used, capacity int64) { return p.l.Space() }
+
 // Mode implements AcceptorLog.
 func (p *PMemLog) Mode() string { return string(p.l.Mode()) }
 

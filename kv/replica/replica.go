@@ -45,10 +45,13 @@ type Config struct {
 	DriftTicks     int
 	// SnapshotEverySlots overrides snapshotEverySlots when > 0.
 	SnapshotEverySlots uint64
-	Cores              Cores
-	Log                zerolog.Logger
-	Metrics            *Metrics // nil: unregistered metrics
-	Faults             *Faults  // nil: a private hook that blocks nothing
+	// LogSnapshotUsedPercent overrides logSnapshotUsedPercent when > 0;
+	// above 100 the log is compacted only when it is full (tests).
+	LogSnapshotUsedPercent int64
+	Cores                  Cores
+	Log                    zerolog.Logger
+	Metrics                *Metrics // nil: unregistered metrics
+	Faults                 *Faults  // nil: a private hook that blocks nothing
 }
 
 func (c *Config) validate() error {
@@ -118,6 +121,9 @@ type Replica struct {
 	applied atomic.Uint64
 	logFull atomic.Bool
 	stalled *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	// nextUsageSnap is the earliest time log usage may request another
+	// snapshot (consensus loop only).
+	nextUsageSnap time.Time
 	// restoreMu is held for reading while a read touches the state
 	// machine and for writing while a snapshot is restored (a restore
 	// passes through partial states).
