@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -52,22 +53,13 @@ func TestOpenLoopAgainstSlowServer(t *testing.T) {
 	if slow.Done != slow.Offered || slow.Shed != 0 {
 		t.Fatalf("done %d shed %d of %d", slow.Done, slow.Shed, slow.Offered)
 	}
+	if n := slow.Merged(func(Key) bool { return true }).Count(); n != slow.Offered {
+		t.Fatalf("recorded %d latencies for %d arrivals", n, slow.Offered)
+	}
+	if err := backlogShown(slow, srv.service, cfg.Duration); err != nil {
+		t.Fatal(err)
+	}
 	all := slow.Merged(func(Key) bool { return true }).Summary()
-	if all.Count != slow.Offered {
-		t.Fatalf("recorded %d latencies for %d arrivals", all.Count, slow.Offered)
-	}
-	// One-at-a-time service means the last of N requests completes no
-	// sooner than N*service after the first arrival, and every arrival
-	// came within the 1 s window: the worst latency is at least
-	// N*service - 1 s. A closed-loop tool would report about
-	// Concurrency*service at most.
-	floor := time.Duration(slow.Offered)*srv.service - time.Second
-	if got := time.Duration(all.MaxUs) * time.Microsecond; got < floor*99/100 {
-		t.Fatalf("max latency %v below the physical floor %v: queueing time was hidden", got, floor)
-	}
-	if time.Duration(all.P99Us)*time.Microsecond < floor/2 {
-		t.Fatalf("p99 %v hides the backlog (floor of the max %v)", time.Duration(all.P99Us)*time.Microsecond, floor)
-	}
 	fastAll := fast.Merged(func(Key) bool { return true }).Summary()
 	if fastAll.P99Us >= all.P99Us {
 		t.Fatalf("fast p99 %d µs not below slow p99 %d µs", fastAll.P99Us, all.P99Us)
@@ -111,5 +103,33 @@ func TestWarmupNotRecorded(t *testing.T) {
 	r := Run(context.Background(), cfg, pickFor(func(context.Context) error { mu.Lock(); calls++; mu.Unlock(); return nil }))
 	if int64(calls) <= r.Offered || r.Offered == 0 {
 		t.Fatalf("calls %d, recorded %d: warm-up arrivals should run unrecorded", calls, r.Offered)
+	}
+}
+
+// backlogShown checks the tail of a run against a server that serves one
+// request per service: the last of N requests completes no sooner than
+// N*service after the first arrival, and every arrival came within the
+// window, so the worst latency is at least N*service - window. A
+// closed-loop tool would report about Concurrency*service at most.
+func backlogShown(r *Result, service, window time.Duration) error {
+	all := r.Merged(func(Key) bool { return true }).Summary()
+	floor := time.Duration(r.Offered)*service - window
+	if got := time.Duration(all.MaxUs) * time.Microsecond; got < floor*99/100 {
+		return fmt.Errorf("max latency %v below the physical floor %v: queueing time was hidden", got, floor)
+	}
+	if got := time.Duration(all.P99Us) * time.Microsecond; got < floor/2 {
+		return fmt.Errorf("p99 %v hides the backlog (floor of the max %v)", got, floor)
+	}
+	return nil
+}
+
+// TestCheckCatchesClosedLoopMeasurement plants the closed-loop bug
+// (latency from the actual send) and shows backlogShown rejects it.
+func TestCheckCatchesClosedLoopMeasurement(t *testing.T) {
+	cfg := Config{Rate: 200, Duration: time.Second, Concurrency: 4, Seed: 9, DrainTimeout: time.Minute, fromSend: true}
+	srv := &slowServer{service: 20 * time.Millisecond}
+	r := Run(context.Background(), cfg, pickFor(srv.do))
+	if err := backlogShown(r, srv.service, cfg.Duration); err == nil {
+		t.Fatal("latency measured from the actual send passed the backlog check")
 	}
 }

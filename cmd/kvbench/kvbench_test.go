@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/tenants"
+)
+
+// slowBackend serves one request at a time, each taking service: a
+// deliberately slow fake server.
+type slowBackend struct {
+	mu      sync.Mutex
+	service time.Duration
+}
+
+func (b *slowBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	if req.Op == proto.OpStatus {
+		return &proto.Response{Cluster: &proto.ClusterStatus{Self: 1, LeaderID: 1, Ballot: proto.Ballot{Round: 1, Node: 1}}}
+	}
+	b.mu.Lock()
+	time.Sleep(b.service)
+	b.mu.Unlock()
+	if req.Op == proto.OpGet {
+		return &proto.Response{Value: []byte("v"), HasValue: true}
+	}
+	return &proto.Response{}
+}
+
+// TestSlowServerLatencyReportedInFull drives kvbench's whole pipeline
+// (clients, open-loop schedule, report) against a fake server that
+// handles one request per 20 ms while 100/s are offered. The report must
+// carry the backlog: the worst latency is at least offered*service - 1 s,
+// which a closed-loop tool (latency from actual send) would not show.
+func TestSlowServerLatencyReportedInFull(t *testing.T) {
+	reg, err := tenants.NewRegistry([]tenants.Spec{{ID: 1, Name: "t", Token: "slow-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &slowBackend{service: 20 * time.Millisecond}
+	srv := server.New(server.Config{RequestTimeout: time.Minute}, reg, be, zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	o := tinyOptions()
+	o.Tenants, o.Keys, o.Rate, o.Warmup, o.Duration = 2, 10, 100, 0, time.Second
+	o.Scenarios = []string{"steady"}
+	o.Endpoints, o.Token = []string{ln.Addr().String()}, "slow-token"
+	o.OutDir = t.TempDir()
+	o.NoPlots = true
+	r, err := run(context.Background(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Paths[0]
+	if p.Status != "ok" {
+		t.Fatalf("path %s: %s", p.Status, p.Reason)
+	}
+	st := p.Phases["steady"]
+	if st.Offered < 60 || st.All.Count != st.Offered {
+		t.Fatalf("offered %d, recorded %d", st.Offered, st.All.Count)
+	}
+	floor := time.Duration(st.Offered)*be.service - o.Duration
+	if got := time.Duration(st.All.MaxUs) * time.Microsecond; got < floor*99/100 {
+		t.Fatalf("max latency %v below the floor %v of a one-at-a-time server: the backlog was hidden", got, floor)
+	}
+	if got := time.Duration(st.All.P90Us) * time.Microsecond; got < floor/2 {
+		t.Fatalf("p90 %v: the backlog (floor of the max %v) is missing from the tail", got, floor)
+	}
+}
+
+// buildKvnode builds kvnode once for the smoke test.
+func buildKvnode(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kvnode")
+	cmd := exec.Command("go", "build", "-o", bin, "synod/cmd/kvnode")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("building kvnode: %v", err)
+	}
+	return bin
+}
+
+// TestSmokeEveryPathAndScenario runs every path and scenario at tiny
+// scale on embedded clusters and checks the JSON holds every figure: the
+// main paths that kvnode supports must run; a path kvnode cannot run yet
+// must say why.
+func TestSmokeEveryPathAndScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kvnode clusters")
+	}
+	o := tinyOptions()
+	o.Kvnode = buildKvnode(t)
+	o.OutDir = t.TempDir()
+	o.DataDir = t.TempDir()
+	o.BasePort = 18100
+	r, err := run(context.Background(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(o.OutDir, "kvbench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("kvbench.json does not decode: %v", err)
+	}
+	if back.Machine.CPUs == 0 || back.Machine.GoVersion == "" || len(back.Paths) != len(allPaths()) {
+		t.Fatalf("machine %+v, %d paths", back.Machine, len(back.Paths))
+	}
+	for _, p := range back.Paths {
+		if p.Durability == "" {
+			t.Errorf("%s: no durability mode", p.Name)
+		}
+		if p.Status != "ok" {
+			if p.Name == "raft" || p.Name == "paxos" {
+				t.Errorf("main path %s: %s: %s", p.Name, p.Status, p.Reason)
+			}
+			if p.Reason == "" {
+				t.Errorf("%s is %s without a reason", p.Name, p.Status)
+			}
+			continue
+		}
+		want := []string{"steady"}
+		if p.Base == "" {
+			want = o.Scenarios
+		}
+		for _, s := range want {
+			ph := p.Phases[s]
+			if ph == nil {
+				t.Errorf("%s: no %s phase", p.Name, s)
+				continue
+			}
+			if ph.Read.Count == 0 || ph.Write.Count == 0 || ph.Read.P99Us == 0 || ph.Write.P999Us == 0 ||
+				ph.Victim.P99Us == 0 || ph.ThroughputOps == 0 || len(ph.TenantP99Us) != o.Tenants ||
+				len(ph.ReadCurve) == 0 || len(ph.WriteCurve) == 0 || ph.CPUSeconds <= 0 || ph.CPUPer1000 <= 0 {
+				t.Errorf("%s/%s: missing figures: %+v", p.Name, s, ph)
+			}
+			if s == "noisy" && ph.BulkScan.Count+ph.BulkWrite.Count == 0 {
+				t.Errorf("%s: the noisy tenant sent nothing", p.Name)
+			}
+			if s == "hog" && ph.HogNote == "" {
+				t.Errorf("%s: hog phase without a note", p.Name)
+			}
+		}
+		if p.Base == "" && (p.VictimP99SteadyUs == 0 || p.VictimP99NoisyUs == 0 || p.InterferenceRatio == 0) {
+			t.Errorf("%s: interference figures missing", p.Name)
+		}
+	}
+	if r.Headline.Against == "" || r.Headline.WriteP99Ratio == 0 || len(r.Headline.InterferenceRatio) == 0 {
+		t.Errorf("headline incomplete: %+v", r.Headline)
+	}
+	for _, f := range []string{"latency-write.png", "latency-read.png", "tenant-p99.png"} {
+		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+}
+
+func TestFlagsValidate(t *testing.T) {
+	for _, args := range [][]string{
+		{"--dist", "pareto"}, {"--read-ratio", "1.5"}, {"--scenarios", "chaos"}, {"--paths", "nope"},
+		{"--full", "--tiny"}, {"--endpoints", "127.0.0.1:1"}, {"extra"},
+	} {
+		o, err := parseFlags(args)
+		if err == nil {
+			_, err = selectPaths(o)
+		}
+		if err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	o, err := parseFlags(nil)
+	if err != nil || o.Tenants != 32 || o.ReadRatio != 0.7 || o.Nodes != 3 {
+		t.Fatalf("defaults %+v %v", o, err)
+	}
+}
