@@ -130,7 +130,12 @@ func newCluster(t testing.TB, n int) *cluster {
 		var b strings.Builder
 		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
 		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
-		fmt.Fprintf(&b, "log_level = \"info\"\nfault_injection = true\n")
+		// Mixed accel: nodes 1 and 2 run the plane, node 3 does not.
+		accelMode := "off"
+		if nd.id <= 2 {
+			accelMode = "soft"
+		}
+		fmt.Fprintf(&b, "log_level = \"info\"\nfault_injection = true\naccel = %q\n", accelMode)
 		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
 		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
 		for _, p := range c.nodes {
@@ -259,6 +264,34 @@ type nodeStatus struct {
 	Applied    uint64    `json:"applied"`
 	LeaseValid bool      `json:"lease_valid"`
 	Durability string    `json:"durability"`
+	Accel      *struct {
+		Commits    int    `json:"commits"`
+		Mismatches int    `json:"mismatches"`
+		HandUps    uint64 `json:"handups"`
+		First      string `json:"first_mismatch"`
+	} `json:"accel"`
+}
+
+// accelTotals sums the accel check over the running nodes that run the
+// plane, and fails the test on any mismatch.
+func (c *cluster) accelTotals() (commits, mismatches int, handups uint64) {
+	c.t.Helper()
+	for _, nd := range c.nodes {
+		if !nd.running() {
+			continue
+		}
+		st, err := c.status(nd)
+		if err != nil || st.Accel == nil {
+			continue
+		}
+		commits += st.Accel.Commits
+		mismatches += st.Accel.Mismatches
+		handups += st.Accel.HandUps
+		if st.Accel.Mismatches != 0 {
+			c.t.Errorf("node %d: accel commit mismatch: %s", nd.id, st.Accel.First)
+		}
+	}
+	return
 }
 
 var httpClient = &http.Client{Timeout: statusTimeout}

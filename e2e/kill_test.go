@@ -198,6 +198,11 @@ func TestLeaderKillLinearizable(t *testing.T) {
 			t.Errorf("acknowledged write of %s lost: %v", k, err)
 		}
 	}
+	ac, am, ah := c.accelTotals()
+	fmt.Printf("accel: commits=%d mismatches=%d handups=%d\n", ac, am, ah)
+	if ac == 0 {
+		t.Errorf("accel: no commit was checked on the nodes running the plane")
+	}
 	res := h.check(killCheckTimeout)
 	lin := res == porcupine.Ok
 	fmt.Printf("e2e: nodes=3 kills=%d ops=%d linearizable=%v lost=%d\n", kills, len(h.ops), lin, lost)

@@ -37,6 +37,11 @@ type Config struct {
 	// and drills only: it lets anyone who reaches the admin port partition
 	// this node).
 	FaultInjection bool `toml:"fault_injection"`
+	// Accel is "off" (default) or "soft": the accel plane model runs beside
+	// paxos (mirror mode) and its commit decisions are checked against
+	// software's. AccelTrace, when set, records the plane's trace there.
+	Accel      string `toml:"accel"`
+	AccelTrace string `toml:"accel_trace"`
 
 	Peers     []PeerConfig    `toml:"peers"`
 	PMem      PMemConfig      `toml:"pmem"`
@@ -187,6 +192,9 @@ func parseConfig(b []byte) (*Config, error) {
 }
 
 func (c *Config) fillDefaults() {
+	if c.Accel == "" {
+		c.Accel = "off"
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -277,6 +285,14 @@ func (c *Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
 			return fmt.Errorf("admin_listen: %q is not host:port: %v", c.AdminListen, err)
 		}
+	}
+	switch c.Accel {
+	case "off", "soft":
+	default:
+		return fmt.Errorf("accel: %q is not one of off, soft", c.Accel)
+	}
+	if c.AccelTrace != "" && c.Accel == "off" {
+		return errors.New("accel_trace: needs accel = \"soft\"")
 	}
 	switch c.PMem.Mode {
 	case "dax", "msync", "shm":

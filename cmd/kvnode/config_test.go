@@ -73,6 +73,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},
 		{"consensus_addr = \"127.0.0.1:7012\"", "consensus_addr = \"nowhere\"", "peers[1].consensus_addr"},
 		{"log_level = \"info\"", "log_level = \"loud\"", "log_level"},
+		{"accel = \"off\"", "accel = \"hard\"", "accel"},
+		{"accel = \"off\"", "accel_trace = \"/tmp/x\"", "accel_trace"},
 		{"node_id = 1", "node_id = \"one\"", "line"},
 	} {
 		if !strings.Contains(base, tc.old) {

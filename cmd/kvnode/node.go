@@ -108,6 +108,20 @@ func runNode(cfg *Config) error {
 		Metrics: replica.NewMetrics(promReg),
 		Faults:  faults,
 	}
+	var traceFile *os.File
+	if cfg.Accel == "soft" {
+		rcfg.Accel = &replica.AccelConfig{}
+		if cfg.AccelTrace != "" {
+			if traceFile, err = os.Create(cfg.AccelTrace); err != nil {
+				conn.Close()
+				plog.Close()
+				store.Close()
+				return fmt.Errorf("creating accel_trace: %w", err)
+			}
+			defer traceFile.Close()
+			rcfg.Accel.Trace = traceFile
+		}
+	}
 	for _, p := range cfg.Peers {
 		ap, _ := netip.ParseAddrPort(p.ConsensusAddr)
 		rcfg.Peers = append(rcfg.Peers, replica.Peer{ID: paxos.NodeID(p.ID), ConsensusAddr: ap, ClientAddr: p.ClientAddr})
@@ -154,7 +168,7 @@ func runNode(cfg *Config) error {
 		go admin.Serve(aln)
 	}
 	log.Info().Str("client", cfg.ClientListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
-		Str("transport", transport).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
+		Str("transport", transport).Str("accel", cfg.Accel).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
 		Msg("kvnode serving")
 
 	sig := make(chan os.Signal, 1)
@@ -227,6 +241,15 @@ type nodeStatus struct {
 	LeaseValid bool      `json:"lease_valid"`
 	Durability string    `json:"durability"`
 	Blocked    []uint64  `json:"blocked,omitempty"`
+	// Accel: the plane-versus-software commit check (accel = "soft").
+	Accel *accelStatus `json:"accel,omitempty"`
+}
+
+type accelStatus struct {
+	Commits    int    `json:"commits"`
+	Mismatches int    `json:"mismatches"`
+	HandUps    uint64 `json:"handups"`
+	First      string `json:"first_mismatch,omitempty"`
 }
 
 // adminMux serves /metrics, /debug/pprof/, /status and, when enabled,
@@ -247,6 +270,9 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			Promised: [2]uint64{s.Promised.Round, uint64(s.Promised.Node)},
 			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
 			LeaseValid: s.LeaseValid, Durability: rep.Mode(),
+		}
+		if res, on := rep.AccelResult(); on {
+			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}
 		}
 		for _, id := range faults.Blocked() {
 			ns.Blocked = append(ns.Blocked, uint64(id))

@@ -34,6 +34,7 @@ type testCluster struct {
 	snapEvery uint64
 	pmemBytes int64
 	usedPct   int64
+	accelOn   map[paxos.NodeID]bool
 	nodes     map[paxos.NodeID]*testNode
 }
 
@@ -59,7 +60,21 @@ func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
 	return newTestClusterSized(t, n, snapEvery, 8<<20)
 }
 
+// newTestClusterWith builds a 3-node cluster after edit adjusts its
+// settings.
+func newTestClusterWith(t testing.TB, edit func(*testCluster)) *testCluster {
+	return newTestClusterOpts(t, 3, 0, 8<<20, 0, edit)
+}
+
 func newTestClusterSized(t testing.TB, n int, snapEvery uint64, pmemBytes int64, usedPct ...int64) *testCluster {
+	pct := int64(0)
+	if len(usedPct) > 0 {
+		pct = usedPct[0]
+	}
+	return newTestClusterOpts(t, n, snapEvery, pmemBytes, pct, nil)
+}
+
+func newTestClusterOpts(t testing.TB, n int, snapEvery uint64, pmemBytes, usedPct int64, edit func(*testCluster)) *testCluster {
 	t.Helper()
 	shm := "/dev/shm"
 	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
@@ -70,9 +85,9 @@ func newTestClusterSized(t testing.TB, n int, snapEvery uint64, pmemBytes int64,
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, net: afxdp.NewMemNetwork(), dir: t.TempDir(), pmemDir: pdir, snapEvery: snapEvery,
-		pmemBytes: pmemBytes, nodes: map[paxos.NodeID]*testNode{}}
-	if len(usedPct) > 0 {
-		c.usedPct = usedPct[0]
+		pmemBytes: pmemBytes, usedPct: usedPct, nodes: map[paxos.NodeID]*testNode{}}
+	if edit != nil {
+		edit(c)
 	}
 	for i := 1; i <= n; i++ {
 		p := freePort(t)
@@ -116,6 +131,10 @@ func (c *testCluster) start(id paxos.NodeID) {
 		}
 	}
 	conn := c.net.Listen(self.ConsensusAddr)
+	var accelCfg *AccelConfig
+	if c.accelOn[id] {
+		accelCfg = &AccelConfig{}
+	}
 	faults := &Faults{}
 	if old := c.nodes[id]; old != nil {
 		faults = old.r.faults
@@ -124,7 +143,8 @@ func (c *testCluster) start(id paxos.NodeID) {
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: 60, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
-		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
+		Accel: accelCfg,
+		Log:   zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
 	}, conn, plog, store)
 	if err != nil {
 		c.t.Fatal(err)

@@ -109,6 +109,9 @@ func (r *Replica) consensusLoop() {
 
 		s := r.node.Status()
 		r.status.Store(&s)
+		if r.accel != nil {
+			r.accel.registers(&s)
+		}
 		r.metrics.Commit.Set(float64(s.Commit))
 		if s.Leader != lastLeader {
 			r.metrics.LeaderChanges.Inc()
@@ -232,6 +235,10 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 
 	// 2. Send. Messages are encoded now: paxos may reuse their buffers
 	// after Advance.
+	if r.accel != nil {
+		r.accel.sending(rd.Messages)
+		r.accel.software(rd.AckEvents)
+	}
 	if len(rd.Messages) > 0 {
 		out := make([]outMsg, 0, len(rd.Messages))
 		for i := range rd.Messages {

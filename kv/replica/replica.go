@@ -52,6 +52,9 @@ type Config struct {
 	Log                    zerolog.Logger
 	Metrics                *Metrics // nil: unregistered metrics
 	Faults                 *Faults  // nil: a private hook that blocks nothing
+	// Accel, when non-nil, runs the accel plane model beside paxos
+	// ("soft" accel); nil is "off".
+	Accel *AccelConfig
 }
 
 func (c *Config) validate() error {
@@ -116,6 +119,7 @@ type Replica struct {
 	pending      map[uint64]*writeWaiter
 
 	reads readTracker
+	accel *accelMirror // nil when accel is off
 
 	status  atomic.Pointer[paxos.Status]
 	applied atomic.Uint64
@@ -235,6 +239,11 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, fmt.Errorf("creating the paxos node: %w", err)
 	}
 	r.node = node
+	if cfg.Accel != nil {
+		if r.accel, err = newAccelMirror(&r.cfg, members); err != nil {
+			return nil, err
+		}
+	}
 	r.applied.Store(uint64(applied))
 	s := node.Status()
 	r.status.Store(&s)
@@ -417,6 +426,11 @@ func (r *Replica) Close() error {
 		r.failAllWrites(ErrStopped)
 		r.reads.failAll(ErrStopped)
 		r.closeErr = r.alog.Close()
+		if r.accel != nil {
+			if err := r.accel.close(); err != nil && r.closeErr == nil {
+				r.closeErr = err
+			}
+		}
 	})
 	return r.closeErr
 }

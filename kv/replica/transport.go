@@ -60,6 +60,9 @@ func (r *Replica) deliver(b []byte, wait bool) {
 		r.metrics.InboundDropped.Inc()
 		return
 	}
+	if r.accel != nil {
+		r.accel.received(&m)
+	}
 	if wait {
 		select {
 		case r.inbound <- m:
