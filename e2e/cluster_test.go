@@ -20,6 +20,12 @@ import (
 var kvnodeBin string
 
 func TestMain(m *testing.M) {
+	if bin := os.Getenv("E2E_KVNODE"); bin != "" {
+		// A prebuilt kvnode (e.g. to run the compiled test binary on
+		// another machine).
+		kvnodeBin = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "synod-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -112,7 +118,9 @@ func newCluster(t testing.TB, n int) *cluster {
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := "msync"
 	c.pdir = c.dir
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+	if m := os.Getenv("E2E_PMEM_MODE"); m == "msync" {
+		// Acceptor logs as ordinary files in the test's temp dir.
+	} else if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		d, err := os.MkdirTemp("/dev/shm", "synod-e2e-")
 		if err == nil {
 			c.pdir, mode = d, "shm"

@@ -5,6 +5,8 @@
 //	go test ./e2e/                          # the whole suite
 //	E2E_KILLS=20 go test -run Kill ./e2e/   # more leader kills
 //	E2E_RACE=1 go test ./e2e/               # kvnode built with -race
+//	E2E_KVNODE=/path/to/kvnode ./e2e.test   # use a prebuilt kvnode
+//	E2E_PMEM_MODE=msync go test ./e2e/      # acceptor logs msync'ed files, not /dev/shm
 //
 // TestMain builds kvnode once into a temporary directory.
 package e2e
