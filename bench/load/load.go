@@ -35,6 +35,9 @@ const (
 	// drainTimeoutDefault bounds the wait for in-flight operations after
 	// the last arrival.
 	drainTimeoutDefault = 10 * time.Second
+	// errorKindBytes and errorKindsMax bound the error breakdown.
+	errorKindBytes = 80
+	errorKindsMax  = 32
 )
 
 // Op is one operation chosen for an arrival.
@@ -75,6 +78,9 @@ type Key struct {
 type Result struct {
 	Hists   map[Key]*hist.Hist
 	Errors  map[Key]int64
+	// ErrorKinds counts errors by message (the first errorKindBytes of
+	// it), so a report can say what failed.
+	ErrorKinds map[string]int64
 	Offered int64 // arrivals in the recorded window
 	Done    int64 // recorded arrivals that completed (ok or error)
 	Shed    int64 // recorded arrivals never sent (queue full)
@@ -99,9 +105,19 @@ func (r *Result) hist(k Key) *hist.Hist {
 	return h
 }
 
-func (r *Result) addErr(k Key) {
+func (r *Result) addErr(k Key, err error) {
+	msg := "shed: never sent"
+	if err != nil {
+		msg = err.Error()
+	}
+	if len(msg) > errorKindBytes {
+		msg = msg[:errorKindBytes]
+	}
 	r.mu.Lock()
 	r.Errors[k]++
+	if _, ok := r.ErrorKinds[msg]; ok || len(r.ErrorKinds) < errorKindsMax {
+		r.ErrorKinds[msg]++
+	}
 	r.mu.Unlock()
 }
 
@@ -145,7 +161,7 @@ func Run(ctx context.Context, cfg Config, pick func(rng *rand.Rand) Op) *Result 
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = drainTimeoutDefault
 	}
-	res := &Result{Hists: map[Key]*hist.Hist{}, Errors: map[Key]int64{}, Elapsed: cfg.Duration}
+	res := &Result{Hists: map[Key]*hist.Hist{}, Errors: map[Key]int64{}, ErrorKinds: map[string]int64{}, Elapsed: cfg.Duration}
 	if cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return res
 	}
@@ -198,7 +214,7 @@ func Run(ctx context.Context, cfg Config, pick func(rng *rand.Rand) Op) *Result 
 			if recorded {
 				atomic.AddInt64(&res.Shed, 1)
 				res.hist(key).Record(end.Sub(intended))
-				res.addErr(key)
+				res.addErr(key, nil)
 			}
 			continue
 		}
@@ -214,7 +230,7 @@ func Run(ctx context.Context, cfg Config, pick func(rng *rand.Rand) Op) *Result 
 				pending.Add(-1)
 				if recorded {
 					res.hist(key).Record(time.Since(at))
-					res.addErr(key)
+					res.addErr(key, nil)
 					atomic.AddInt64(&res.Shed, 1)
 				}
 				return
@@ -231,7 +247,7 @@ func Run(ctx context.Context, cfg Config, pick func(rng *rand.Rand) Op) *Result 
 			}
 			res.hist(key).Record(lat)
 			if err != nil {
-				res.addErr(key)
+				res.addErr(key, err)
 			}
 			atomic.AddInt64(&res.Done, 1)
 		}(intended)

@@ -17,27 +17,28 @@ func isNotFound(err error) bool { return errors.Is(err, client.ErrNotFound) }
 // PhaseResult holds one scenario's figures on one path. Latencies are in
 // microseconds.
 type PhaseResult struct {
-	Scenario      string       `json:"scenario"`
-	Read          hist.Summary `json:"read"`
-	Write         hist.Summary `json:"write"`
-	All           hist.Summary `json:"all"`
-	Victim        hist.Summary `json:"victim"` // steady ops of tenants 2..N
-	BulkScan      hist.Summary `json:"bulk_scan,omitempty"`
-	BulkWrite     hist.Summary `json:"bulk_write,omitempty"`
-	BulkErrors    int64        `json:"bulk_errors,omitempty"`
-	TenantP99Us   []int64      `json:"tenant_p99_us"` // [t-1]
-	ThroughputOps float64      `json:"throughput_ops"`
-	Offered       int64        `json:"offered"`
-	Done          int64        `json:"done"`
-	Errors        int64        `json:"errors"`
-	Shed          int64        `json:"shed"`
-	LeaderChanges int          `json:"leader_changes"`
-	CPUSeconds    float64      `json:"cpu_seconds"`
-	CPUPer1000    float64      `json:"cpu_seconds_per_1000_ops"`
-	ScheduleLagMs float64      `json:"schedule_lag_ms"`
-	ReadCurve     []hist.Point `json:"read_curve"`
-	WriteCurve    []hist.Point `json:"write_curve"`
-	HogNote       string       `json:"hog_note,omitempty"`
+	Scenario      string           `json:"scenario"`
+	Read          hist.Summary     `json:"read"`
+	Write         hist.Summary     `json:"write"`
+	All           hist.Summary     `json:"all"`
+	Victim        hist.Summary     `json:"victim"` // steady ops of tenants 2..N
+	BulkScan      hist.Summary     `json:"bulk_scan,omitempty"`
+	BulkWrite     hist.Summary     `json:"bulk_write,omitempty"`
+	BulkErrors    int64            `json:"bulk_errors,omitempty"`
+	TenantP99Us   []int64          `json:"tenant_p99_us"` // [t-1]
+	ThroughputOps float64          `json:"throughput_ops"`
+	Offered       int64            `json:"offered"`
+	Done          int64            `json:"done"`
+	Errors        int64            `json:"errors"`
+	Shed          int64            `json:"shed"`
+	ErrorKinds    map[string]int64 `json:"error_kinds,omitempty"`
+	LeaderChanges int              `json:"leader_changes"`
+	CPUSeconds    float64          `json:"cpu_seconds"`
+	CPUPer1000    float64          `json:"cpu_seconds_per_1000_ops"`
+	ScheduleLagMs float64          `json:"schedule_lag_ms"`
+	ReadCurve     []hist.Point     `json:"read_curve"`
+	WriteCurve    []hist.Point     `json:"write_curve"`
+	HogNote       string           `json:"hog_note,omitempty"`
 }
 
 // PathResult is one path's run.
@@ -222,6 +223,7 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	}
 	ph.Offered, ph.Done, ph.Shed = res.Offered, res.Done, res.Shed
 	ph.Errors = res.ErrorsOf(all)
+	ph.ErrorKinds = res.ErrorKinds
 	ph.ThroughputOps = float64(res.Done-ph.Errors+res.Shed) / o.Duration.Seconds()
 	if ph.ThroughputOps < 0 {
 		ph.ThroughputOps = 0
