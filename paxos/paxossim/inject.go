@@ -6,10 +6,18 @@ import (
 	"synod/paxos"
 )
 
+// rate scales a per-tick fault rate by Options.Intensity.
+func (s *sim) rate(ppm uint32) uint32 {
+	if s.opts.Intensity <= 1 {
+		return ppm
+	}
+	return uint32(min(uint64(ppm)*uint64(s.opts.Intensity), 1_000_000))
+}
+
 // faultStep injects this tick's faults.
 func (s *sim) faultStep(tick int64) {
 	f := s.faults
-	if f.Has(FaultCrash) && s.r.ppm(crashPerTickPPM) {
+	if f.Has(FaultCrash) && s.r.ppm(s.rate(crashPerTickPPM)) {
 		var ups []*simNode
 		for _, sn := range s.nodes {
 			if sn.up() {
@@ -28,7 +36,7 @@ func (s *sim) faultStep(tick int64) {
 			}
 		}
 	}
-	if f.Has(FaultCrash) && s.r.ppm(totalCrashPerTickPPM) {
+	if f.Has(FaultCrash) && s.r.ppm(s.rate(totalCrashPerTickPPM)) {
 		// Every node at once: only durable state can carry committed
 		// entries across this.
 		down := s.r.between(downTicksMin, downTicksMax/2)
@@ -51,7 +59,7 @@ func (s *sim) faultStep(tick int64) {
 		s.net.heal()
 		s.partitionUntil, s.oneWayUntil = 0, 0
 	}
-	if f.Has(FaultPartition) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+	if f.Has(FaultPartition) && !s.net.partitioned() && s.r.ppm(s.rate(partitionPerTickPPM)) {
 		ids := make([]paxos.NodeID, len(s.nodes))
 		for i, sn := range s.nodes {
 			ids[i] = sn.id
@@ -64,7 +72,7 @@ func (s *sim) faultStep(tick int64) {
 		s.result.Counts.Partitions++
 		s.tracef("network: partition %v | %v until %d", ids[:k], ids[k:], s.partitionUntil)
 	}
-	if f.Has(FaultOneWay) && !s.net.partitioned() && s.r.ppm(partitionPerTickPPM) {
+	if f.Has(FaultOneWay) && !s.net.partitioned() && s.r.ppm(s.rate(partitionPerTickPPM)) {
 		links := 1 + s.r.intn(len(s.nodes))
 		for range links {
 			a := s.nodes[s.r.intn(len(s.nodes))].id

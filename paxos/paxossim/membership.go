@@ -70,7 +70,7 @@ func (s *sim) confStep(tick int64) {
 	members := s.currentMembers()
 	switch c.phase {
 	case confIdle:
-		if s.liveness || c.cycles >= confCyclesMax || tick < c.nextAt || len(members) < confMembersMin || !s.r.ppm(confChangePerTick) {
+		if s.liveness || c.cycles >= confCyclesMax || tick < c.nextAt || len(members) < confMembersMin || !s.r.ppm(s.rate(confChangePerTick)) {
 			return
 		}
 		c.phase = confRemoving

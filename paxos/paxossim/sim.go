@@ -44,6 +44,9 @@ type Options struct {
 	Faults  FaultSet // 0: a random profile chosen by the seed
 	// NoFaults forces a run without faults (Faults is then ignored).
 	NoFaults bool
+	// Intensity multiplies the per-tick rates of crashes, partitions and
+	// membership changes (0 and 1: the default rates).
+	Intensity int
 
 	// Trace, when set, receives a line for every notable event.
 	Trace func(string)

@@ -10,12 +10,13 @@ import (
 )
 
 var (
-	flagSeed   = flag.Uint64("seed", 0, "replay this one seed (0: run the batch)")
-	flagSeeds  = flag.Int("seeds", 0, "seeds in the batch (0: seedsDefault, or seedsLong with -long)")
-	flagFirst  = flag.Uint64("first", 1, "first seed of the batch")
-	flagTicks  = flag.Int("ticks", 0, "fault-phase ticks per seed (0: TicksDefault, or ticksLong with -long)")
-	flagLong   = flag.Bool("long", false, "a longer run: more seeds, more ticks per seed")
-	flagFaults = flag.String("faults", "", "comma-separated fault kinds, or all (default: a random profile per seed)")
+	flagSeed      = flag.Uint64("seed", 0, "replay this one seed (0: run the batch)")
+	flagSeeds     = flag.Int("seeds", 0, "seeds in the batch (0: seedsDefault, or seedsLong with -long)")
+	flagFirst     = flag.Uint64("first", 1, "first seed of the batch")
+	flagTicks     = flag.Int("ticks", 0, "fault-phase ticks per seed (0: TicksDefault, or ticksLong with -long)")
+	flagLong      = flag.Bool("long", false, "a longer run: more seeds, more ticks per seed")
+	flagIntensity = flag.Int("intensity", 1, "multiply the rates of crashes, partitions and membership changes")
+	flagFaults    = flag.String("faults", "", "comma-separated fault kinds, or all (default: a random profile per seed)")
 )
 
 // Batch sizes. seedsDefault keeps the default run within a few minutes on
@@ -39,12 +40,16 @@ func replayCommand(seed uint64) string {
 	if *flagFaults != "" {
 		cmd += fmt.Sprintf(" -faults=%s", *flagFaults)
 	}
+	if *flagIntensity > 1 {
+		cmd += fmt.Sprintf(" -intensity=%d", *flagIntensity)
+	}
 	return cmd + " -v"
 }
 
 func optionsFromFlags(t *testing.T) Options {
 	var opts Options
 	opts.Ticks = *flagTicks
+	opts.Intensity = *flagIntensity
 	if opts.Ticks == 0 && *flagLong {
 		opts.Ticks = ticksLong
 	}

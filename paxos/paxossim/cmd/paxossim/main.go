@@ -20,11 +20,12 @@ func main() {
 	ticks := flag.Int("ticks", 0, "fault-phase ticks per seed (0: default)")
 	faults := flag.String("faults", "", "comma-separated fault kinds, or all (default: random per seed)")
 	trace := flag.Bool("trace", false, "print the event trace of a single seed")
+	intensity := flag.Int("intensity", 1, "multiply the rates of crashes, partitions and membership changes")
 	workers := flag.Int("workers", 0, "parallel runs (0: GOMAXPROCS)")
 	verbose := flag.Bool("v", false, "print every run's result line")
 	flag.Parse()
 
-	opts := paxossim.Options{Ticks: *ticks}
+	opts := paxossim.Options{Ticks: *ticks, Intensity: *intensity}
 	if *faults != "" {
 		f, ok := paxossim.ParseFaults(*faults)
 		if !ok {
@@ -58,6 +59,9 @@ func main() {
 			}
 			if *faults != "" {
 				fmt.Printf(" -faults=%s", *faults)
+			}
+			if *intensity > 1 {
+				fmt.Printf(" -intensity=%d", *intensity)
 			}
 			fmt.Println()
 		}
