@@ -9,6 +9,8 @@ import (
 	"time"
 )
 
+const hogThreadsPerCPU = 4
+
 // hogMain is `kvbench hog N`: burn N CPUs until killed. kvbench starts it
 // as a child pinned to the leader's CPUs.
 func hogMain(args []string) error {
@@ -20,8 +22,12 @@ func hogMain(args []string) error {
 		}
 		n = v
 	}
-	runtime.GOMAXPROCS(n)
-	for i := 0; i < n; i++ {
+	// hogThreadsPerCPU spinning threads per CPU: the scheduler shares a
+	// CPU per thread, so several threads take most of it from the leader
+	// as a multi-threaded batch job would.
+	threads := n * hogThreadsPerCPU
+	runtime.GOMAXPROCS(threads)
+	for i := 0; i < threads; i++ {
 		go func() {
 			x := uint64(1)
 			for {
