@@ -76,14 +76,14 @@ type Key struct {
 
 // Result holds one run's figures.
 type Result struct {
-	Hists   map[Key]*hist.Hist
-	Errors  map[Key]int64
+	Hists  map[Key]*hist.Hist
+	Errors map[Key]int64
 	// ErrorKinds counts errors by message (the first errorKindBytes of
 	// it), so a report can say what failed.
 	ErrorKinds map[string]int64
-	Offered int64 // arrivals in the recorded window
-	Done    int64 // recorded arrivals that completed (ok or error)
-	Shed    int64 // recorded arrivals never sent (queue full)
+	Offered    int64 // arrivals in the recorded window
+	Done       int64 // recorded arrivals that completed (ok or error)
+	Shed       int64 // recorded arrivals never sent (queue full)
 	// Elapsed is the recorded window as scheduled (Duration).
 	Elapsed time.Duration
 	// ScheduleLag is how far behind its schedule the generator itself
