@@ -215,6 +215,13 @@ func writeTable(w io.Writer, r *Report) {
 		}
 		return fmt.Sprint(p.LeaderChangesHog)
 	})
+	row("client lag max ms", func(p *PathResult) string {
+		var lag float64
+		for _, ph := range p.Phases {
+			lag = max(lag, ph.ScheduleLagMs)
+		}
+		return fmt.Sprintf("%.1f", lag)
+	})
 	row("CPU-s / 1000 ops", func(p *PathResult) string {
 		v := phase(p, "steady").CPUPer1000
 		if v == 0 {
