@@ -19,7 +19,8 @@ func (r *Replica) consensusLoop() {
 	defer ticker.Stop()
 
 	var (
-		tick       uint64
+		tick       uint64 // ticks of real time since the loop started
+		nodeTicks  uint64 // ticks delivered to the node; catches up with tick
 		stalledAt  uint64
 		lastLeader paxos.NodeID
 		lastRole   paxos.Role
@@ -31,6 +32,12 @@ func (r *Replica) consensusLoop() {
 	)
 	s := r.node.Status()
 	lastLeader, lastRole = s.Leader, s.Role
+	// The node's clock follows the monotonic wall clock, not the number of
+	// ticker events: a time.Ticker drops events when this loop falls
+	// behind, and a leader whose ticks lagged real time would believe its
+	// lease longer than the acceptors that granted it.
+	epoch := time.Now()
+	ticksDue := func() uint64 { return uint64(time.Since(epoch) / r.cfg.Tick) }
 
 	for {
 		if r.stalled != nil {
@@ -40,7 +47,9 @@ func (r *Replica) consensusLoop() {
 			case <-r.stop:
 				return
 			case <-ticker.C:
-				tick++
+				// Ticks owed to the node are delivered after the stall
+				// (it is between Ready and Advance now).
+				tick = ticksDue()
 				if tick-stalledAt >= logFullRetryTicks {
 					stalledAt = tick
 					if r.finishReady(r.stalled) {
@@ -57,11 +66,14 @@ func (r *Replica) consensusLoop() {
 		case <-r.stop:
 			return
 		case <-ticker.C:
-			tick++
-			r.node.Tick()
-			if tick%uint64(r.cfg.ElectionTicks) == 0 && tick > readExpiryTicks {
-				r.reads.expire(tick-readExpiryTicks, ErrUnavailable)
+			due := ticksDue()
+			for ; nodeTicks < due; nodeTicks++ {
+				r.node.Tick()
 			}
+			if due/uint64(r.cfg.ElectionTicks) != tick/uint64(r.cfg.ElectionTicks) && due > readExpiryTicks {
+				r.reads.expire(due-readExpiryTicks, ErrUnavailable)
+			}
+			tick = due
 		case m := <-r.inbound:
 			r.step(m)
 			for i := 0; i < inboundMsgsMax; i++ {
