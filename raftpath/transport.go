@@ -120,7 +120,20 @@ func (t *transport) sendLoop(p *peerStream) {
 		d := net.Dialer{Timeout: dialTimeout}
 		c, err := d.Dial("tcp", p.addr)
 		if err != nil {
+			// The peer is down: drop what queued for it (raft resends
+			// from its log once the peer answers again) rather than
+			// flood it with stale messages on reconnect.
 			t.failed(p, m)
+			for drained := false; !drained; {
+				select {
+				case m := <-p.q:
+					if m.GetType() == pb.MessageType_MsgSnap {
+						t.node.ReportSnapshot(p.id, raft.SnapshotFailure)
+					}
+				default:
+					drained = true
+				}
+			}
 			select {
 			case <-t.stop:
 				return
