@@ -224,7 +224,8 @@ func TestLeaderKillLinearizable(t *testing.T) {
 	lin := res == porcupine.Ok
 	fmt.Printf("e2e: nodes=3 kills=%d ops=%d linearizable=%v lost=%d\n", kills, len(h.ops), lin, lost)
 	if !lin {
-		t.Fatalf("history of %d ops is not linearizable (porcupine: %v)", len(h.ops), res)
+		path, err := h.visualize(killCheckTimeout)
+		t.Fatalf("history of %d ops is not linearizable (porcupine: %v); view: %s (%v)", len(h.ops), res, path, err)
 	}
 	if lost != 0 {
 		t.Fatalf("%d acknowledged writes lost", lost)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -96,4 +97,19 @@ func (h *history) check(timeout time.Duration) porcupine.CheckResult {
 	ops := append([]porcupine.Operation(nil), h.ops...)
 	h.mu.Unlock()
 	return porcupine.CheckOperationsTimeout(kvModel, ops, timeout)
+}
+
+// visualize writes porcupine's HTML view of the history (for a failure
+// report) and returns its path.
+func (h *history) visualize(timeout time.Duration) (string, error) {
+	h.mu.Lock()
+	ops := append([]porcupine.Operation(nil), h.ops...)
+	h.mu.Unlock()
+	_, info := porcupine.CheckOperationsVerbose(kvModel, ops, timeout)
+	f, err := os.CreateTemp("", "synod-e2e-history-*.html")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return f.Name(), porcupine.Visualize(kvModel, info, f)
 }

@@ -1,0 +1,627 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"synod/afxdp"
+	"synod/afxdp/netns"
+	"synod/kv/client"
+)
+
+// The AF_XDP clusters run every kvnode in its own network namespace
+// (afxdp/netns.NewLAN: namespaces <name>-0..2, interface "synod0" with
+// 10.199.<subnet>.1..3/24, bridged in <name>-hub), started with
+// `ip netns exec <ns> kvnode`.
+//
+// How the test process reaches them: one more veth pair, from the root
+// namespace into the hub's bridge, with 10.199.<subnet>.254/24 on the root
+// end (nsHostIf). That is the simplest robust route: the client, the
+// /status polling and every other harness helper (cluster.leader,
+// waitCaughtUp, dialClient) work unchanged over plain TCP, no goroutine
+// ever has to enter a namespace, and the root end disappears with the hub
+// namespace even if the test process dies before its cleanup runs. Only
+// TCP (client, admin, side channel) and ARP cross that link; consensus
+// datagrams stay between the node namespaces, where the AF_XDP sockets are.
+
+// Limits of the namespace clusters.
+const (
+	// nsSubnetBase..+nsSubnetSpan-1 are the third octets used here; the
+	// afxdp package's own tests stay below 100.
+	nsSubnetBase = 100
+	nsSubnetSpan = 150
+	// Fixed ports: each node has a namespace of its own.
+	nsClientPort    = 7001
+	nsConsensusPort = 7011
+	nsAdminPort     = 7021
+	// nsHostOctet is the root namespace's address on the LAN.
+	nsHostOctet = 254
+	// nsFrameCount is the UMEM size of each AF_XDP node (2048-byte
+	// frames: 2 MiB locked per node).
+	nsFrameCount = 1024
+	// nsSnmpBytesMax bounds what is read of /proc/net/snmp.
+	nsSnmpBytesMax = 1 << 16
+)
+
+// Workload of the namespace leader-kill checks (the loopback test's shape,
+// fewer rounds: each namespace cluster runs on the same two shared cores).
+const (
+	nsKillsDefault      = 3
+	nsMixedKillsDefault = 2
+	nsWorkers           = 4
+	nsSharedKeys        = 8
+	nsLoadPerRound      = 300 * time.Millisecond
+	nsOpTimeout         = 8 * time.Second
+	nsCheckTimeout      = 2 * time.Minute
+	nsClientRetries     = 60
+	nsProbeAttempts     = 200
+	nsFinalReadLimit    = 20 * time.Second
+)
+
+// nsCluster is a cluster whose nodes run in namespaces of one LAN.
+type nsCluster struct {
+	*cluster
+	lan    *netns.LAN
+	subnet int
+	kinds  []string // transport kind per node, in node order
+}
+
+// needNamespaces skips the test (fails it when CI=true) unless this
+// process can build namespaces.
+func needNamespaces(t testing.TB) {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		skipOrFail(t, err)
+	}
+}
+
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but: %v", err)
+	}
+	t.Skipf("skipped: %v", err)
+}
+
+// nsSubnet picks a third octet for this process's k-th LAN, so that two
+// test processes running at once rarely collide on the root's route.
+func nsSubnet(k int) int {
+	return nsSubnetBase + (os.Getpid()*3+k)%nsSubnetSpan
+}
+
+// newNSCluster builds a LAN named name with one node per entry of kinds
+// ("afxdp" or "udp"), the root-namespace link to it, and starts the nodes.
+// Everything is removed by t.Cleanup, also on failure.
+func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsCluster {
+	t.Helper()
+	needNamespaces(t)
+	full := fmt.Sprintf("synod-e2e-%d-%s", os.Getpid(), name)
+	lan, err := netns.NewLAN(full, subnet, len(kinds))
+	if err != nil {
+		skipOrFail(t, fmt.Errorf("cannot build namespaces: %w", err))
+	}
+	t.Cleanup(func() {
+		if err := lan.Close(); err != nil {
+			t.Errorf("removing namespaces: %v", err)
+		}
+	})
+	hostIf := fmt.Sprintf("se%d-%d", os.Getpid()%1_000_000, subnet)
+	if err := linkHost(lan, hostIf, subnet); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Usually already gone with the hub namespace; make sure.
+		if exec.Command("ip", "link", "show", hostIf).Run() == nil {
+			runIP("link", "del", hostIf)
+		}
+	})
+	for i, k := range kinds {
+		if k == afxdp.TransportAFXDP {
+			if err := probeXDP(lan.NS[i]); err != nil {
+				skipOrFail(t, fmt.Errorf("AF_XDP unavailable in namespace %s: %w", lan.NS[i], err))
+			}
+		}
+	}
+
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := "msync"
+	c.pdir = c.dir
+	if os.Getenv("E2E_PMEM_MODE") != "msync" {
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			if d, err := os.MkdirTemp("/dev/shm", "synod-e2e-ns-"); err == nil {
+				c.pdir, mode = d, "shm"
+			}
+		}
+	}
+	nc := &nsCluster{cluster: c, lan: lan, subnet: subnet, kinds: kinds}
+	for i := range kinds {
+		a := lan.Addr4[i]
+		c.nodes = append(c.nodes, &node{
+			id:        i + 1,
+			client:    netip.AddrPortFrom(a, nsClientPort).String(),
+			consensus: netip.AddrPortFrom(a, nsConsensusPort).String(),
+			admin:     netip.AddrPortFrom(a, nsAdminPort).String(),
+		})
+	}
+	for i, nd := range c.nodes {
+		var b strings.Builder
+		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 12\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
+		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
+		fmt.Fprintf(&b, "log_level = \"info\"\n")
+		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
+		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
+		fmt.Fprintf(&b, "[transport]\nkind = %q\n", kinds[i])
+		if kinds[i] == afxdp.TransportAFXDP {
+			// Adaptive polling, unpinned: the cores are shared with
+			// everything else on the machine.
+			fmt.Fprintf(&b, "interface = %q\npoll = \"adaptive\"\nframe_count = %d\nattach = \"auto\"\n", lan.If[i], nsFrameCount)
+		}
+		for _, p := range c.nodes {
+			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
+		}
+		for _, tn := range []tenant{tenantA, tenantB} {
+			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n%s", tn.id, tn.name, tn.token, tn.extra)
+		}
+		nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
+		nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))
+		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Registered after lan.Close, so it runs before it: the processes go
+	// before their namespaces.
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			c.kill(nd)
+		}
+		if t.Failed() {
+			for _, nd := range c.nodes {
+				if b, err := os.ReadFile(nd.logPath); err == nil {
+					t.Logf("--- node%d.log (tail)\n%s", nd.id, tail(string(b), 3000))
+				}
+			}
+		}
+		if c.pdir != c.dir {
+			os.RemoveAll(c.pdir)
+		}
+	})
+	for _, nd := range c.nodes {
+		nc.start(nd)
+	}
+	return nc
+}
+
+// linkHost joins the root namespace to lan's bridge with a veth pair and
+// gives the root end address 10.199.<subnet>.254/24.
+func linkHost(lan *netns.LAN, hostIf string, subnet int) error {
+	host := netip.AddrFrom4([4]byte{10, 199, byte(subnet), nsHostOctet})
+	for _, args := range [][]string{
+		{"link", "add", hostIf, "type", "veth", "peer", "name", "host0", "netns", lan.Hub},
+		{"-n", lan.Hub, "link", "set", "host0", "master", "br0"},
+		{"-n", lan.Hub, "link", "set", "host0", "up"},
+		{"addr", "add", host.String() + "/24", "dev", hostIf},
+		{"link", "set", hostIf, "up"},
+	} {
+		if err := runIP(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runIP(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// probeXDP opens and closes an AF_XDP socket on the node's interface, so
+// that a machine without AF_XDP skips (or fails under CI) with the reason
+// instead of failing inside kvnode.
+func probeXDP(ns string) error {
+	return netns.Run(ns, func() error {
+		x, err := afxdp.NewXDP(afxdp.Config{Interface: "synod0", Port: nsConsensusPort, FrameCount: nsFrameCount})
+		if err != nil {
+			return err
+		}
+		return x.Close()
+	})
+}
+
+// ns is the namespace node nd runs in.
+func (nc *nsCluster) ns(nd *node) string { return nc.lan.NS[nd.id-1] }
+
+// start launches nd inside its namespace (`ip netns exec` execs kvnode in
+// place, so nd.cmd's pid is kvnode's and cluster.kill's SIGKILL reaches
+// it), waits for its admin endpoint, and checks from its log that it runs
+// the transport it was configured with.
+func (nc *nsCluster) start(nd *node) {
+	c := nc.cluster
+	c.t.Helper()
+	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", nc.ns(nd), kvnodeBin, "--config", nd.cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		c.t.Fatal(err)
+	}
+	nd.cmd, nd.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(nd.done) }()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if _, err := c.status(nd); err == nil {
+			break
+		}
+		select {
+		case <-nd.done:
+			c.t.Fatalf("node %d exited during start-up", nd.id)
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d did not start within %v", nd.id, startTimeout)
+		}
+		time.Sleep(statusPollEvery)
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err == nil && filepath.Base(exe) != filepath.Base(kvnodeBin) {
+		c.t.Fatalf("node %d: pid %d runs %s, not kvnode: SIGKILL would miss it", nd.id, cmd.Process.Pid, exe)
+	}
+	if got := servingTransport(nd.logPath); got != nc.kinds[nd.id-1] {
+		c.t.Fatalf("node %d serves with transport %q, configured %q", nd.id, got, nc.kinds[nd.id-1])
+	}
+	if nc.kinds[nd.id-1] == afxdp.TransportAFXDP {
+		c.t.Logf("node %d: AF_XDP, XDP attach %s", nd.id, nc.attachMode(nd))
+	}
+}
+
+// attachMode says how the XDP program sits on nd's interface, as ip(8)
+// shows it: "native" (xdp), "generic" (xdpgeneric), or what ip printed.
+func (nc *nsCluster) attachMode(nd *node) string {
+	out, err := exec.Command("ip", "-n", nc.ns(nd), "link", "show", "dev", nc.lan.If[nd.id-1]).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		switch f {
+		case "xdp", "xdpdrv":
+			return "native"
+		case "xdpgeneric":
+			return "generic"
+		}
+	}
+	return "none shown by ip link"
+}
+
+// servingTransport is the transport named by the last "kvnode serving" log
+// line in path ("" if none).
+func servingTransport(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	got := ""
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `"kvnode serving"`) {
+			continue
+		}
+		if i := strings.Index(line, `"transport":"`); i >= 0 {
+			rest := line[i+len(`"transport":"`):]
+			if j := strings.IndexByte(rest, '"'); j >= 0 {
+				got = rest[:j]
+			}
+		}
+	}
+	return got
+}
+
+// kernelUDP is the kernel UDP stack's datagram count (in + out) in node
+// nd's namespace (/proc/net/snmp, Udp InDatagrams + OutDatagrams). An
+// AF_XDP node's consensus traffic bypasses it; a udp node's does not.
+func (nc *nsCluster) kernelUDP(nd *node) (uint64, error) {
+	out, err := netns.Exec(nc.ns(nd), "cat", "/proc/net/snmp")
+	if err != nil {
+		return 0, err
+	}
+	return parseSnmpUDP(tail(out, nsSnmpBytesMax))
+}
+
+func parseSnmpUDP(snmp string) (uint64, error) {
+	var head []string
+	for _, line := range strings.Split(snmp, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		var sum uint64
+		for i := 1; i < len(f) && i < len(head); i++ {
+			if head[i] == "InDatagrams" || head[i] == "OutDatagrams" {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("/proc/net/snmp: Udp %s: %w", head[i], err)
+				}
+				sum += v
+			}
+		}
+		return sum, nil
+	}
+	return 0, errors.New("/proc/net/snmp: no Udp lines")
+}
+
+// killRun is the outcome of one leader-kill workload.
+type killRun struct {
+	kills, ops, lost int
+	linearizable     bool
+	commit           uint64 // commit index at the end
+}
+
+// runLeaderKills is the loopback leader-kill test's workload on a
+// namespace cluster: nsWorkers clients put and get shared keys and put
+// unique keys while, rounds times, the leader is SIGKILLed, a new leader
+// must serve a write, and the killed node restarts and catches up. Then
+// every shared key is read, every acknowledged unique put must read back,
+// and porcupine checks the whole history. It fails t on any violation.
+func runLeaderKills(t *testing.T, nc *nsCluster, rounds int) killRun {
+	c := nc.cluster
+	h := newHistory()
+	stop := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		ackedMu sync.Mutex
+		acked   []string
+		opsDone atomic.Int64
+	)
+	for w := 0; w < nsWorkers; w++ {
+		cl := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
+		defer cl.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 43))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := ctxTimeout(nsOpTimeout)
+				switch x := rng.IntN(10); {
+				case x < 4:
+					in := kvInput{put: true, key: fmt.Sprintf("k%d", rng.IntN(nsSharedKeys)), value: fmt.Sprintf("w%d-%d", w, n)}
+					call := h.now()
+					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
+					ret := h.now()
+					if err != nil {
+						ret = pendingReturn
+					}
+					h.add(w, in, call, ret, kvOutput{})
+				case x < 8:
+					in := kvInput{key: fmt.Sprintf("k%d", rng.IntN(nsSharedKeys))}
+					call := h.now()
+					v, err := cl.Get(ctx, []byte(in.key))
+					ret := h.now()
+					switch {
+					case err == nil:
+						h.add(w, in, call, ret, kvOutput{found: true, value: string(v)})
+					case errors.Is(err, client.ErrNotFound):
+						h.add(w, in, call, ret, kvOutput{})
+					}
+				default:
+					in := kvInput{put: true, key: fmt.Sprintf("u/%d/%d", w, n), value: "1"}
+					call := h.now()
+					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
+					ret := h.now()
+					if err != nil {
+						ret = pendingReturn
+					} else {
+						ackedMu.Lock()
+						acked = append(acked, in.key)
+						ackedMu.Unlock()
+					}
+					h.add(w, in, call, ret, kvOutput{})
+				}
+				cancel()
+				opsDone.Add(1)
+			}
+		}()
+	}
+	// Stop the workers on every exit path (t.Fatal included) before the
+	// deferred client closes run.
+	stopped := false
+	stopWorkers := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer stopWorkers()
+
+	probe := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
+	defer probe.Close()
+	kills := 0
+	for round := 1; round <= rounds; round++ {
+		l := c.leader()
+		before := opsDone.Load()
+		time.Sleep(nsLoadPerRound)
+		c.kill(l)
+		kills++
+		nl := c.leader(l)
+		in := kvInput{put: true, key: fmt.Sprintf("probe%d", round), value: "p"}
+		ok := false
+		for i := 0; i < nsProbeAttempts && !ok; i++ {
+			ctx, cancel := ctxTimeout(nsOpTimeout)
+			call := h.now()
+			err := probe.Put(ctx, []byte(in.key), []byte(in.value))
+			cancel()
+			if err == nil {
+				h.add(nsWorkers, in, call, h.now(), kvOutput{})
+				ok = true
+			} else {
+				h.add(nsWorkers, in, call, pendingReturn, kvOutput{})
+			}
+		}
+		if !ok {
+			t.Fatalf("round %d: no write succeeded after killing node %d (new leader %d)", round, l.id, nl.id)
+		}
+		nc.start(l)
+		st, err := c.status(nl)
+		if err != nil {
+			t.Fatalf("round %d: status of the new leader: %v", round, err)
+		}
+		c.waitCaughtUp(l, st.Commit)
+		t.Logf("round %d: killed leader %d (%s), new leader %d (%s), node %d caught up to %d; %d ops this round",
+			round, l.id, nc.kinds[l.id-1], nl.id, nc.kinds[nl.id-1], l.id, st.Commit, opsDone.Load()-before)
+	}
+	time.Sleep(nsLoadPerRound)
+	stopWorkers()
+
+	final := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
+	defer final.Close()
+	deadline := time.Now().Add(nsFinalReadLimit)
+	for k := 0; k < nsSharedKeys; k++ {
+		in := kvInput{key: fmt.Sprintf("k%d", k)}
+		for {
+			ctx, cancel := ctxTimeout(nsOpTimeout)
+			call := h.now()
+			v, err := final.Get(ctx, []byte(in.key))
+			ret := h.now()
+			cancel()
+			if err == nil {
+				h.add(nsWorkers+1, in, call, ret, kvOutput{found: true, value: string(v)})
+				break
+			}
+			if errors.Is(err, client.ErrNotFound) {
+				h.add(nsWorkers+1, in, call, ret, kvOutput{})
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("final read of %s: %v", in.key, err)
+			}
+		}
+	}
+	lost := 0
+	for _, k := range acked {
+		ctx, cancel := ctxTimeout(nsOpTimeout)
+		_, err := final.Get(ctx, []byte(k))
+		cancel()
+		if err != nil {
+			lost++
+			t.Errorf("acknowledged write of %s lost: %v", k, err)
+		}
+	}
+	var commit uint64
+	if st, err := c.status(c.leader()); err == nil {
+		commit = st.Commit
+	}
+	res := h.check(nsCheckTimeout)
+	if res != porcupine.Ok {
+		t.Errorf("history of %d ops is not linearizable (porcupine: %v)", len(h.ops), res)
+	}
+	if len(acked) == 0 {
+		t.Errorf("no unique write was acknowledged: the workload did not run")
+	}
+	return killRun{kills: kills, ops: len(h.ops), lost: lost, linearizable: res == porcupine.Ok, commit: commit}
+}
+
+// checkBypass asserts that each AF_XDP node's consensus traffic bypassed
+// the kernel UDP stack: its namespace's kernel UDP datagram count stays
+// below an eighth of the commit index (every commit costs each node at
+// least one consensus datagram; a few go through the kernel while a
+// neighbour's MAC is unknown), while a udp node's count exceeds it.
+func (nc *nsCluster) checkBypass(t *testing.T, commit uint64) string {
+	t.Helper()
+	var parts []string
+	for _, nd := range nc.nodes {
+		n, err := nc.kernelUDP(nd)
+		if err != nil {
+			t.Errorf("node %d: %v", nd.id, err)
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d:%s=%d", nd.id, nc.kinds[nd.id-1], n))
+		switch nc.kinds[nd.id-1] {
+		case afxdp.TransportAFXDP:
+			if n*8 >= commit {
+				t.Errorf("node %d (afxdp): %d kernel UDP datagrams for commit index %d: consensus did not bypass the kernel", nd.id, n, commit)
+			}
+		case afxdp.TransportUDP:
+			if n < commit {
+				t.Errorf("node %d (udp): only %d kernel UDP datagrams for commit index %d: the probe is broken", nd.id, n, commit)
+			}
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func killsFromEnv(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, s)
+	}
+	return n
+}
+
+// TestAFXDPClusterLeaderKill is the end-to-end check on a 3-node cluster
+// whose nodes all run transport kind "afxdp", each in its own namespace:
+// clients under load, the leader SIGKILLed and restarted round after round
+// (E2E_AFXDP_KILLS, default 3), a new leader serving writes, the killed
+// node catching up, a linearizable history, no acknowledged write lost.
+func TestAFXDPClusterLeaderKill(t *testing.T) {
+	rounds := killsFromEnv(t, "E2E_AFXDP_KILLS", nsKillsDefault)
+	kinds := []string{afxdp.TransportAFXDP, afxdp.TransportAFXDP, afxdp.TransportAFXDP}
+	nc := newNSCluster(t, "xdp", nsSubnet(0), kinds)
+	r := runLeaderKills(t, nc, rounds)
+	bypass := nc.checkBypass(t, r.commit)
+	t.Logf("kernel UDP datagrams per namespace: %s (commit index %d)", bypass, r.commit)
+	fmt.Printf("e2e afxdp: nodes=3 kills=%d ops=%d linearizable=%v lost=%d\n", r.kills, r.ops, r.linearizable, r.lost)
+	if r.lost != 0 || !r.linearizable || r.kills < rounds {
+		t.Fatalf("kills=%d/%d linearizable=%v lost=%d", r.kills, rounds, r.linearizable, r.lost)
+	}
+}
+
+// TestAFXDPMixedCluster runs the same checks, shorter (E2E_MIXED_KILLS,
+// default 2), on a heterogeneous cluster: nodes 1 and 2 on AF_XDP, node 3
+// on kernel UDP. AF_XDP nodes verify full UDP checksums; the udp node's
+// interface has transmit checksum offload off (netns.NewLAN), as a real
+// NIC would put full checksums on the wire.
+func TestAFXDPMixedCluster(t *testing.T) {
+	rounds := killsFromEnv(t, "E2E_MIXED_KILLS", nsMixedKillsDefault)
+	kinds := []string{afxdp.TransportAFXDP, afxdp.TransportAFXDP, afxdp.TransportUDP}
+	nc := newNSCluster(t, "mix", nsSubnet(1), kinds)
+	r := runLeaderKills(t, nc, rounds)
+	bypass := nc.checkBypass(t, r.commit)
+	t.Logf("kernel UDP datagrams per namespace: %s (commit index %d)", bypass, r.commit)
+	fmt.Printf("e2e afxdp-mixed: nodes=3 afxdp=2 udp=1 kills=%d ops=%d linearizable=%v lost=%d\n", r.kills, r.ops, r.linearizable, r.lost)
+	if r.lost != 0 || !r.linearizable || r.kills < rounds {
+		t.Fatalf("kills=%d/%d linearizable=%v lost=%d", r.kills, rounds, r.linearizable, r.lost)
+	}
+}
