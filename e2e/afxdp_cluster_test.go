@@ -550,10 +550,13 @@ func runLeaderKills(t *testing.T, nc *nsCluster, rounds int) killRun {
 }
 
 // checkBypass asserts that each AF_XDP node's consensus traffic bypassed
-// the kernel UDP stack: its namespace's kernel UDP datagram count stays
-// below an eighth of the commit index (every commit costs each node at
-// least one consensus datagram; a few go through the kernel while a
-// neighbour's MAC is unknown), while a udp node's count exceeds it.
+// the kernel UDP stack. Every commit costs each node at least one
+// consensus datagram, so a node whose consensus went through the kernel
+// counts at least the commit index there (a udp node must: that checks
+// the probe). An AF_XDP node may count some (sent through its shadow
+// socket while a neighbour's MAC is unknown, or received there in the
+// moment between bind and XDP attach after a restart: tens per restart
+// measured), but less than half the commit index.
 func (nc *nsCluster) checkBypass(t *testing.T, commit uint64) string {
 	t.Helper()
 	var parts []string
@@ -566,7 +569,7 @@ func (nc *nsCluster) checkBypass(t *testing.T, commit uint64) string {
 		parts = append(parts, fmt.Sprintf("%d:%s=%d", nd.id, nc.kinds[nd.id-1], n))
 		switch nc.kinds[nd.id-1] {
 		case afxdp.TransportAFXDP:
-			if n*8 >= commit {
+			if n*2 >= commit {
 				t.Errorf("node %d (afxdp): %d kernel UDP datagrams for commit index %d: consensus did not bypass the kernel", nd.id, n, commit)
 			}
 		case afxdp.TransportUDP:
