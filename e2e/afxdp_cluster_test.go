@@ -560,25 +560,39 @@ func runLeaderKills(t *testing.T, nc *nsCluster, rounds int) killRun {
 func (nc *nsCluster) checkBypass(t *testing.T, commit uint64) string {
 	t.Helper()
 	var parts []string
-	for _, nd := range nc.nodes {
+	counts := make([]uint64, len(nc.nodes))
+	for i, nd := range nc.nodes {
 		n, err := nc.kernelUDP(nd)
 		if err != nil {
 			t.Errorf("node %d: %v", nd.id, err)
-			continue
+			return ""
 		}
-		parts = append(parts, fmt.Sprintf("%d:%s=%d", nd.id, nc.kinds[nd.id-1], n))
-		switch nc.kinds[nd.id-1] {
+		counts[i] = n
+		parts = append(parts, fmt.Sprintf("%d:%s=%d", nd.id, nc.kinds[i], n))
+	}
+	for _, v := range bypassViolations(nc.kinds, counts, commit) {
+		t.Error(v)
+	}
+	return strings.Join(parts, " ")
+}
+
+// bypassViolations applies checkBypass's rule to per-node transport kinds
+// and kernel UDP datagram counts.
+func bypassViolations(kinds []string, counts []uint64, commit uint64) []string {
+	var out []string
+	for i, n := range counts {
+		switch kinds[i] {
 		case afxdp.TransportAFXDP:
 			if n*2 >= commit {
-				t.Errorf("node %d (afxdp): %d kernel UDP datagrams for commit index %d: consensus did not bypass the kernel", nd.id, n, commit)
+				out = append(out, fmt.Sprintf("node %d (afxdp): %d kernel UDP datagrams for commit index %d: consensus did not bypass the kernel", i+1, n, commit))
 			}
 		case afxdp.TransportUDP:
 			if n < commit {
-				t.Errorf("node %d (udp): only %d kernel UDP datagrams for commit index %d: the probe is broken", nd.id, n, commit)
+				out = append(out, fmt.Sprintf("node %d (udp): only %d kernel UDP datagrams for commit index %d: the probe is broken", i+1, n, commit))
 			}
 		}
 	}
-	return strings.Join(parts, " ")
+	return out
 }
 
 func killsFromEnv(t *testing.T, name string, def int) int {
