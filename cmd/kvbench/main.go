@@ -73,7 +73,7 @@ func parseFlags(args []string) (*Options, error) {
 		nodes, tenants, keys, valueBytes, conc, burst, scanLimit, batchOps, hogCPUs, basePort int
 		readRatio, zipfS, rate, contract                                                      float64
 		dist, paths, scenarios, endpoints, token, kvnode, out, dataDir                        string
-		warmup, duration, period                                                              time.Duration
+		warmup, duration, period, settle                                                      time.Duration
 		seed                                                                                  uint64
 		noPlots, quiet                                                                        bool
 	)
@@ -87,6 +87,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.Float64Var(&rate, "rate", 0, "offered steady ops/s, all tenants together")
 	fs.DurationVar(&warmup, "warmup", -1, "unrecorded start of every phase")
 	fs.DurationVar(&duration, "duration", 0, "recorded length of every phase")
+	fs.DurationVar(&settle, "settle", -1, "extra unrecorded load before a cluster's first phase")
 	fs.IntVar(&conc, "concurrency", 0, "operations in flight (arrivals beyond wait; the wait counts)")
 	fs.Uint64Var(&seed, "seed", 0, "schedule and key seed")
 	fs.DurationVar(&period, "noisy-period", 0, "noisy tenant: time between bursts")
@@ -156,6 +157,9 @@ func parseFlags(args []string) (*Options, error) {
 	}
 	if duration > 0 {
 		o.Duration = duration
+	}
+	if settle >= 0 {
+		o.Settle = settle
 	}
 	if period > 0 {
 		o.NoisyPeriod = period

@@ -18,6 +18,7 @@ type Options struct {
 	Rate        float64       // offered steady ops/s, all tenants together
 	Warmup      time.Duration // unrecorded start of every phase
 	Duration    time.Duration // recorded part of every phase
+	Settle      time.Duration // extra unrecorded load before a cluster's first phase (after the preload)
 	Concurrency int           // operations in flight (open loop: arrivals beyond wait, and the wait counts)
 	Seed        uint64
 
@@ -66,7 +67,7 @@ const (
 func quickOptions() Options {
 	return Options{
 		Nodes: 3, Tenants: 32, ReadRatio: 0.7, Keys: 1000, Dist: "zipf", ZipfS: 1.1, ValueBytes: 128,
-		Rate: 1500, Warmup: 1 * time.Second, Duration: 4 * time.Second, Concurrency: 1024, Seed: 1,
+		Rate: 1500, Warmup: 1 * time.Second, Duration: 3 * time.Second, Settle: 2 * time.Second, Concurrency: 1024, Seed: 1,
 		NoisyPeriod: 200 * time.Millisecond, NoisyBurst: 32, ScanLimit: 1000, BatchOps: 64, ContractFactor: 4,
 		HogCPUs: 1, Scenarios: []string{"steady", "noisy", "hog"}, OutDir: "out/kvbench", BasePort: 17000,
 	}
@@ -83,6 +84,7 @@ func fullOptions() Options {
 	o.Rate = 3000
 	o.Warmup = 5 * time.Second
 	o.Duration = 30 * time.Second
+	o.Settle = 10 * time.Second
 	return o
 }
 
@@ -95,6 +97,7 @@ func tinyOptions() Options {
 	o.Rate = 200
 	o.Warmup = 100 * time.Millisecond
 	o.Duration = 600 * time.Millisecond
+	o.Settle = 0
 	o.NoisyBurst = 2
 	o.ScanLimit = 50
 	o.BatchOps = 8

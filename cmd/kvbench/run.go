@@ -94,7 +94,13 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 			break
 		}
 		bar.describe(fmt.Sprintf("%-16s %-6s", p.Name, s))
-		ph, err := runPhase(ctx, o, c, w, lw, s, bar)
+		// The first phase also absorbs the aftermath of the preload
+		// (memtable flushes, compactions, snapshots) before recording.
+		warm := o.Warmup
+		if len(pr.Phases) == 0 {
+			warm += o.Settle
+		}
+		ph, err := runPhase(ctx, o, c, w, lw, s, warm, bar)
 		if err != nil {
 			pr.Status, pr.Reason = "failed", fmt.Sprintf("%s: %v", s, err)
 			return pr
@@ -119,7 +125,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 
 // runPhase runs one scenario: the steady open-loop load, plus tenant 1's
 // bursts (noisy) or a CPU hog pinned with the leader (hog).
-func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *leaderWatch, scenario string, bar *progress) (*PhaseResult, error) {
+func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *leaderWatch, scenario string, warmup time.Duration, bar *progress) (*PhaseResult, error) {
 	ph := &PhaseResult{Scenario: scenario}
 	var (
 		noisyStop chan struct{}
@@ -166,7 +172,9 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 		}
 		return s
 	}
-	t0 := time.AfterFunc(o.Warmup, func() {
+	t0Done, t1Done := make(chan struct{}), make(chan struct{})
+	t0 := time.AfterFunc(warmup, func() {
+		defer close(t0Done)
 		v := sumCPU()
 		cpuMu.Lock()
 		cpu0 = v
@@ -174,25 +182,27 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 		lw.reset()
 	})
 	var changesAtEnd int
-	t1 := time.AfterFunc(o.Warmup+o.Duration, func() {
+	endWindow := func() {
 		v := sumCPU()
 		cpuMu.Lock()
 		cpu1 = v
 		changesAtEnd = lw.count()
 		cpuMu.Unlock()
-	})
-	res := load.Run(ctx, load.Config{Rate: o.Rate, Warmup: o.Warmup, Duration: o.Duration,
+	}
+	t1 := time.AfterFunc(warmup+o.Duration, func() { defer close(t1Done); endWindow() })
+	res := load.Run(ctx, load.Config{Rate: o.Rate, Warmup: warmup, Duration: o.Duration,
 		Concurrency: o.Concurrency, Seed: o.Seed + uint64(len(scenario)), DrainTimeout: 2 * opTimeout,
 		Progress: bar.phase}, w.steadyPick)
 	// The schedule may end (and drain) a hair before the timers fire:
-	// then take the end-of-window figures now.
-	t0.Stop()
+	// then take the end-of-window figures now; if a timer is firing,
+	// wait for it to finish.
+	if !t0.Stop() {
+		<-t0Done
+	}
 	if t1.Stop() {
-		v := sumCPU()
-		cpuMu.Lock()
-		cpu1 = v
-		changesAtEnd = lw.count()
-		cpuMu.Unlock()
+		endWindow()
+	} else {
+		<-t1Done
 	}
 	if noisyStop != nil {
 		close(noisyStop)
