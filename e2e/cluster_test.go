@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -94,14 +95,22 @@ type cluster struct {
 }
 
 // freePort finds a loopback port free for both TCP and UDP (the consensus
-// address uses both).
+// address uses both). It prefers ports below the kernel's ephemeral range:
+// a killed node must get its ports back on restart, and a port from the
+// ephemeral range may meanwhile have become the source port of some
+// outgoing connection.
 func freePort(t testing.TB) int {
-	for i := 0; i < 100; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	lo := ephemeralLow()
+	for i := 0; i < 200; i++ {
+		p := 0
+		if lo > portPickMin+1000 {
+			p = portPickMin + rand.IntN(lo-portPickMin)
 		}
-		p := ln.Addr().(*net.TCPAddr).Port
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		p = ln.Addr().(*net.TCPAddr).Port
 		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
 		ln.Close()
 		if err == nil {
@@ -111,6 +120,23 @@ func freePort(t testing.TB) int {
 	}
 	t.Fatal("no free port")
 	return 0
+}
+
+// portPickMin is the lowest port freePort picks.
+const portPickMin = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 if
+// unknown).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0
+	}
+	return lo
 }
 
 func newCluster(t testing.TB, n int) *cluster {
