@@ -36,18 +36,20 @@ module synod_bucket #(
   localparam logic [63:0] ELAPSED_MAX = 64'h4000_0000;       // 2^30 ticks
   localparam logic [19:0] MICRO = 20'd1_000_000;
 
+  // Continuous assignments only: Icarus 11 re-evaluates an always_comb
+  // block whose own intermediate variables it reads many times over, which
+  // made the shaper bench crawl; the logic is the same either way.
+
   // SetRate: clamp the rate, default the burst to one second's worth, clamp
   // it, fill the bucket. A zero rate is the unlimited bucket {last: now}.
   logic [63:0] s_r, s_b0, s_b;
   logic [MICRO_W-1:0] s_micro;
-  always_comb begin
-    s_r  = (set_rate > RATE_MAX) ? RATE_MAX : set_rate;
-    s_b0 = (s_r != 64'd0 && set_burst == 64'd0) ? s_r : set_burst;
-    s_b  = (s_b0 > BTOK_MAX) ? BTOK_MAX : s_b0;
-    s_micro = {19'd0, s_b[BTOK_W-1:0]} * {40'd0, MICRO};  // < 2^60
-    if (s_r == 64'd0) set_out = {RATE_W'(0), BTOK_W'(0), MICRO_W'(0), MICRO_W'(0), now};
-    else              set_out = {s_r[RATE_W-1:0], s_b[BTOK_W-1:0], s_micro, s_micro, now};
-  end
+  assign s_r  = (set_rate > RATE_MAX) ? RATE_MAX : set_rate;
+  assign s_b0 = (s_r != 64'd0 && set_burst == 64'd0) ? s_r : set_burst;
+  assign s_b  = (s_b0 > BTOK_MAX) ? BTOK_MAX : s_b0;
+  assign s_micro = {19'd0, s_b[BTOK_W-1:0]} * {40'd0, MICRO};  // < 2^60
+  assign set_out = (s_r == 64'd0) ? {RATE_W'(0), BTOK_W'(0), MICRO_W'(0), MICRO_W'(0), now}
+                                  : {s_r[RATE_W-1:0], s_b[BTOK_W-1:0], s_micro, s_micro, now};
   logic unused_set;
   assign unused_set = ^{s_r[63:RATE_W], s_b[63:BTOK_W]};
 
@@ -57,20 +59,17 @@ module synod_bucket #(
   logic [BTOK_W-1:0]  r_btok;
   logic [MICRO_W-1:0] r_burst, r_tokens, r_tok;
   logic [T_W-1:0]     r_last;
-  logic [63:0]        r_elapsed, r_sum;
+  logic [63:0]        r_delta, r_elapsed, r_sum;
   assign {r_rate, r_btok, r_burst, r_tokens, r_last} = ref_in;
-  always_comb begin
-    r_elapsed = now - r_last;
-    if (r_elapsed > ELAPSED_MAX) r_elapsed = ELAPSED_MAX;
-    // elapsed <= 2^30, rate <= 2^32, tokens < 2^60: the sum fits 64 bits.
-    r_sum = {4'd0, r_tokens} + ({33'd0, r_elapsed[30:0]} * {31'd0, r_rate});
-    r_tok = (r_sum > {4'd0, r_burst}) ? r_burst : r_sum[MICRO_W-1:0];
-    if (r_rate == '0) r_tok = r_tokens;
-    if (now <= r_last) ref_out = ref_in;
-    else               ref_out = {r_rate, r_btok, r_burst, r_tok, now};
-  end
+  assign r_delta   = now - r_last;
+  assign r_elapsed = (r_delta > ELAPSED_MAX) ? ELAPSED_MAX : r_delta;
+  // elapsed <= 2^30, rate <= 2^32, tokens < 2^60: the sum fits 64 bits.
+  assign r_sum = {4'd0, r_tokens} + ({33'd0, r_elapsed[30:0]} * {31'd0, r_rate});
+  assign r_tok = (r_rate == '0) ? r_tokens
+               : (r_sum > {4'd0, r_burst}) ? r_burst : r_sum[MICRO_W-1:0];
+  assign ref_out = (now <= r_last) ? ref_in : {r_rate, r_btok, r_burst, r_tok, now};
   logic unused_ref;
-  assign unused_ref = ^r_elapsed[63:31];
+  assign unused_ref = ^{r_elapsed[63:31], r_sum[63:MICRO_W]};
 
   // Cost, Wait's numerator, charge.
   logic [BTOK_W-1:0]  c_btok;
@@ -78,12 +77,9 @@ module synod_bucket #(
   logic [T_W-1:0]     c_last;
   logic [51:0]        c_units_micro;
   assign {rate, c_btok, c_burst, c_tokens, c_last} = chk_in;
-  always_comb begin
-    c_units_micro = {20'd0, units} * {32'd0, MICRO};  // < 2^52
-    c_cost = ({9'd0, units} > c_btok) ? c_burst : MICRO_W'(c_units_micro);
-    need = (rate != '0) && (c_tokens < c_cost);
-    num  = {4'd0, c_cost} - {4'd0, c_tokens} + 64'(rate) - 64'd1;
-    charged = chk_in;
-    if (rate != '0) charged = {rate, c_btok, c_burst, c_tokens - c_cost, c_last};
-  end
+  assign c_units_micro = {20'd0, units} * {32'd0, MICRO};  // < 2^52
+  assign c_cost  = ({9'd0, units} > c_btok) ? c_burst : MICRO_W'(c_units_micro);
+  assign need    = (rate != '0) && (c_tokens < c_cost);
+  assign num     = {4'd0, c_cost} - {4'd0, c_tokens} + 64'(rate) - 64'd1;
+  assign charged = (rate != '0) ? {rate, c_btok, c_burst, c_tokens - c_cost, c_last} : chk_in;
 endmodule

@@ -20,7 +20,28 @@ func needTool(t testing.TB, name string) string {
 		}
 		t.Skipf("%s not installed: apt-get install -y verilator iverilog yosys", name)
 	}
+	trackSources(t)
 	return p
+}
+
+// trackSources reads every HDL source, bench and script the tests hand to
+// external tools. go test caches a passing result keyed on the files the
+// test process itself opened; the simulators open these in child
+// processes, so without this read an edited .sv file would leave a stale
+// cached pass behind.
+func trackSources(t testing.TB) {
+	t.Helper()
+	for _, pat := range []string{"*.sv", "tb/*.sv", "tb/*.svh", "cosim/*.cpp", "*.sh", "*.ys"} {
+		files, err := filepath.Glob(pat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if _, err := os.ReadFile(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // designFiles lists the synthesizable sources, package first (every module
