@@ -22,6 +22,25 @@
 //
 // The receive, send, consensus and apply loops can be pinned to CPUs.
 //
+// The node's clock follows the monotonic clock: every tick period that has
+// passed is delivered, late if the loop was busy, so a starved leader never
+// believes its lease longer than real time.
+//
+// # Durability and space
+//
+// Ready.Accepted goes to the PMem log (one Persist per Ready) before any
+// message of that Ready is sent. The log is truncated below the slot a
+// snapshot covers once the state machine has flushed it. Past
+// logSnapshotUsedPercent of the log in use, a snapshot is requested; a full
+// log stalls the Ready (writes are refused with UNAVAILABLE) until a
+// snapshot lets the log truncate, and the same Ready is then retried.
+//
+// # Accel
+//
+// With Config.Accel set, the accel plane's quorum aggregator runs beside
+// paxos in mirror mode (accel.go): it never decides anything, and its
+// commit decisions are compared with paxos's AckEvents.
+//
 // # Writes and reads
 //
 // A write is wrapped in an envelope (origin node, proposal id) so that the
