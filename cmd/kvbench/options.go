@@ -67,7 +67,7 @@ const (
 func quickOptions() Options {
 	return Options{
 		Nodes: 3, Tenants: 32, ReadRatio: 0.7, Keys: 1000, Dist: "zipf", ZipfS: 1.1, ValueBytes: 128,
-		Rate: 1500, Warmup: 1 * time.Second, Duration: 3 * time.Second, Settle: 2 * time.Second, Concurrency: 1024, Seed: 1,
+		Rate: 1000, Warmup: 1 * time.Second, Duration: 3 * time.Second, Settle: 2 * time.Second, Concurrency: 1024, Seed: 1,
 		NoisyPeriod: 200 * time.Millisecond, NoisyBurst: 32, ScanLimit: 1000, BatchOps: 64, ContractFactor: 4,
 		HogCPUs: 1, Scenarios: []string{"steady", "noisy", "hog"}, OutDir: "out/kvbench", BasePort: 17000,
 	}
