@@ -147,6 +147,27 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 			}
 		}
 	}
+	// E2E_XDP_POLL (busy|adaptive) and E2E_XDP_SPIN_MICROS tune the
+	// AF_XDP nodes' poll loops (for the latency benchmark).
+	xdpPoll, xdpSpin := afxdp.PollAdaptive, os.Getenv("E2E_XDP_SPIN_MICROS")
+	if p := os.Getenv("E2E_XDP_POLL"); p != "" {
+		xdpPoll = p
+	}
+	if xdpSpin != "" {
+		if n, err := strconv.Atoi(xdpSpin); err != nil || n < 0 {
+			t.Fatalf("E2E_XDP_SPIN_MICROS=%q: want a non-negative integer", xdpSpin)
+		}
+	}
+	// E2E_XDP_RX_CPU_BASE=k pins AF_XDP node i's receive loop to CPU k+i
+	// (dedicated cores; the default leaves them unpinned).
+	rxBase := -1
+	if v := os.Getenv("E2E_XDP_RX_CPU_BASE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("E2E_XDP_RX_CPU_BASE=%q: want a CPU number", v)
+		}
+		rxBase = n
+	}
 	nc := &nsCluster{cluster: c, lan: lan, subnet: subnet, kinds: kinds}
 	for i := range kinds {
 		a := lan.Addr4[i]
@@ -166,9 +187,15 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
 		fmt.Fprintf(&b, "[transport]\nkind = %q\n", kinds[i])
 		if kinds[i] == afxdp.TransportAFXDP {
-			// Adaptive polling, unpinned: the cores are shared with
-			// everything else on the machine.
-			fmt.Fprintf(&b, "interface = %q\npoll = \"adaptive\"\nframe_count = %d\nattach = \"auto\"\n", lan.If[i], nsFrameCount)
+			// Adaptive polling, unpinned by default: the cores are
+			// shared with everything else on the machine.
+			fmt.Fprintf(&b, "interface = %q\npoll = %q\nframe_count = %d\nattach = \"auto\"\n", lan.If[i], xdpPoll, nsFrameCount)
+			if xdpSpin != "" {
+				fmt.Fprintf(&b, "spin_micros = %s\n", xdpSpin)
+			}
+			if rxBase >= 0 {
+				fmt.Fprintf(&b, "[cores]\nrx = %d\n", rxBase+i)
+			}
 		}
 		for _, p := range c.nodes {
 			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
