@@ -92,6 +92,8 @@ func runNode(cfg *Config) error {
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	faults := &replica.Faults{}
+	tmetrics := tenants.NewMetrics(reg)
+	promReg.MustRegister(tmetrics)
 	rcfg := replica.Config{
 		ID:             paxos.NodeID(cfg.NodeID),
 		ClusterID:      cfg.ClusterID,
@@ -107,6 +109,10 @@ func runNode(cfg *Config) error {
 		Log:     log,
 		Metrics: replica.NewMetrics(promReg),
 		Faults:  faults,
+		// Writes reach the proposer through a deficit-round-robin
+		// scheduler across tenants.
+		Tenants:       reg,
+		TenantMetrics: tmetrics,
 	}
 	var traceFile *os.File
 	if cfg.Accel == "soft" {
@@ -137,8 +143,6 @@ func runNode(cfg *Config) error {
 
 	// Per-tenant shaping happens on the fixed frame header, before the
 	// body is decoded or anything reaches Pebble or Paxos.
-	tmetrics := tenants.NewMetrics(reg)
-	promReg.MustRegister(tmetrics)
 	shaper := tenants.NewShaper(reg, time.Now, tmetrics)
 	backend := replica.NewBackend(rep, store)
 	backend.Tenants = tmetrics

@@ -11,7 +11,10 @@ import (
 // on 3) through writes and a leader change: the planes' commit decisions
 // agree with software's on every node that runs one.
 func TestAccelMirrorAgrees(t *testing.T) {
-	c := newTestClusterWith(t, func(tc *testCluster) { tc.accelOn = map[paxos.NodeID]bool{1: true, 2: true} })
+	c := newTestClusterWith(t, func(tc *testCluster) {
+		tc.accelOn = map[paxos.NodeID]bool{1: true, 2: true}
+		tc.drr = true // and the tenant scheduler in front of the proposer
+	})
 	for i := 0; i < 100; i++ {
 		c.put(fmt.Sprintf("a%d", i), "v")
 	}

@@ -35,6 +35,7 @@ type testCluster struct {
 	pmemBytes int64
 	usedPct   int64
 	accelOn   map[paxos.NodeID]bool
+	drr       bool // a tenant scheduler in front of the proposer
 	nodes     map[paxos.NodeID]*testNode
 }
 
@@ -131,6 +132,14 @@ func (c *testCluster) start(id paxos.NodeID) {
 		}
 	}
 	conn := c.net.Listen(self.ConsensusAddr)
+	var reg *tenants.Registry
+	if c.drr {
+		var err error
+		reg, err = tenants.NewRegistry([]tenants.Spec{{ID: testTenant, Name: "t", Token: "test-token-1"}})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	var accelCfg *AccelConfig
 	if c.accelOn[id] {
 		accelCfg = &AccelConfig{}
@@ -143,8 +152,8 @@ func (c *testCluster) start(id paxos.NodeID) {
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: 60, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
-		Accel: accelCfg,
-		Log:   zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
+		Accel: accelCfg, Tenants: reg,
+		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
 	}, conn, plog, store)
 	if err != nil {
 		c.t.Fatal(err)

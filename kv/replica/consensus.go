@@ -105,6 +105,28 @@ func (r *Replica) consensusLoop() {
 			if err := r.node.Propose(batch); err != nil {
 				r.rejectProposals(batchIDs, err)
 			}
+		case <-r.drrKick: // nil channel without a scheduler: never ready
+			batch, batchIDs = batch[:0], batchIDs[:0]
+			bytes := 0
+			for len(batch) < proposeBatchCmdsMax && bytes < proposeBatchBytesMax {
+				p, _, ok := r.drr.Dequeue()
+				if !ok {
+					break
+				}
+				batch = append(batch, p.env)
+				batchIDs = append(batchIDs, p.id)
+				bytes += len(p.env)
+			}
+			if r.drr.Len() > 0 {
+				// More waits: come back after serving what else is ready
+				// (consensus messages stay ahead of client work).
+				r.kickProposer()
+			}
+			if len(batch) > 0 {
+				if err := r.node.Propose(batch); err != nil {
+					r.rejectProposals(batchIDs, err)
+				}
+			}
 		case w := <-r.readC:
 			r.readIndex(w, tick)
 		case f := <-r.controlC:

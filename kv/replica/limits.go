@@ -8,8 +8,9 @@ const (
 	// consensus loop; the receive loop drops beyond it, as a full socket
 	// buffer would (Paxos retransmits).
 	inboundMsgsMax = 4096
-	// proposeQueueMax is how many client writes wait to be proposed; a
-	// write beyond it is answered THROTTLED at once.
+	// proposeQueueMax is how many client writes wait to be proposed when
+	// there is no tenant scheduler (with one, tenants.TenantQueueItemsMax
+	// per tenant); a write beyond it is answered THROTTLED at once.
 	proposeQueueMax = 4096
 	// proposeBatchCmdsMax and proposeBatchBytesMax bound one Propose call.
 	proposeBatchCmdsMax  = 256

@@ -14,6 +14,7 @@ import (
 	"synod/afxdp"
 	"synod/kv/sm"
 	"synod/paxos"
+	"synod/tenants"
 )
 
 // Peer is one member of the group.
@@ -55,6 +56,12 @@ type Config struct {
 	// Accel, when non-nil, runs the accel plane model beside paxos
 	// ("soft" accel); nil is "off".
 	Accel *AccelConfig
+	// Tenants, when non-nil, puts a deficit-round-robin scheduler across
+	// tenants in front of the proposer (tenants.DRR), so a tenant within
+	// its contract is not queued behind one over it. Nil: one FIFO.
+	Tenants *tenants.Registry
+	// TenantMetrics receives the scheduler's queueing delays (may be nil).
+	TenantMetrics *tenants.Metrics
 }
 
 func (c *Config) validate() error {
@@ -108,6 +115,10 @@ type Replica struct {
 
 	inbound  chan paxos.Message
 	proposeC chan proposal
+	// drr, when non-nil, replaces proposeC: writers enqueue per tenant and
+	// kick the consensus loop, which dequeues by deficit round robin.
+	drr      *tenants.DRR[proposal]
+	drrKick  chan struct{} // cap 1
 	readC    chan *readWaiter
 	controlC chan func()
 	outbound chan []outMsg
@@ -204,6 +215,10 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		fatal:    make(chan error, 4),
 	}
 	r.reads.init()
+	if cfg.Tenants != nil {
+		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, time.Now, cfg.TenantMetrics)
+		r.drrKick = make(chan struct{}, 1)
+	}
 	members := make([]paxos.NodeID, 0, len(cfg.Peers))
 	sidePeers := map[paxos.NodeID]string{}
 	for _, p := range cfg.Peers {
@@ -310,7 +325,7 @@ func (r *Replica) notLeader(s *paxos.Status) error {
 // machine's result. Errors: *NotLeaderError, ErrBusy, ErrLogFull,
 // ErrUnavailable, ErrStopped or ctx's error (for the last three the outcome
 // is unknown).
-func (r *Replica) Write(ctx context.Context, cmd []byte) (sm.Result, error) {
+func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.Result, error) {
 	if r.stopped.Load() {
 		return sm.Result{}, ErrStopped
 	}
@@ -327,11 +342,23 @@ func (r *Replica) Write(ctx context.Context, cmd []byte) (sm.Result, error) {
 	r.pendingMu.Lock()
 	r.pending[id] = w
 	r.pendingMu.Unlock()
-	select {
-	case r.proposeC <- proposal{id: id, env: appendEnvelope(nil, r.cfg.ID, id, cmd)}:
-	default:
-		r.forget(id)
-		return sm.Result{}, ErrBusy
+	p := proposal{id: id, env: appendEnvelope(nil, r.cfg.ID, id, cmd)}
+	if r.drr != nil {
+		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
+			r.forget(id)
+			if errors.Is(err, tenants.ErrQueueFull) {
+				return sm.Result{}, ErrBusy
+			}
+			return sm.Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		r.kickProposer()
+	} else {
+		select {
+		case r.proposeC <- p:
+		default:
+			r.forget(id)
+			return sm.Result{}, ErrBusy
+		}
 	}
 	select {
 	case res := <-w.ch:
@@ -345,6 +372,14 @@ func (r *Replica) Write(ctx context.Context, cmd []byte) (sm.Result, error) {
 	case <-r.stop:
 		r.forget(id)
 		return sm.Result{}, ErrStopped
+	}
+}
+
+// kickProposer wakes the consensus loop to drain the scheduler (coalesced).
+func (r *Replica) kickProposer() {
+	select {
+	case r.drrKick <- struct{}{}:
+	default:
 	}
 }
 
