@@ -60,8 +60,8 @@ const (
 // Workload of the namespace leader-kill checks (the loopback test's shape,
 // fewer rounds: each namespace cluster runs on the same two shared cores).
 const (
-	nsKillsDefault      = 3
-	nsMixedKillsDefault = 2
+	nsKillsDefault      = 5
+	nsMixedKillsDefault = 3
 	nsWorkers           = 4
 	nsSharedKeys        = 8
 	nsLoadPerRound      = 300 * time.Millisecond
@@ -637,7 +637,7 @@ func killsFromEnv(t *testing.T, name string, def int) int {
 // TestAFXDPClusterLeaderKill is the end-to-end check on a 3-node cluster
 // whose nodes all run transport kind "afxdp", each in its own namespace:
 // clients under load, the leader SIGKILLed and restarted round after round
-// (E2E_AFXDP_KILLS, default 3), a new leader serving writes, the killed
+// (E2E_AFXDP_KILLS, default 5), a new leader serving writes, the killed
 // node catching up, a linearizable history, no acknowledged write lost.
 func TestAFXDPClusterLeaderKill(t *testing.T) {
 	rounds := killsFromEnv(t, "E2E_AFXDP_KILLS", nsKillsDefault)
@@ -653,7 +653,7 @@ func TestAFXDPClusterLeaderKill(t *testing.T) {
 }
 
 // TestAFXDPMixedCluster runs the same checks, shorter (E2E_MIXED_KILLS,
-// default 2), on a heterogeneous cluster: nodes 1 and 2 on AF_XDP, node 3
+// default 3), on a heterogeneous cluster: nodes 1 and 2 on AF_XDP, node 3
 // on kernel UDP. AF_XDP nodes verify full UDP checksums; the udp node's
 // interface has transmit checksum offload off (netns.NewLAN), as a real
 // NIC would put full checksums on the wire.
