@@ -48,7 +48,8 @@ type latTarget struct {
 //
 // It prints a markdown table (p50/p99/p99.9/max per cluster and op) with
 // the acceptor log's durability mode, when b.N >= latBlockOps. Knobs for
-// the AF_XDP nodes: E2E_XDP_POLL, E2E_XDP_SPIN_MICROS, E2E_XDP_RX_CPU_BASE
+// the AF_XDP nodes: E2E_XDP_POLL, E2E_XDP_SPIN_MICROS, E2E_XDP_RX_CPU_BASE,
+// E2E_XDP_ATTACH
 // (see newNSCluster).
 func BenchmarkAFXDPCommitLatency(b *testing.B) {
 	var targets []*latTarget
@@ -128,6 +129,6 @@ func BenchmarkAFXDPCommitLatency(b *testing.B) {
 	if poll == "" {
 		poll = afxdp.PollAdaptive
 	}
-	fmt.Fprintf(os.Stdout, "commit latency, 3 nodes in namespaces, 1 client, %d-byte values, %d CPUs, afxdp poll=%s spin_micros=%q rx_cpu_base=%q (%s UTC):\n%s",
-		latValueBytes, runtime.NumCPU(), poll, os.Getenv("E2E_XDP_SPIN_MICROS"), os.Getenv("E2E_XDP_RX_CPU_BASE"), time.Now().UTC().Format("15:04"), tb.String())
+	fmt.Fprintf(os.Stdout, "commit latency, 3 nodes in namespaces, 1 client, %d-byte values, %d CPUs, afxdp poll=%s spin_micros=%q rx_cpu_base=%q attach=%q (%s UTC):\n%s",
+		latValueBytes, runtime.NumCPU(), poll, os.Getenv("E2E_XDP_SPIN_MICROS"), os.Getenv("E2E_XDP_RX_CPU_BASE"), os.Getenv("E2E_XDP_ATTACH"), time.Now().UTC().Format("15:04"), tb.String())
 }

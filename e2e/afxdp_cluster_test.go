@@ -158,6 +158,11 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 			t.Fatalf("E2E_XDP_SPIN_MICROS=%q: want a non-negative integer", xdpSpin)
 		}
 	}
+	// E2E_XDP_ATTACH (native|generic|auto, default auto).
+	xdpAttach := afxdp.AttachAuto
+	if a := os.Getenv("E2E_XDP_ATTACH"); a != "" {
+		xdpAttach = a
+	}
 	// E2E_XDP_RX_CPU_BASE=k pins AF_XDP node i's receive loop to CPU k+i
 	// (dedicated cores; the default leaves them unpinned).
 	rxBase := -1
@@ -189,7 +194,7 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 		if kinds[i] == afxdp.TransportAFXDP {
 			// Adaptive polling, unpinned by default: the cores are
 			// shared with everything else on the machine.
-			fmt.Fprintf(&b, "interface = %q\npoll = %q\nframe_count = %d\nattach = \"auto\"\n", lan.If[i], xdpPoll, nsFrameCount)
+			fmt.Fprintf(&b, "interface = %q\npoll = %q\nframe_count = %d\nattach = %q\n", lan.If[i], xdpPoll, nsFrameCount, xdpAttach)
 			if xdpSpin != "" {
 				fmt.Fprintf(&b, "spin_micros = %s\n", xdpSpin)
 			}
