@@ -31,6 +31,13 @@ import (
 // snapshot record and hard state when it is created, so that older segments
 // can be removed once a snapshot covers every entry they hold.
 //
+// Segments are preallocated (fallocate) to walSegmentBytesMax, as etcd's
+// are: appending inside allocated space does not change the file size, so
+// fdatasync flushes data without a filesystem journal commit. An all-zero
+// record header marks the end of a segment's log (a written header always
+// has a non-zero type). Finished segments and a cleanly closed WAL are
+// trimmed to their log.
+//
 // Recovery reads every segment in order. A record that does not verify in
 // the last segment (a torn or zeroed tail from a crash mid-append) ends
 // the log there and is cut off; nothing after it was ever acknowledged,
@@ -112,13 +119,15 @@ func OpenWAL(dir string) (*WAL, *Recovered, error) {
 	}
 	sort.Slice(w.segs, func(i, j int) bool { return w.segs[i].seq < w.segs[j].seq })
 	rec := &Recovered{}
+	var end int64 // where the last segment's log ends
 	for i := range w.segs {
 		last := i == len(w.segs)-1
-		cut, err := w.replay(&w.segs[i], rec, last)
+		e, cut, err := w.replay(&w.segs[i], rec, last)
 		if err != nil {
 			return nil, nil, err
 		}
 		rec.CutBytes += cut
+		end = e
 	}
 	if rec.Snapshot != nil {
 		// Entries at or below the snapshot are in the state machine.
@@ -142,50 +151,55 @@ func OpenWAL(dir string) (*WAL, *Recovered, error) {
 		}
 	} else {
 		s := w.segs[len(w.segs)-1]
-		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0)
+		f, err := os.OpenFile(s.path, os.O_WRONLY, 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("opening wal segment: %w", err)
 		}
-		st, err := f.Stat()
-		if err != nil {
+		if err := preallocate(f, walSegmentBytesMax); err != nil {
 			f.Close()
 			return nil, nil, err
 		}
-		w.f, w.w, w.size = f, bufio.NewWriterSize(f, 256<<10), st.Size()
+		if _, err := f.Seek(end, io.SeekStart); err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+		w.f, w.w, w.size = f, bufio.NewWriterSize(f, 256<<10), end
 	}
 	return w, rec, nil
 }
 
-// replay reads one segment into rec; in the last segment a bad record cuts
-// the file there.
-func (w *WAL) replay(s *walSegment, rec *Recovered, last bool) (cut int64, err error) {
+// replay reads one segment into rec and returns the offset where its log
+// ends; in the last segment a bad record cuts the file there.
+func (w *WAL) replay(s *walSegment, rec *Recovered, last bool) (end, cut int64, err error) {
 	f, err := os.Open(s.path)
 	if err != nil {
-		return 0, fmt.Errorf("opening wal segment: %w", err)
+		return 0, 0, fmt.Errorf("opening wal segment: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	r := bufio.NewReaderSize(f, 256<<10)
 	var off int64
 	for {
 		typ, payload, n, rerr := readRecord(r)
 		if rerr == io.EOF {
-			return 0, nil
+			return off, 0, nil
 		}
 		if rerr == nil {
 			rerr = applyRecord(typ, payload, rec, s)
 		}
 		if rerr != nil {
 			if !last {
-				return 0, fmt.Errorf("%w: segment %s at offset %d: %v", ErrWALCorrupt, s.path, off, rerr)
+				return 0, 0, fmt.Errorf("%w: segment %s at offset %d: %v", ErrWALCorrupt, s.path, off, rerr)
 			}
+			// Cut the bad tail (zeroing it keeps the preallocation, and
+			// a later append overwrites it from off).
 			if err := os.Truncate(s.path, off); err != nil {
-				return 0, fmt.Errorf("cutting the wal tail: %w", err)
+				return 0, 0, fmt.Errorf("cutting the wal tail: %w", err)
 			}
-			return st.Size() - off, nil
+			return off, st.Size() - off, nil
 		}
 		off += n
 	}
@@ -199,6 +213,11 @@ func readRecord(r *bufio.Reader) (typ byte, payload []byte, n int64, err error) 
 			return 0, nil, 0, io.EOF
 		}
 		return 0, nil, 0, fmt.Errorf("short record header")
+	}
+	// A zero header is preallocated space: the log ends here. (A written
+	// header has a non-zero type.)
+	if h == [walRecordHeaderBytes]byte{} {
+		return 0, nil, 0, io.EOF
 	}
 	length := binary.BigEndian.Uint32(h[0:4])
 	if length > walRecordBytesMax {
@@ -271,14 +290,22 @@ func (w *WAL) newSegment(seq uint64) error {
 		if err := w.sync(); err != nil {
 			return err
 		}
+		// Give back the unused preallocation of the finished segment.
+		if err := w.f.Truncate(w.size); err != nil {
+			return fmt.Errorf("trimming wal segment: %w", err)
+		}
 		if err := w.f.Close(); err != nil {
 			return fmt.Errorf("closing wal segment: %w", err)
 		}
 	}
 	path := filepath.Join(w.dir, fmt.Sprintf("%016d%s", seq, walSuffix))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	if err != nil {
 		return fmt.Errorf("creating wal segment: %w", err)
+	}
+	if err := preallocate(f, walSegmentBytesMax); err != nil {
+		f.Close()
+		return err
 	}
 	w.f, w.w, w.size = f, bufio.NewWriterSize(f, 256<<10), 0
 	w.segs = append(w.segs, walSegment{seq: seq, path: path})
@@ -395,6 +422,9 @@ func (w *WAL) Close() error {
 		return nil
 	}
 	err := w.sync()
+	if terr := w.f.Truncate(w.size); err == nil {
+		err = terr
+	}
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
