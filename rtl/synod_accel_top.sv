@@ -188,88 +188,124 @@ module synod_accel_top #(
 
   // ---------------------------------------------------------------- outputs
   // At most two outputs per input (lease + heartbeat on a tick, Accepted +
-  // mirror on an accept). An output travels packed as {kind, flags, index,
-  // len, slot, ballot, node, value}; Now is always the plane clock.
-  localparam int EV_W = 8 + 8 + 16 + 32 + S_W + B_W + N_W + 64;
-  function automatic logic [EV_W-1:0] ev(input logic [7:0] kind, input logic [7:0] flags,
-      input logic [15:0] index, input logic [31:0] len, input logic [S_W-1:0] slot,
-      input logic [B_W-1:0] b, input logic [N_W-1:0] node, input logic [63:0] value);
-    return {kind, flags, index, len, slot, b, node, value};
-  endfunction
+  // mirror on an accept). They are buffered as 4-bit codes, not as events:
+  // every field an output carries is held stable until the next input (the
+  // input's own fields, the registers, the plane clock, the shaper's
+  // answer), so the fields are selected when the output is emitted. Note
+  // the ballot register is already written when a SetBallot's LeaseLost
+  // goes out, which is what the model emits (it writes the ballot first).
+  localparam logic [3:0] C_LEASE_GAINED = 4'd0, C_LEASE_LOST = 4'd1, C_HEARTBEAT = 4'd2,
+                         C_ELECTION = 4'd3, C_HANDUP = 4'd4, C_SEND_ACCEPTED = 4'd5,
+                         C_MIRROR = 4'd6, C_HB_ACK = 4'd7, C_COMMIT = 4'd8, C_ADMIT = 4'd9;
 
-  // The outputs of the input being executed, computed in S_EXEC (register
+  // The codes of the input being executed, decided in S_EXEC (register
   // writes, checks, timers) or when an engine answers (S_WAIT_*).
-  logic [EV_W-1:0] nx_ev0, nx_ev1;
-  logic [1:0]      nx_count;
+  logic [3:0] nx_code0, nx_code1;
+  logic [1:0] nx_count;
+  logic [7:0] nx_reason;
   always_comb begin
-    logic [EV_W-1:0] e [0:1];
-    logic [1:0] n;
-    logic [7:0] r;
-    e[0] = '0;
-    e[1] = '0;
-    n = 2'd0;
-    r = synod_pkg::R_NONE;
+    nx_code0  = C_HANDUP;
+    nx_code1  = C_HANDUP;
+    nx_count  = 2'd0;
+    nx_reason = synod_pkg::R_NONE;
     if (state == S_EXEC) begin
       if (k_tick) begin
-        // Exactly one of these per role; the lease event precedes the heartbeat.
-        if (ev_gained) begin e[n[0]] = ev(synod_pkg::K_OUT_LEASE_GAINED, 8'd0, 16'd0, 32'd0, '0, ballot, '0, 64'd0); n = n + 1'b1; end
-        if (ev_lost)   begin e[n[0]] = ev(synod_pkg::K_OUT_LEASE_LOST, 8'd0, 16'd0, 32'd0, '0, ballot, '0, 64'd0); n = n + 1'b1; end
-        if (ev_hb)     begin e[n[0]] = ev(synod_pkg::K_OUT_HEARTBEAT, 8'd0, 16'd0, 32'd0, '0, ballot, '0, now_q); n = n + 1'b1; end
-        if (ev_election) begin e[n[0]] = ev(synod_pkg::K_OUT_ELECTION, 8'd0, 16'd0, 32'd0, '0, promised, '0, 64'd0); n = n + 1'b1; end
+        // The lease event precedes the heartbeat; a follower only times out.
+        if (ev_gained || ev_lost) begin
+          nx_code0 = ev_gained ? C_LEASE_GAINED : C_LEASE_LOST;
+          nx_code1 = C_HEARTBEAT;
+          nx_count = ev_hb ? 2'd2 : 2'd1;
+        end else if (ev_hb) begin
+          nx_code0 = C_HEARTBEAT;
+          nx_count = 2'd1;
+        end else if (ev_election) begin
+          nx_code0 = C_ELECTION;
+          nx_count = 2'd1;
+        end
       end else if (k_role) begin
-        if (!role_ok) r = synod_pkg::R_ROLE;
-        else if (ev_lost) begin e[0] = ev(synod_pkg::K_OUT_LEASE_LOST, 8'd0, 16'd0, 32'd0, '0, ballot, '0, 64'd0); n = 2'd1; end
+        if (!role_ok) nx_reason = synod_pkg::R_ROLE;
+        else if (ev_lost) begin nx_code0 = C_LEASE_LOST; nx_count = 2'd1; end
       end else if (k_ballot) begin
-        // The model writes the ballot first: LeaseLost carries the new one.
-        if (ev_lost) begin e[0] = ev(synod_pkg::K_OUT_LEASE_LOST, 8'd0, 16'd0, 32'd0, '0, c_ballot, '0, 64'd0); n = 2'd1; end
+        if (ev_lost) begin nx_code0 = C_LEASE_LOST; nx_count = 2'd1; end
       end else if (k_quorum) begin
-        if (!quorum_ok) r = synod_pkg::R_BAD_QUORUM;
+        if (!quorum_ok) nx_reason = synod_pkg::R_BAD_QUORUM;
       end else if (k_member || k_self) begin
-        if (!idx_ok) r = synod_pkg::R_BAD_INDEX;
+        if (!idx_ok) nx_reason = synod_pkg::R_BAD_INDEX;
       end else if (k_accept) begin
         if (acc_ok) begin
-          e[0] = ev(synod_pkg::K_OUT_SEND_ACCEPTED, 8'd0, 16'd0, 32'd0, c_slot, c_ballot, c_node, 64'd0);
-          e[1] = ev(synod_pkg::K_OUT_MIRROR, 8'd0, 16'd0, c_len, c_slot, c_ballot, c_node, 64'd0);
-          n = 2'd2;
-        end else r = acc_reason;
+          nx_code0 = C_SEND_ACCEPTED;
+          nx_code1 = C_MIRROR;
+          nx_count = 2'd2;
+        end else nx_reason = acc_reason;
       end else if (k_hb) begin
-        if (ev_hb_ack) begin e[0] = ev(synod_pkg::K_OUT_HEARTBEAT_ACK, 8'd0, 16'd0, 32'd0, '0, c_ballot, c_node, c_value); n = 2'd1; end
-        else r = tm_reason;
+        if (ev_hb_ack) begin nx_code0 = C_HB_ACK; nx_count = 2'd1; end
+        else nx_reason = tm_reason;
       end else if (k_hb_ack) begin
-        r = tm_reason;
+        nx_reason = tm_reason;
       end else if (!(k_promised || k_base || k_t_ops || k_t_bytes || k_admit || k_arm || k_accepted)) begin
-        r = synod_pkg::R_UNKNOWN;
+        nx_reason = synod_pkg::R_UNKNOWN;
       end
     end else if (state == S_WAIT_AGG) begin
-      r = agg_reason;
-      if (agg_reason == synod_pkg::R_NONE && agg_commit) begin
-        e[0] = ev(synod_pkg::K_OUT_COMMIT, 8'd0, 16'd0, 32'd0, agg_slot, agg_ballot, '0, 64'd0);
-        n = 2'd1;
-      end
+      nx_reason = agg_reason;
+      if (agg_reason == synod_pkg::R_NONE && agg_commit) begin nx_code0 = C_COMMIT; nx_count = 2'd1; end
     end else if (state == S_WAIT_SHP) begin
-      r = shp_reason;
-      if (shp_reason == synod_pkg::R_NONE && k_admit) begin
-        e[0] = ev(synod_pkg::K_OUT_ADMIT, {7'd0, shp_admit}, c_index, c_len, '0, '0, '0, shp_wait);
-        n = 2'd1;
-      end
+      nx_reason = shp_reason;
+      if (shp_reason == synod_pkg::R_NONE && k_admit) begin nx_code0 = C_ADMIT; nx_count = 2'd1; end
     end
-    if (r != synod_pkg::R_NONE) begin
-      // A hand-up echoes the input: reason, index, kind, slot, ballot, node.
-      e[0] = ev(synod_pkg::K_OUT_HANDUP, r, c_index, {24'd0, c_kind}, c_slot, c_ballot, c_node, 64'd0);
-      n = 2'd1;
+    // A hand-up is the input's only output.
+    if (nx_reason != synod_pkg::R_NONE) begin
+      nx_code0 = C_HANDUP;
+      nx_count = 2'd1;
     end
-    nx_ev0   = e[0];
-    nx_ev1   = e[1];
-    nx_count = n;
   end
 
-  logic [EV_W-1:0] o_ev0, o_ev1, o_cur;
-  logic [1:0]      o_count, o_next;
+  logic [3:0] o_code0, o_code1, o_code;
+  logic [7:0] o_reason;
+  logic [1:0] o_count, o_next;
   assign in_ready  = (state == S_IDLE) && agg_ready && shp_ready;
   assign out_valid = (state == S_EMIT) && (o_next != o_count);
-  assign o_cur     = o_next[0] ? o_ev1 : o_ev0;
-  assign {out_kind, out_flags, out_index, out_len, out_slot, out_ballot, out_node, out_value} = o_cur;
+  assign o_code    = o_next[0] ? o_code1 : o_code0;
   assign out_now   = now_q;
+
+  // Field selection by code (accel/event.go lists what each kind carries;
+  // unused fields are zero).
+  always_comb begin
+    out_kind   = synod_pkg::K_OUT_HANDUP;
+    out_flags  = 8'd0;
+    out_index  = 16'd0;
+    out_len    = 32'd0;
+    out_slot   = '0;
+    out_ballot = '0;
+    out_node   = '0;
+    out_value  = 64'd0;
+    case (o_code)
+      C_LEASE_GAINED: begin out_kind = synod_pkg::K_OUT_LEASE_GAINED; out_ballot = ballot; end
+      C_LEASE_LOST:   begin out_kind = synod_pkg::K_OUT_LEASE_LOST; out_ballot = ballot; end
+      C_HEARTBEAT:    begin out_kind = synod_pkg::K_OUT_HEARTBEAT; out_ballot = ballot; out_value = now_q; end
+      C_ELECTION:     begin out_kind = synod_pkg::K_OUT_ELECTION; out_ballot = promised; end
+      C_HANDUP: begin
+        // A hand-up echoes the input: reason, index, kind, slot, ballot, node.
+        out_kind = synod_pkg::K_OUT_HANDUP; out_flags = o_reason; out_index = c_index;
+        out_len = {24'd0, c_kind}; out_slot = c_slot; out_ballot = c_ballot; out_node = c_node;
+      end
+      C_SEND_ACCEPTED: begin
+        out_kind = synod_pkg::K_OUT_SEND_ACCEPTED; out_slot = c_slot; out_ballot = c_ballot; out_node = c_node;
+      end
+      C_MIRROR: begin
+        out_kind = synod_pkg::K_OUT_MIRROR; out_len = c_len; out_slot = c_slot; out_ballot = c_ballot;
+        out_node = c_node;
+      end
+      C_HB_ACK: begin
+        out_kind = synod_pkg::K_OUT_HEARTBEAT_ACK; out_ballot = c_ballot; out_node = c_node; out_value = c_value;
+      end
+      C_COMMIT: begin out_kind = synod_pkg::K_OUT_COMMIT; out_slot = agg_slot; out_ballot = agg_ballot; end
+      C_ADMIT: begin
+        out_kind = synod_pkg::K_OUT_ADMIT; out_flags = {7'd0, shp_admit}; out_index = c_index; out_len = c_len;
+        out_value = shp_wait;
+      end
+      default: ;
+    endcase
+  end
 
   always_ff @(posedge clk) begin
     if (rst) begin
@@ -300,9 +336,10 @@ module synod_accel_top #(
           state    <= S_EXEC;
         end
         S_EXEC: begin
-          o_ev0   <= nx_ev0;
-          o_ev1   <= nx_ev1;
-          o_count <= nx_count;
+          o_code0  <= nx_code0;
+          o_code1  <= nx_code1;
+          o_reason <= nx_reason;
+          o_count  <= nx_count;
           o_next  <= '0;
           state   <= S_EMIT;
           if (k_role && role_change) role <= c_flags[1:0];
@@ -319,14 +356,16 @@ module synod_accel_top #(
           if (k_arm || k_accepted) state <= S_WAIT_AGG;
         end
         S_WAIT_AGG: if (agg_rsp_valid) begin
-          o_ev0   <= nx_ev0;
-          o_count <= nx_count;
+          o_code0  <= nx_code0;
+          o_reason <= nx_reason;
+          o_count  <= nx_count;
           o_next  <= '0;
           state   <= S_EMIT;
         end
         S_WAIT_SHP: if (shp_rsp_valid) begin
-          o_ev0   <= nx_ev0;
-          o_count <= nx_count;
+          o_code0  <= nx_code0;
+          o_reason <= nx_reason;
+          o_count  <= nx_count;
           o_next  <= '0;
           state   <= S_EMIT;
         end
