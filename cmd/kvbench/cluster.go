@@ -36,6 +36,10 @@ type cluster struct {
 	endpoints []string
 	procs     []*nodeProc
 	tokens    []string
+	// monitor is the token of kvbench's own tenant for STATUS polls: an
+	// uncontracted tenant outside the workload, so polling never spends
+	// a workload tenant's budget.
+	monitor string
 }
 
 type nodeProc struct {
@@ -47,6 +51,8 @@ type nodeProc struct {
 }
 
 func tenantToken(i int) string { return fmt.Sprintf("kvbench-tenant-%d", i) }
+
+const monitorToken = "kvbench-monitor"
 
 // nodeConfig renders kvnode's TOML for node i of path p.
 func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
@@ -99,6 +105,8 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
 			t, t, tenantToken(t), ops, max(ops, 10))
 		fmt.Fprintf(&b, "bytes_per_sec = %.0f\nbytes_burst = %.0f\npriority = %q\n\n", ops*contractBytesPerOp, max(ops, 10)*contractBytesPerOp*4, prio)
 	}
+	// kvbench's monitor tenant: STATUS polls only, no contract.
+	fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = \"kvbench-monitor\"\ntoken = %q\npriority = \"critical\"\n", o.Tenants+1, monitorToken)
 	return b.String()
 }
 
@@ -110,7 +118,7 @@ func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*clus
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{path: p, dir: dir}
+	c := &cluster{path: p, dir: dir, monitor: monitorToken}
 	if d, err := os.MkdirTemp("/dev/shm", "kvbench-"+p.Name+"-"); err == nil {
 		c.shmDir = d
 	} else if p.pmemMode == "shm" || p.walOnShm {
@@ -211,7 +219,7 @@ func (c *cluster) waitLeader(ctx context.Context, limit time.Duration) (int, err
 			}
 		}
 		for i, ep := range c.endpoints {
-			st, err := statusOf(ctx, ep, c.tokens[0])
+			st, err := statusOf(ctx, ep, c.monitor)
 			if err == nil && st.LeaderID != 0 && st.Self == st.LeaderID {
 				return i, nil
 			}
@@ -303,7 +311,7 @@ func watchLeaders(c *cluster) *leaderWatch {
 			for i, ep := range c.endpoints {
 				ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 				if clients[i] == nil {
-					cl, err := client.Dial(ctx, []string{ep}, c.tokens[0], client.Options{RetriesMax: 1, DialTimeout: statusTimeout, RequestTimeout: statusTimeout})
+					cl, err := client.Dial(ctx, []string{ep}, c.monitor, client.Options{RetriesMax: 1, DialTimeout: statusTimeout, RequestTimeout: statusTimeout})
 					if err != nil {
 						cancel()
 						continue

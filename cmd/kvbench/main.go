@@ -248,9 +248,11 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 	r := &Report{Started: time.Now().UTC(), Machine: describeMachine(o.DataDir), Options: *o}
 	var bin string
 	if len(o.Endpoints) == 0 {
-		if bin, err = findKvnode(o.Kvnode); err != nil {
+		var cleanup func()
+		if bin, cleanup, err = findKvnode(o.Kvnode); err != nil {
 			return nil, err
 		}
+		defer cleanup()
 	}
 	phases := 0
 	for _, p := range paths {
@@ -306,29 +308,32 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 // findKvnode returns a kvnode binary: the flag, one next to this
 // executable, one in PATH, or one built now with `go build` (inside the
 // synod module).
-func findKvnode(flagPath string) (string, error) {
+func findKvnode(flagPath string) (string, func(), error) {
+	none := func() {}
 	if flagPath != "" {
-		return flagPath, nil
+		return flagPath, none, nil
 	}
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "kvnode")
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
+			return p, none, nil
 		}
 	}
 	if p, err := exec.LookPath("kvnode"); err == nil {
-		return p, nil
+		return p, none, nil
 	}
 	dir, err := os.MkdirTemp("", "kvbench-bin-")
 	if err != nil {
-		return "", err
+		return "", none, err
 	}
+	cleanup := func() { os.RemoveAll(dir) }
 	bin := filepath.Join(dir, "kvnode")
 	cmd := exec.Command("go", "build", "-o", bin, "synod/cmd/kvnode")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	fmt.Fprintln(os.Stderr, "kvbench: building kvnode (go build synod/cmd/kvnode) ...")
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("no kvnode binary (give --kvnode, or run inside the synod module): go build: %w", err)
+		cleanup()
+		return "", none, fmt.Errorf("no kvnode binary (give --kvnode, or run inside the synod module): go build: %w", err)
 	}
-	return bin, nil
+	return bin, cleanup, nil
 }

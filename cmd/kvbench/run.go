@@ -61,7 +61,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 	var c *cluster
 	var err error
 	if len(o.Endpoints) > 0 {
-		c = &cluster{path: p, endpoints: o.Endpoints}
+		c = &cluster{path: p, endpoints: o.Endpoints, monitor: o.Token}
 		for range o.Tenants {
 			c.tokens = append(c.tokens, o.Token)
 		}
