@@ -29,6 +29,7 @@ func (r *Replica) consensusLoop() {
 		// readExpiryTicks fails reads whose read index never came back
 		// (a leader cut off from its quorum); their clients retry.
 		readExpiryTicks = uint64(4 * r.cfg.ElectionTicks)
+		mirrorC         = r.mirrors()
 	)
 	s := r.node.Status()
 	lastLeader, lastRole = s.Leader, s.Role
@@ -75,11 +76,11 @@ func (r *Replica) consensusLoop() {
 			}
 			tick = due
 		case m := <-r.inbound:
-			r.step(m)
+			r.stepInbound(m)
 			for i := 0; i < inboundMsgsMax; i++ {
 				select {
 				case m = <-r.inbound:
-					r.step(m)
+					r.stepInbound(m)
 					continue
 				default:
 				}
@@ -127,6 +128,8 @@ func (r *Replica) consensusLoop() {
 					r.rejectProposals(batchIDs, err)
 				}
 			}
+		case m := <-mirrorC: // accepts the accel fast path already answered
+			r.step(m)
 		case w := <-r.readC:
 			r.readIndex(w, tick)
 		case f := <-r.controlC:
@@ -239,9 +242,16 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 			r.die(fmt.Errorf("persisting the promised ballot: %w", err))
 			return false
 		}
+		if r.accel != nil {
+			r.accel.promisedDurable(*rd.Promised)
+		}
 	}
-	if len(rd.Accepted) > 0 {
-		err := r.alog.Append(rd.Accepted)
+	accepted := rd.Accepted
+	if r.accel != nil && len(accepted) > 0 {
+		accepted = r.accel.fast.notPersisted(accepted) // the fast path persisted these
+	}
+	if len(accepted) > 0 {
+		err := r.alog.Append(accepted)
 		if err == nil {
 			err = r.alog.Persist()
 		}
@@ -298,12 +308,18 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 		case <-r.stop:
 			return true
 		}
+		if r.accel != nil {
+			r.accel.deliveredThrough(snap.Meta.Slot)
+		}
 	}
 	if len(rd.Committed) > 0 {
 		select {
 		case r.applyC <- applyItem{entries: copyEntries(rd.Committed)}:
 		case <-r.stop:
 			return true
+		}
+		if r.accel != nil {
+			r.accel.deliveredThrough(rd.Committed[len(rd.Committed)-1].Slot)
 		}
 	}
 

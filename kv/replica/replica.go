@@ -249,15 +249,19 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		LeaseTicks:     cfg.LeaseTicks,
 		DriftTicks:     cfg.DriftTicks,
 		Seed:           time.Now().UnixNano() ^ int64(cfg.ID),
+		// With accel the plane's timer loop decides when to campaign
+		// (accel_heartbeat.go), so a busy consensus loop does not.
+		ExternalElection: cfg.Accel != nil,
 	}, st)
 	if err != nil {
 		return nil, fmt.Errorf("creating the paxos node: %w", err)
 	}
 	r.node = node
 	if cfg.Accel != nil {
-		if r.accel, err = newAccelMirror(&r.cfg, members); err != nil {
+		if r.accel, err = newAccelMirror(r, members, promised); err != nil {
 			return nil, err
 		}
+		r.accel.deliveredThrough(applied)
 	}
 	r.applied.Store(uint64(applied))
 	s := node.Status()
@@ -283,6 +287,9 @@ func (r *Replica) Start() {
 	go r.receiveLoop()
 	go r.sendLoop()
 	go r.consensusLoop()
+	if r.accel != nil {
+		r.accel.startTimers()
+	}
 	r.applyWG.Add(1)
 	go r.applyLoop()
 	if r.applied.Load() > 0 {

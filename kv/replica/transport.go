@@ -51,6 +51,12 @@ func (r *Replica) deliverSide(b []byte) { r.deliver(b, true) }
 // queue is full (as a socket buffer would); side-channel messages wait,
 // because they are large and costly to resend.
 func (r *Replica) deliver(b []byte, wait bool) {
+	if isAccelFrame(b) {
+		if r.accel != nil {
+			r.accel.frame(b)
+		} // without accel: ignored (a peer with accel sends them)
+		return
+	}
 	m, err := paxos.UnmarshalMessage(b)
 	if err != nil {
 		r.metrics.InboundDropped.Inc()
@@ -60,8 +66,8 @@ func (r *Replica) deliver(b []byte, wait bool) {
 		r.metrics.InboundDropped.Inc()
 		return
 	}
-	if r.accel != nil {
-		r.accel.received(&m)
+	if r.accel != nil && r.accel.received(&m, !wait) {
+		return // the accept fast path answered it and queued its mirror
 	}
 	if wait {
 		select {

@@ -1,0 +1,184 @@
+package replica
+
+import (
+	"fmt"
+	"sync"
+
+	"synod/accel"
+	"synod/paxos"
+)
+
+// Bounds of the runtime's plane-versus-software commit check.
+const (
+	// checkLagSlotsMax is how far below the node's commit index a slot is
+	// judged and forgotten. Neither stream can still report such a slot:
+	// software commits only above its commit index, and the aggregator
+	// holds a row for at most WindowSlots below its window base (the
+	// commit index + 1), so a lag of four windows leaves a wide margin.
+	checkLagSlotsMax = 4 * accelWindowSlots
+	// checkSlotsMax bounds the slots held at once; beyond it the lowest are
+	// judged early (a burst of out-of-window plane events cannot grow the
+	// table without bound).
+	checkSlotsMax = 8 * accelWindowSlots
+	// checkBallotsPerSlotMax bounds the ballots remembered per slot and
+	// side (one normally; a re-proposal after a leader change adds one).
+	checkBallotsPerSlotMax = 4
+)
+
+// accelCheck is accel.Checker with a bounded memory, for a replica that runs
+// for months: it compares the plane's commit events with software's
+// committed AckEvents slot by slot, and judges a slot (counts it as agreeing,
+// excused or mismatching) once it falls checkLagSlotsMax below the commit
+// index, then forgets it. The verdict rules are accel.Checker's: a slot
+// mismatches when the sets of committed ballots differ, except that a slot
+// only software committed is excused when the plane handed up an Arm or
+// Accepted for it (declining is allowed; committing what software did not
+// never is).
+type accelCheck struct {
+	mu    sync.Mutex
+	slots map[paxos.Slot]*checkSlot
+	res   accel.CheckResult // verdicts on forgotten slots, plus HandUps
+}
+
+type checkSlot struct {
+	plane, soft []paxos.Ballot
+	handedUp    bool
+}
+
+func newAccelCheck() *accelCheck {
+	return &accelCheck{slots: make(map[paxos.Slot]*checkSlot)}
+}
+
+func (c *accelCheck) slot(s paxos.Slot) *checkSlot {
+	cs := c.slots[s]
+	if cs == nil {
+		if len(c.slots) >= checkSlotsMax {
+			c.judgeLowestLocked()
+		}
+		cs = &checkSlot{}
+		c.slots[s] = cs
+	}
+	return cs
+}
+
+func addCheckBallot(bs []paxos.Ballot, b paxos.Ballot) []paxos.Ballot {
+	for _, x := range bs {
+		if x == b {
+			return bs
+		}
+	}
+	if len(bs) >= checkBallotsPerSlotMax {
+		return bs
+	}
+	return append(bs, b)
+}
+
+// plane records the plane's outputs (OutCommit and OutHandUp matter).
+func (c *accelCheck) plane(evs []accel.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range evs {
+		switch e.Kind {
+		case accel.OutCommit:
+			cs := c.slot(e.Slot)
+			cs.plane = addCheckBallot(cs.plane, e.Ballot)
+		case accel.OutHandUp:
+			c.res.HandUps++
+			if k := accel.Kind(e.Len); k == accel.InArm || k == accel.InAccepted {
+				c.slot(e.Slot).handedUp = true
+			}
+		}
+	}
+}
+
+// software records the leader's committed AckEvents.
+func (c *accelCheck) software(acks []paxos.AckEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range acks {
+		if a.Committed {
+			cs := c.slot(a.Slot)
+			cs.soft = addCheckBallot(cs.soft, a.Ballot)
+		}
+	}
+}
+
+// forgetBelow judges and forgets every slot below commit-checkLagSlotsMax.
+func (c *accelCheck) forgetBelow(commit paxos.Slot) {
+	if commit <= checkLagSlotsMax {
+		return
+	}
+	mark := commit - checkLagSlotsMax
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s, cs := range c.slots {
+		if s < mark {
+			c.judgeLocked(s, cs, &c.res)
+			delete(c.slots, s)
+		}
+	}
+}
+
+func (c *accelCheck) judgeLowestLocked() {
+	first := true
+	var low paxos.Slot
+	for s := range c.slots {
+		if first || s < low {
+			low, first = s, false
+		}
+	}
+	if !first {
+		c.judgeLocked(low, c.slots[low], &c.res)
+		delete(c.slots, low)
+	}
+}
+
+func (c *accelCheck) judgeLocked(s paxos.Slot, cs *checkSlot, r *accel.CheckResult) {
+	r.Commits += len(cs.soft)
+	if sameCheckBallots(cs.plane, cs.soft) {
+		return
+	}
+	if len(cs.plane) == 0 && cs.handedUp {
+		r.Excused++
+		return
+	}
+	r.Mismatches++
+	if r.First == "" {
+		r.First = fmt.Sprintf("slot %d: plane committed %v, software %v", s, cs.plane, cs.soft)
+	}
+}
+
+// result judges what is held now (without forgetting it) on top of the
+// verdicts already given.
+func (c *accelCheck) result() accel.CheckResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.res
+	for s, cs := range c.slots {
+		c.judgeLocked(s, cs, &r)
+	}
+	return r
+}
+
+// held is the number of slots held (tests).
+func (c *accelCheck) held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.slots)
+}
+
+func sameCheckBallots(a, b []paxos.Ballot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			found = found || x == y
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
