@@ -205,7 +205,7 @@ func pathNames() string {
 // allPaths. With --endpoints one path runs: the cluster that is there.
 func selectPaths(o *Options) ([]Path, error) {
 	if len(o.Endpoints) > 0 {
-		return []Path{{Name: "existing", Replication: "?", Durability: "as configured on the cluster (unknown to kvbench)", Transport: "?", main: true}}, nil
+		return []Path{{Name: "existing", Replication: "unknown", Durability: "unknown (an existing cluster: as it is configured)", Transport: "unknown", main: true}}, nil
 	}
 	all := allPaths()
 	if len(o.Paths) == 0 {
@@ -256,18 +256,11 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 	}
 	phases := 0
 	for _, p := range paths {
-		if p.main {
-			phases += len(o.Scenarios)
-		} else {
-			phases++
-		}
+		phases += len(scenariosFor(o, p))
 	}
 	bar := newProgress(phases, o.Quiet)
 	for _, p := range paths {
-		n := 1
-		if p.main {
-			n = len(o.Scenarios)
-		}
+		n := len(scenariosFor(o, p))
 		if why := notAvailable(p); why != "" {
 			r.Paths = append(r.Paths, &PathResult{Path: p, Status: "n/a", Reason: why, Phases: map[string]*PhaseResult{}})
 			bar.skip(n)
@@ -285,7 +278,11 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 	bar.finish()
 	r.Elapsed = time.Since(r.Started).Round(time.Second).String()
 	r.headline()
-	r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady scenario only")
+	if len(o.Endpoints) == 0 {
+		r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady scenario only")
+	} else {
+		r.Notes = append(r.Notes, "an existing cluster: no hog scenario and no CPU figures (kvbench does not control its processes)")
+	}
 	if r.Machine.CPUs <= 2 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d-CPU machine: the client, every replica and the hog share the same cores, so absolute figures include scheduler contention", r.Machine.CPUs))
 	}

@@ -85,10 +85,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 	}
 	lw := watchLeaders(c)
 	defer lw.close()
-	scen := o.Scenarios
-	if !p.main && len(o.Endpoints) == 0 {
-		scen = []string{"steady"}
-	}
+	scen := scenariosFor(o, p)
 	for _, s := range scen {
 		if ctx.Err() != nil {
 			break
@@ -121,6 +118,25 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 		pr.LeaderChangesHog = h.LeaderChanges
 	}
 	return pr
+}
+
+// scenariosFor lists the scenarios path p runs: every one for a main
+// path, steady for an ablation, no hog on an existing cluster (kvbench
+// cannot pin or starve another cluster's processes).
+func scenariosFor(o *Options, p Path) []string {
+	if len(o.Endpoints) > 0 {
+		var out []string
+		for _, s := range o.Scenarios {
+			if s != "hog" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	if !p.main {
+		return []string{"steady"}
+	}
+	return o.Scenarios
 }
 
 // runPhase runs one scenario: the steady open-loop load, plus tenant 1's
