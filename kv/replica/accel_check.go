@@ -38,6 +38,9 @@ type accelCheck struct {
 	mu    sync.Mutex
 	slots map[paxos.Slot]*checkSlot
 	res   accel.CheckResult // verdicts on forgotten slots, plus HandUps
+	// mark: every slot below it was judged and forgotten (a late event
+	// for one is held again and judged at eviction or by result).
+	mark paxos.Slot
 }
 
 type checkSlot struct {
@@ -111,12 +114,27 @@ func (c *accelCheck) forgetBelow(commit paxos.Slot) {
 	mark := commit - checkLagSlotsMax
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for s, cs := range c.slots {
-		if s < mark {
-			c.judgeLocked(s, cs, &c.res)
-			delete(c.slots, s)
+	if mark <= c.mark {
+		return
+	}
+	if uint64(mark-c.mark) <= uint64(len(c.slots)) {
+		// The usual case: the commit index moved a little; visit the
+		// slots that fell below the mark (O(slots committed)).
+		for s := c.mark; s < mark; s++ {
+			if cs := c.slots[s]; cs != nil {
+				c.judgeLocked(s, cs, &c.res)
+				delete(c.slots, s)
+			}
+		}
+	} else {
+		for s, cs := range c.slots {
+			if s < mark {
+				c.judgeLocked(s, cs, &c.res)
+				delete(c.slots, s)
+			}
 		}
 	}
+	c.mark = mark
 }
 
 func (c *accelCheck) judgeLowestLocked() {
