@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/kv/client"
+	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/tenants"
 )
@@ -173,8 +174,28 @@ func TestClusterCommitsAndReads(t *testing.T) {
 	if err != nil || st.LeaderID == 0 || len(st.Members) != 3 {
 		t.Fatalf("status %+v, %v", st, err)
 	}
-	// Every replica applies the same writes.
+	// A follower refuses writes and linearizable reads, naming the leader.
 	lead := c.leader()
+	for _, tn := range c.nodes {
+		if tn == lead {
+			continue
+		}
+		be := NewBackend(tn.n)
+		for _, req := range []*proto.Request{
+			{Op: proto.OpPut, Tenant: 1, ClientID: 9, Seq: 1, FirstUnacked: 1, Key: []byte("x"), Value: []byte("y")},
+			{Op: proto.OpGet, Tenant: 1, Key: []byte("k1")},
+		} {
+			resp := be.Do(ctx, 1, req)
+			if resp.Status != proto.StatusNotLeader || resp.Leader != lead.cliAddr {
+				t.Fatalf("follower %d answered %v %v leader %q, want NOT_LEADER naming %s", tn.id, req.Op, resp.Status, resp.Leader, lead.cliAddr)
+			}
+		}
+		// A stale-ok read is served locally.
+		if resp := be.Do(ctx, 1, &proto.Request{Op: proto.OpGet, Flags: proto.FlagStaleOK, Tenant: 1, Key: []byte("k1")}); resp.Status != proto.StatusOK && resp.Status != proto.StatusNotFound {
+			t.Fatalf("stale read on follower: %v", resp.Status)
+		}
+	}
+	// Every replica applies the same writes.
 	want := lead.n.Applied()
 	for _, tn := range c.nodes {
 		waitApplied(t, tn, want)
