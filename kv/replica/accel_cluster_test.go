@@ -182,6 +182,22 @@ func TestAccelHeartbeatsDuringStall(t *testing.T) {
 			c := newTestClusterWith(t, func(tc *testCluster) { tc.accelOn = on })
 			c.put("before", "1")
 			l := c.leader()
+			// The followers must have promised the leader's ballot: the
+			// plane acks heartbeats only at its promised ballot.
+			lb := c.nodes[l].r.Status().Ballot
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				ok := true
+				for _, n := range c.nodes {
+					ok = ok && n.r.Status().Promised == lb
+				}
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("followers never promised the leader's ballot")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
 			stall := 3 * 100 * time.Millisecond // 3 election timeouts (ElectionTicks 100 x 1ms)
 			var before uint64
 			for id, n := range c.nodes {
@@ -195,7 +211,11 @@ func TestAccelHeartbeatsDuringStall(t *testing.T) {
 			changed := false
 			for time.Now().Before(deadline) {
 				for id, n := range c.nodes {
-					if s := n.r.Status(); id != l && (s.Role != paxos.RoleFollower || s.Promised.Node != l) {
+					if s := n.r.Status(); id != l && (s.Role != paxos.RoleFollower || s.Promised != lb) {
+						if !changed {
+							st, _ := n.r.AccelStats()
+							t.Logf("node %d: role %v promised %v (leader %d); plane %+v", id, s.Role, s.Promised, l, st)
+						}
 						changed = true
 					}
 				}
