@@ -128,13 +128,22 @@ func (r *Replica) snapshot(last *uint64) {
 		r.log.Warn().Err(err).Msg("snapshot failed")
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(rc, sideFrameBytesMax/2))
+	data, err := io.ReadAll(io.LimitReader(rc, paxos.SnapshotBytesMax+1))
 	rc.Close()
 	if err != nil {
 		r.log.Warn().Err(err).Msg("reading snapshot failed")
 		return
 	}
 	*last = slot
+	if len(data) > paxos.SnapshotBytesMax {
+		// A truncated snapshot must never be handed out. Without
+		// compaction the log keeps growing until it is full, which is
+		// backpressure, not loss. (Streaming larger snapshots is not
+		// implemented.)
+		r.log.Error().Uint64("slot", slot).Int("limit", paxos.SnapshotBytesMax).
+			Msg("snapshot exceeds paxos.SnapshotBytesMax: not compacting")
+		return
+	}
 	r.metrics.Snapshots.Inc()
 	r.log.Debug().Uint64("slot", slot).Uint64("durable", durable).Int("bytes", len(data)).Msg("snapshot taken")
 	// Never block here: the consensus loop may itself be blocked handing
