@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"synod/bench/hist"
 	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/tenants"
@@ -109,7 +111,7 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 	o.OutDir = t.TempDir()
 	o.DataDir = t.TempDir()
 	o.BasePort = 18100
-	r, err := run(context.Background(), &o)
+	_, err := run(context.Background(), &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,50 +123,11 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("kvbench.json does not decode: %v", err)
 	}
-	if back.Machine.CPUs == 0 || back.Machine.GoVersion == "" || len(back.Paths) != len(allPaths()) {
-		t.Fatalf("machine %+v, %d paths", back.Machine, len(back.Paths))
+	if len(back.Paths) != len(allPaths()) {
+		t.Fatalf("%d paths in the JSON, want %d", len(back.Paths), len(allPaths()))
 	}
-	for _, p := range back.Paths {
-		if p.Durability == "" {
-			t.Errorf("%s: no durability mode", p.Name)
-		}
-		if p.Status != "ok" {
-			if p.Name == "raft" || p.Name == "paxos" {
-				t.Errorf("main path %s: %s: %s", p.Name, p.Status, p.Reason)
-			}
-			if p.Reason == "" {
-				t.Errorf("%s is %s without a reason", p.Name, p.Status)
-			}
-			continue
-		}
-		want := []string{"steady"}
-		if p.Base == "" {
-			want = o.Scenarios
-		}
-		for _, s := range want {
-			ph := p.Phases[s]
-			if ph == nil {
-				t.Errorf("%s: no %s phase", p.Name, s)
-				continue
-			}
-			if ph.Read.Count == 0 || ph.Write.Count == 0 || ph.Read.P99Us == 0 || ph.Write.P999Us == 0 ||
-				ph.Victim.P99Us == 0 || ph.ThroughputOps == 0 || len(ph.TenantP99Us) != o.Tenants ||
-				len(ph.ReadCurve) == 0 || len(ph.WriteCurve) == 0 || ph.CPUSeconds <= 0 || ph.CPUPer1000 <= 0 {
-				t.Errorf("%s/%s: missing figures: %+v", p.Name, s, ph)
-			}
-			if s == "noisy" && ph.BulkScan.Count+ph.BulkWrite.Count == 0 {
-				t.Errorf("%s: the noisy tenant sent nothing", p.Name)
-			}
-			if s == "hog" && ph.HogNote == "" {
-				t.Errorf("%s: hog phase without a note", p.Name)
-			}
-		}
-		if p.Base == "" && (p.VictimP99SteadyUs == 0 || p.VictimP99NoisyUs == 0 || p.InterferenceRatio == 0) {
-			t.Errorf("%s: interference figures missing", p.Name)
-		}
-	}
-	if r.Headline.Against == "" || r.Headline.WriteP99Ratio == 0 || len(r.Headline.InterferenceRatio) == 0 {
-		t.Errorf("headline incomplete: %+v", r.Headline)
+	for _, m := range missingFigures(&back, &o) {
+		t.Error(m)
 	}
 	for _, f := range []string{"latency-write.png", "latency-read.png", "tenant-p99.png"} {
 		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
@@ -189,5 +152,102 @@ func TestFlagsValidate(t *testing.T) {
 	o, err := parseFlags(nil)
 	if err != nil || o.Tenants != 32 || o.ReadRatio != 0.7 || o.Nodes != 3 {
 		t.Fatalf("defaults %+v %v", o, err)
+	}
+}
+
+// missingFigures lists every figure the report lacks: the machine, each
+// path's durability, every phase's percentiles, throughput, per-tenant
+// P99s, curves and CPU figures, interference and the headline. The main
+// paths raft and paxos must have run; a path that did not says why.
+func missingFigures(r *Report, o *Options) []string {
+	var out []string
+	add := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
+	if r.Machine.CPUs == 0 || r.Machine.GoVersion == "" || r.Machine.CPUModel == "" {
+		add("machine description incomplete: %+v", r.Machine)
+	}
+	for _, p := range r.Paths {
+		if p.Durability == "" {
+			add("%s: no durability mode", p.Name)
+		}
+		if p.Status != "ok" {
+			if p.Name == "raft" || p.Name == "paxos" {
+				add("main path %s: %s: %s", p.Name, p.Status, p.Reason)
+			}
+			if p.Reason == "" {
+				add("%s is %s without a reason", p.Name, p.Status)
+			}
+			continue
+		}
+		for _, s := range scenariosFor(o, p.Path) {
+			ph := p.Phases[s]
+			if ph == nil {
+				add("%s: no %s phase", p.Name, s)
+				continue
+			}
+			if ph.Read.Count == 0 || ph.Write.Count == 0 || ph.Read.P99Us == 0 || ph.Write.P999Us == 0 ||
+				ph.Victim.P99Us == 0 || ph.ThroughputOps == 0 || len(ph.TenantP99Us) != o.Tenants ||
+				len(ph.ReadCurve) == 0 || len(ph.WriteCurve) == 0 || ph.CPUSeconds <= 0 || ph.CPUPer1000 <= 0 {
+				add("%s/%s: missing figures: %+v", p.Name, s, ph)
+			}
+			if s == "noisy" && ph.BulkScan.Count+ph.BulkWrite.Count == 0 {
+				add("%s: the noisy tenant sent nothing", p.Name)
+			}
+			if s == "hog" && ph.HogNote == "" {
+				add("%s: hog phase without a note", p.Name)
+			}
+		}
+		if p.Base == "" && (p.VictimP99SteadyUs == 0 || p.VictimP99NoisyUs == 0 || p.InterferenceRatio == 0) {
+			add("%s: interference figures missing", p.Name)
+		}
+	}
+	if r.Headline.Against == "" || r.Headline.WriteP99Ratio == 0 || len(r.Headline.InterferenceRatio) == 0 {
+		add("headline incomplete: %+v", r.Headline)
+	}
+	return out
+}
+
+// TestMissingFiguresCatchesGaps plants gaps in a complete report and
+// shows the completeness check reports each.
+func TestMissingFiguresCatchesGaps(t *testing.T) {
+	o := tinyOptions()
+	full := func() *Report {
+		ph := func(s string) *PhaseResult {
+			h := hist.Summary{Count: 10, P50Us: 1, P90Us: 2, P99Us: 3, P999Us: 4, MaxUs: 5}
+			p := &PhaseResult{Scenario: s, Read: h, Write: h, Victim: h, ThroughputOps: 100,
+				TenantP99Us: make([]int64, o.Tenants), ReadCurve: []hist.Point{{}}, WriteCurve: []hist.Point{{}},
+				CPUSeconds: 1, CPUPer1000: 0.5, BulkScan: h, HogNote: "pinned"}
+			return p
+		}
+		r := &Report{Machine: Machine{CPUs: 2, GoVersion: "go", CPUModel: "cpu"},
+			Headline: Headline{Against: "paxos", WriteP99Ratio: 1, InterferenceRatio: map[string]float64{"raft": 1}}}
+		for _, p := range allPaths()[:2] {
+			pr := &PathResult{Path: p, Status: "ok", Phases: map[string]*PhaseResult{},
+				VictimP99SteadyUs: 1, VictimP99NoisyUs: 1, InterferenceRatio: 1}
+			for _, s := range o.Scenarios {
+				pr.Phases[s] = ph(s)
+			}
+			r.Paths = append(r.Paths, pr)
+		}
+		return r
+	}
+	if m := missingFigures(full(), &o); len(m) != 0 {
+		t.Fatalf("a complete report flagged: %v", m)
+	}
+	for name, plant := range map[string]func(r *Report){
+		"write p99.9":   func(r *Report) { r.Paths[0].Phases["steady"].Write.P999Us = 0 },
+		"noisy phase":   func(r *Report) { delete(r.Paths[1].Phases, "noisy") },
+		"tenant p99s":   func(r *Report) { r.Paths[0].Phases["hog"].TenantP99Us = nil },
+		"cpu figure":    func(r *Report) { r.Paths[1].Phases["steady"].CPUPer1000 = 0 },
+		"durability":    func(r *Report) { r.Paths[0].Durability = "" },
+		"main path n/a": func(r *Report) { r.Paths[0].Status, r.Paths[0].Reason = "n/a", "x" },
+		"interference":  func(r *Report) { r.Paths[1].InterferenceRatio = 0 },
+		"headline":      func(r *Report) { r.Headline.WriteP99Ratio = 0 },
+		"machine":       func(r *Report) { r.Machine.CPUModel = "" },
+	} {
+		r := full()
+		plant(r)
+		if len(missingFigures(r, &o)) == 0 {
+			t.Errorf("planted gap %q not caught", name)
+		}
 	}
 }
