@@ -113,6 +113,9 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 		spec.LeaseDriftTicks = min(toTicks(cfg.DriftTicks), spec.LeaseTicks-1)
 	}
 	spec.Seed = uint32(cfg.ID)*0x9E3779B9 | 1
+	if cfg.Tenants != nil {
+		spec.TenantsMax = min(max(spec.TenantsMax, len(cfg.Tenants.All())), accel.TenantsMax)
+	}
 	a := &accelMirror{r: r, check: newAccelCheck(), epoch: time.Now(), mask: accelWindowSlots - 1,
 		props: make([]proposedRow, accelWindowSlots)}
 	a.fast.init(promised)

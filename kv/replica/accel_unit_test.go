@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"synod/accel"
+	"synod/kv/proto"
 	"synod/paxos"
+	"synod/tenants"
 )
 
 // orderLog is an in-memory AcceptorLog that records the order of appends
@@ -234,4 +236,38 @@ func FuzzParseAccelFrame(f *testing.F) {
 			t.Fatalf("re-encoding differs")
 		}
 	})
+}
+
+// TestAccelAdmitter: the plane's shaper admits a tenant's burst, then
+// refuses with a retry-after; unknown tenants are refused without one.
+func TestAccelAdmitter(t *testing.T) {
+	reg, err := tenants.NewRegistry([]tenants.Spec{{ID: 7, Name: "t7", Token: "token-seven-1", OpsPerSec: 10, OpsBurst: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := newFastPathReplica(t, paxos.Ballot{Round: 1, Node: 1})
+	ad, err := r.AccelAdmitter(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	var wait time.Duration
+	for i := 0; i < 11; i++ {
+		ok, w := ad.Admit(7, proto.OpPut, 100)
+		if ok {
+			admitted++
+		} else {
+			wait = w
+		}
+	}
+	if admitted != 10 || wait <= 0 || wait > 200*time.Millisecond {
+		t.Fatalf("admitted %d of 11 (burst 10), retry-after %v", admitted, wait)
+	}
+	if ok, w := ad.Admit(8, proto.OpPut, 100); ok || w != 0 {
+		t.Fatalf("unknown tenant: %v %v", ok, w)
+	}
+	off := &Replica{}
+	if _, err := off.AccelAdmitter(reg, nil); !errors.Is(err, ErrAccelOff) {
+		t.Fatalf("accel off: %v", err)
+	}
 }
