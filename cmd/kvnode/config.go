@@ -42,6 +42,9 @@ type Config struct {
 	// software's. AccelTrace, when set, records the plane's trace there.
 	Accel      string `toml:"accel"`
 	AccelTrace string `toml:"accel_trace"`
+	// AccelShaper (accel = "soft" only) admits client frames with the
+	// plane's per-tenant token buckets instead of tenants.Shaper.
+	AccelShaper bool `toml:"accel_shaper"`
 
 	Peers     []PeerConfig    `toml:"peers"`
 	PMem      PMemConfig      `toml:"pmem"`
@@ -293,6 +296,9 @@ func (c *Config) validate() error {
 	}
 	if c.AccelTrace != "" && c.Accel == "off" {
 		return errors.New("accel_trace: needs accel = \"soft\"")
+	}
+	if c.AccelShaper && c.Accel != "soft" {
+		return errors.New("accel_shaper: needs accel = \"soft\"")
 	}
 	switch c.PMem.Mode {
 	case "dax", "msync", "shm":

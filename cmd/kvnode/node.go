@@ -146,7 +146,17 @@ func runNode(cfg *Config) error {
 	shaper := tenants.NewShaper(reg, time.Now, tmetrics)
 	backend := replica.NewBackend(rep, store)
 	backend.Tenants = tmetrics
-	srv := server.New(server.Config{Admitter: shaperAdmitter{shaper}}, reg, backend, log.With().Str("loop", "server").Logger())
+	var admitter server.Admitter = shaperAdmitter{shaper}
+	if cfg.AccelShaper {
+		ad, err := rep.AccelAdmitter(reg, tmetrics)
+		if err != nil {
+			rep.Close()
+			store.Close()
+			return err
+		}
+		admitter = ad
+	}
+	srv := server.New(server.Config{Admitter: admitter}, reg, backend, log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err != nil {
 		rep.Close()
