@@ -2,6 +2,7 @@ package paxos
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,22 +27,28 @@ import (
 //	status                  one line per node
 //	log id                  id's accepted entries
 func TestInteraction(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if !strings.HasSuffix(path, ".txt") {
-			t.Skip("not a script")
+	// Only the scripts: testdata also holds the fuzz corpus.
+	scripts, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	if err != nil || len(scripts) == 0 {
+		t.Fatalf("no interaction scripts under testdata (err %v)", err)
+	}
+	for _, path := range scripts {
+		t.Run(filepath.Base(path), func(t *testing.T) { runInteractionScript(t, path) })
+	}
+}
+
+func runInteractionScript(t *testing.T, path string) {
+	var it *interaction
+	datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
+		if td.Cmd == "nodes" {
+			it = newInteraction(t, td)
+			return ""
 		}
-		var it *interaction
-		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
-			if td.Cmd == "nodes" {
-				it = newInteraction(t, td)
-				return ""
-			}
-			if it == nil {
-				t.Fatalf("%s: nodes must come first", td.Pos)
-			}
-			it.t = t
-			return it.run(td)
-		})
+		if it == nil {
+			t.Fatalf("%s: nodes must come first", td.Pos)
+		}
+		it.t = t
+		return it.run(td)
 	})
 }
 
