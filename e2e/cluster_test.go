@@ -164,11 +164,7 @@ func newCluster(t testing.TB, n int) *cluster {
 		var b strings.Builder
 		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
 		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
-		// Mixed accel: nodes 1 and 2 run the plane, node 3 does not.
-		accelMode := "off"
-		if nd.id <= 2 {
-			accelMode = "soft"
-		}
+		accelMode := nodeAccel(nd.id)
 		fmt.Fprintf(&b, "log_level = \"info\"\nfault_injection = true\naccel = %q\n", accelMode)
 		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
 		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
@@ -208,6 +204,19 @@ func newCluster(t testing.TB, n int) *cluster {
 		c.start(nd)
 	}
 	return c
+}
+
+// nodeAccel is node id's accel setting: by default mixed (nodes 1 and 2
+// run the plane, node 3 does not); E2E_ACCEL=off or soft sets every node.
+func nodeAccel(id int) string {
+	switch m := os.Getenv("E2E_ACCEL"); m {
+	case "off", "soft":
+		return m
+	}
+	if id <= 2 {
+		return "soft"
+	}
+	return "off"
 }
 
 func tail(s string, n int) string {

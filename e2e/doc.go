@@ -7,6 +7,7 @@
 //	E2E_RACE=1 go test ./e2e/               # kvnode built with -race
 //	E2E_KVNODE=/path/to/kvnode ./e2e.test   # use a prebuilt kvnode
 //	E2E_PMEM_MODE=msync go test ./e2e/      # acceptor logs msync'ed files, not /dev/shm
+//	E2E_ACCEL=off|soft go test ./e2e/       # accel on no node / every node (default: nodes 1, 2)
 //
 // TestMain builds kvnode once into a temporary directory.
 package e2e

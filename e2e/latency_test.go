@@ -15,7 +15,8 @@ import (
 //
 //	go test -run '^$' -bench SingleClientLatency -benchtime 5000x ./e2e/
 //
-// It prints p50/p99/p99.9 and the acceptor log's durability mode.
+// It prints p50/p99/p99.9, the acceptor log's durability mode and whether
+// the leader ran the accel plane (E2E_ACCEL=off|soft sets every node).
 func BenchmarkSingleClientLatency(b *testing.B) {
 	c := newCluster(b, 3)
 	l := c.leader()
@@ -54,7 +55,7 @@ func BenchmarkSingleClientLatency(b *testing.B) {
 		cancel()
 		b.ReportMetric(float64(h.ValueAtQuantile(50)), op+"-p50-us")
 		b.ReportMetric(float64(h.ValueAtQuantile(99)), op+"-p99-us")
-		fmt.Fprintf(os.Stdout, "latency: op=%s n=%d p50=%dus p99=%dus p999=%dus max=%dus pmem=%s value=%dB nodes=3 transport=udp loopback\n",
-			op, b.N, h.ValueAtQuantile(50), h.ValueAtQuantile(99), h.ValueAtQuantile(99.9), h.Max(), st.Durability, len(value))
+		fmt.Fprintf(os.Stdout, "latency: op=%s n=%d p50=%dus p99=%dus p999=%dus max=%dus pmem=%s accel(leader)=%s value=%dB nodes=3 transport=udp loopback\n",
+			op, b.N, h.ValueAtQuantile(50), h.ValueAtQuantile(99), h.ValueAtQuantile(99.9), h.Max(), st.Durability, nodeAccel(l.id), len(value))
 	}
 }
