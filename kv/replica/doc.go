@@ -37,9 +37,16 @@
 //
 // # Accel
 //
-// With Config.Accel set, the accel plane's quorum aggregator runs beside
-// paxos in mirror mode (accel.go): it never decides anything, and its
-// commit decisions are compared with paxos's AckEvents.
+// With Config.Accel set ("soft"), the accel plane model takes the
+// mechanical consensus work off the consensus loop (accel.go): the
+// leader's quorum aggregator counts Accepted on the receive loop and its
+// commit events hand slots to the apply loop in order (accel_commit.go);
+// a follower persists and answers Accepts at its promised ballot from the
+// receive loop, behind a promise fence (accel_fast.go); heartbeats and the
+// election timer run on the plane's own goroutine and paxos runs with
+// ExternalElection (accel_heartbeat.go). Paxos stays authoritative: the
+// plane's commit decisions are checked against its AckEvents with a
+// bounded checker (accel_check.go).
 //
 // # Writes and reads
 //
