@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -151,6 +152,7 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			refreshMembers(ctx, c, st)
 			return printStatus(out, st)
 		}),
 	})
@@ -190,6 +192,44 @@ func (g *globals) run(body func(ctx context.Context, c *client.Client, out io.Wr
 		defer c.Close()
 		return body(ctx, c, cmd.OutOrStdout(), args)
 	}
+}
+
+// memberStatusTimeout bounds how long kvctl status waits for one member's
+// own figures; a member that does not answer in time is shown unreachable.
+const memberStatusTimeout = 2 * time.Second
+
+// refreshMembers replaces each member's row with the figures that member
+// reports about itself: the answering node knows its own commit and applied
+// slots exactly but only guesses at its peers'. The members are asked in
+// parallel; one that does not answer keeps the answering node's row, marked
+// unreachable.
+func refreshMembers(ctx context.Context, c *client.Client, st *proto.ClusterStatus) {
+	var wg sync.WaitGroup
+	for i := range st.Members {
+		m := &st.Members[i]
+		if m.ID == st.Self || m.Addr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+			defer cancel()
+			own, err := c.StatusAt(mctx, m.Addr)
+			if err != nil {
+				m.Reachable = false
+				return
+			}
+			for _, row := range own.Members {
+				if row.ID == own.Self && row.ID == m.ID {
+					*m = row
+					m.Reachable = true
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func printStatus(out io.Writer, st *proto.ClusterStatus) error {
