@@ -23,6 +23,9 @@ const (
 	// checkBallotsPerSlotMax bounds the ballots remembered per slot and
 	// side (one normally; a re-proposal after a leader change adds one).
 	checkBallotsPerSlotMax = 4
+	// checkLeaderBallotsMax bounds the ballots whose highest software
+	// commit is remembered (the newest ones are kept).
+	checkLeaderBallotsMax = 16
 )
 
 // accelCheck is accel.Checker with a bounded memory, for a replica that runs
@@ -41,6 +44,12 @@ type accelCheck struct {
 	// mark: every slot below it was judged and forgotten (a late event
 	// for one is held again and judged at eviction or by result).
 	mark paxos.Slot
+	// commit is the node's commit index as last reported: slots above it
+	// are still in flight and result leaves them unjudged.
+	commit paxos.Slot
+	// softTop is, per recent ballot, the highest slot software committed
+	// at it (see judgeLocked).
+	softTop []slotBallot
 }
 
 type checkSlot struct {
@@ -102,18 +111,44 @@ func (c *accelCheck) software(acks []paxos.AckEvent) {
 		if a.Committed {
 			cs := c.slot(a.Slot)
 			cs.soft = addCheckBallot(cs.soft, a.Ballot)
+			c.noteSoftTopLocked(a.Slot, a.Ballot)
 		}
 	}
 }
 
+func (c *accelCheck) noteSoftTopLocked(s paxos.Slot, b paxos.Ballot) {
+	for i := range c.softTop {
+		if c.softTop[i].ballot == b {
+			c.softTop[i].slot = max(c.softTop[i].slot, s)
+			return
+		}
+	}
+	if len(c.softTop) == checkLeaderBallotsMax {
+		copy(c.softTop, c.softTop[1:])
+		c.softTop = c.softTop[:len(c.softTop)-1]
+	}
+	c.softTop = append(c.softTop, slotBallot{slot: s, ballot: b})
+}
+
+// softPassed reports whether software, at ballot b, committed a slot above s.
+func (c *accelCheck) softPassed(s paxos.Slot, b paxos.Ballot) bool {
+	for _, t := range c.softTop {
+		if t.ballot == b {
+			return t.slot > s
+		}
+	}
+	return false
+}
+
 // forgetBelow judges and forgets every slot below commit-checkLagSlotsMax.
 func (c *accelCheck) forgetBelow(commit paxos.Slot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commit = max(c.commit, commit)
 	if commit <= checkLagSlotsMax {
 		return
 	}
 	mark := commit - checkLagSlotsMax
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if mark <= c.mark {
 		return
 	}
@@ -160,20 +195,38 @@ func (c *accelCheck) judgeLocked(s paxos.Slot, cs *checkSlot, r *accel.CheckResu
 		r.Excused++
 		return
 	}
+	if len(cs.soft) == 0 {
+		// The plane counted a quorum software never counted. That is a
+		// disagreement only if software, leading at that ballot, went on
+		// to commit a higher slot; otherwise it stepped down or stopped
+		// before the Accepted reached it (the slot is committed by the
+		// next leader), which is timing, not a different decision.
+		disagree := false
+		for _, b := range cs.plane {
+			disagree = disagree || c.softPassed(s, b)
+		}
+		if !disagree {
+			r.Excused++
+			return
+		}
+	}
 	r.Mismatches++
 	if r.First == "" {
 		r.First = fmt.Sprintf("slot %d: plane committed %v, software %v", s, cs.plane, cs.soft)
 	}
 }
 
-// result judges what is held now (without forgetting it) on top of the
-// verdicts already given.
+// result judges the held slots at or below the commit index (without
+// forgetting them) on top of the verdicts already given; slots above it
+// are in flight.
 func (c *accelCheck) result() accel.CheckResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.res
 	for s, cs := range c.slots {
-		c.judgeLocked(s, cs, &r)
+		if s <= c.commit {
+			c.judgeLocked(s, cs, &r)
+		}
 	}
 	return r
 }

@@ -85,13 +85,21 @@ func (c *testCluster) concurrentPuts(prefix string, writers, n int) {
 // checkAllKeys reads every key written by concurrentPuts from the leader.
 func (c *testCluster) checkAllKeys(prefix string, writers, n int) {
 	c.t.Helper()
-	l := c.leader()
 	for w := 0; w < writers; w++ {
 		for i := 0; i < n/writers; i++ {
 			k := fmt.Sprintf("%s-%d-%d", prefix, w, i)
-			resp := c.do(l, getReq(k, false), 5*time.Second)
+			var resp *proto.Response
+			for tries := 0; tries < 100; tries++ {
+				// A leader change (slow machines) answers NOT_LEADER or
+				// UNAVAILABLE: ask the next leader.
+				resp = c.do(c.leader(), getReq(k, false), 5*time.Second)
+				if resp.Status != proto.StatusNotLeader && resp.Status != proto.StatusUnavailable {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 			if resp.Status != proto.StatusOK || string(resp.Value) != "v" {
-				c.t.Fatalf("get %s on leader %d: %v %q", k, l, resp.Status, resp.Value)
+				c.t.Fatalf("get %s: %v %q", k, resp.Status, resp.Value)
 			}
 		}
 	}
