@@ -2,6 +2,7 @@ package raftpath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -135,11 +136,21 @@ func putN(t *testing.T, cl *client.Client, prefix string, n int) []string {
 	var keys []string
 	for i := range n {
 		k := fmt.Sprintf("%s-%d", prefix, i)
-		ctx, cancel := context.WithTimeout(context.Background(), testOpTimeout)
-		err := cl.Put(ctx, []byte(k), []byte(k))
-		cancel()
-		if err != nil {
-			t.Fatalf("put %s: %v", k, err)
+		// A leader change mid-run answers NOT_LEADER/UNAVAILABLE until the
+		// group settles; the put of k=k is idempotent, so retrying it until
+		// testWaitMax is safe.
+		deadline := time.Now().Add(testWaitMax)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), testOpTimeout)
+			err := cl.Put(ctx, []byte(k), []byte(k))
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || !(errors.Is(err, client.ErrNotLeader) || errors.Is(err, client.ErrUnavailable)) {
+				t.Fatalf("put %s: %v", k, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		keys = append(keys, k)
 	}
@@ -175,8 +186,10 @@ func TestKvnodeRaftSIGKILL(t *testing.T) {
 	acked := putN(t, cl, "before", 120)
 	old := c.leader(cl)
 	c.kill(old)
-	acked = append(acked, putN(t, cl, "during", 120)...)
+	// Wait for the survivors to elect a leader before writing: on a loaded
+	// 2-core machine the election can outlast the client's bounded retries.
 	lead := c.leader(cl)
+	acked = append(acked, putN(t, cl, "during", 120)...)
 	if lead == old {
 		t.Fatal("killed node still leads")
 	}
