@@ -59,7 +59,8 @@ type accelMirror struct {
 	// loop (entries or snapshot).
 	delivered atomic.Uint64
 
-	fast fastPath // follower accept fast path (accel_fast.go)
+	fast fastPath  // follower accept fast path (accel_fast.go)
+	wal  *accelWAL // the fast path's WAL: the acceptor log
 
 	// Registers last written (consensus loop only).
 	role      accel.Role
@@ -119,7 +120,8 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 	a := &accelMirror{r: r, check: newAccelCheck(), epoch: time.Now(), mask: accelWindowSlots - 1,
 		props: make([]proposedRow, accelWindowSlots)}
 	a.fast.init(promised)
-	opts := []accel.Option{accel.WithClock(a.now), accel.WithWAL(&accelWAL{log: r.alog})}
+	a.wal = &accelWAL{log: r.alog}
+	opts := []accel.Option{accel.WithClock(a.now), accel.WithWAL(a.wal)}
 	if cfg.Accel.Trace != nil {
 		opts = append(opts, accel.WithTrace(cfg.Accel.Trace))
 	}

@@ -140,6 +140,10 @@ func (a *accelMirror) accept(m *paxos.Message) bool {
 	}
 	evs := f.buf[:0]
 	var first, last paxos.Slot
+	// One persist for the whole Accept: the plane's per-entry Persist is
+	// deferred to the one below, which runs before the Accepted leaves
+	// (the plane's ordering, kept by the runtime, at a batch's cost).
+	a.wal.deferPersist = true
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		f.payload = paxos.AppendEntry(f.payload[:0], e)
@@ -158,9 +162,19 @@ func (a *accelMirror) accept(m *paxos.Message) bool {
 		}
 		last = e.Slot
 	}
+	a.wal.deferPersist = false
 	f.buf = evs[:0]
 	a.check.plane(evs)
 	if first == 0 {
+		return false
+	}
+	if err := a.wal.log.Persist(); err != nil {
+		// Nothing is answered; paxos, handed the Accept the ordinary
+		// way, appends and persists the entries itself (or stops the
+		// replica if the log is broken).
+		for s := first; s <= last; s++ {
+			f.persisted[s&(accelWindowSlots-1)] = slotBallot{}
+		}
 		return false
 	}
 	f.accepts.Add(uint64(last - first + 1))
@@ -255,7 +269,13 @@ func (f *fastPath) notPersisted(es []paxos.Entry) []paxos.Entry {
 // accelWAL is the fast path's durable log: the replica's acceptor log.
 // *PMemLog takes the plane's records as they are (pmem.Log is safe for
 // concurrent use); another AcceptorLog gets the entry decoded back.
-type accelWAL struct{ log AcceptorLog }
+type accelWAL struct {
+	log AcceptorLog
+	// deferPersist (set under fastPath.mu around one Accept's entries)
+	// makes Persist a no-op: the fast path persists once after the last
+	// entry and before it sends anything.
+	deferPersist bool
+}
 
 // recordAppender is implemented by acceptor logs that take pmem records.
 type recordAppender interface {
@@ -277,7 +297,12 @@ func (w *accelWAL) Append(recs []pmem.Record) error {
 	return w.log.Append(es)
 }
 
-func (w *accelWAL) Persist() error { return w.log.Persist() }
+func (w *accelWAL) Persist() error {
+	if w.deferPersist {
+		return nil
+	}
+	return w.log.Persist()
+}
 
 // appendRecords appends pmem records directly (no shared buffer: safe
 // beside the consensus loop's Append).

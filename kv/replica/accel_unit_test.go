@@ -102,7 +102,7 @@ func TestAccelFastPathPersistsBeforeAccepted(t *testing.T) {
 	if !r.accel.received(&m, true) {
 		t.Fatal("the fast path declined an Accept at the promised ballot")
 	}
-	want := []string{"append 1@3.1", "persist queued=0", "append 2@3.1", "persist queued=0", "append 3@3.1", "persist queued=0"}
+	want := []string{"append 1@3.1", "append 2@3.1", "append 3@3.1", "persist queued=0"}
 	if fmt.Sprint(log.events) != fmt.Sprint(want) {
 		t.Fatalf("log order %v, want %v", log.events, want)
 	}
@@ -127,6 +127,9 @@ func TestAccelFastPathPersistsBeforeAccepted(t *testing.T) {
 	}
 	if len(r.outbound) != 0 || len(r.accel.fast.mirrorC) != 0 {
 		t.Fatal("an Accepted or a mirror left after a failed persist")
+	}
+	if left := r.accel.fast.notPersisted(m2.Entries); len(left) != 1 {
+		t.Fatal("an entry whose persist failed is marked durable")
 	}
 }
 
