@@ -58,8 +58,11 @@ type fastPath struct {
 	// persisted remembers, per window row, the (slot, ballot) the fast path
 	// made durable, so software does not persist the same entry again.
 	persisted []slotBallot
-	buf       []accel.Event
-	payload   []byte
+	// sent remembers, per window row, the (slot, ballot) whose Accepted the
+	// fast path handed to the send loop and software has not yet repeated.
+	sent    []slotBallot
+	buf     []accel.Event
+	payload []byte
 
 	accepts atomic.Uint64
 	skipped atomic.Uint64
@@ -74,6 +77,7 @@ func (f *fastPath) init(promised paxos.Ballot) {
 	f.promise = promised
 	f.mirrorC = make(chan paxos.Message, mirrorQueueMax)
 	f.persisted = make([]slotBallot, accelWindowSlots)
+	f.sent = make([]slotBallot, accelWindowSlots)
 }
 
 // durable records a newly durable promise; an open fast path at another
@@ -180,19 +184,47 @@ func (a *accelMirror) accept(m *paxos.Message) bool {
 	f.accepts.Add(uint64(last - first + 1))
 	reply := paxos.Message{Type: paxos.MsgAccepted, Cluster: r.cfg.ClusterID, From: r.cfg.ID, To: m.From,
 		Ballot: m.Ballot, Slot: first, Index: last, Commit: r.status.Load().Commit}
-	r.sendNow(m.From, paxos.AppendMessage(nil, &reply))
+	if r.sendNow(m.From, paxos.AppendMessage(nil, &reply)) {
+		for s := first; s <= last; s++ {
+			f.sent[s&(accelWindowSlots-1)] = slotBallot{s, m.Ballot}
+		}
+	}
 	f.mirrorC <- *m // room was checked under f.mu; only this path sends
 	return true
 }
 
-// sendNow queues one encoded datagram for the send loop without blocking
-// (a full queue drops it: Paxos retransmits, and the mirror's own Accepted
-// follows anyway).
-func (r *Replica) sendNow(to paxos.NodeID, b []byte) {
+// alreadySent reports whether m is the Accepted paxos produced for a
+// mirror whose Accepted the fast path already sent (every slot of the
+// range, same ballot), and forgets those marks, so that at most one
+// software Accepted is dropped per fast one (consensus loop, step 2). The
+// dropped message differs only in a newer commit index, which the leader
+// learns from the next heartbeat answer.
+func (f *fastPath) alreadySent(m *paxos.Message) bool {
+	if m.Type != paxos.MsgAccepted || m.Reject || m.Index < m.Slot || m.Index-m.Slot >= accelWindowSlots {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for s := m.Slot; s <= m.Index; s++ {
+		if f.sent[s&(accelWindowSlots-1)] != (slotBallot{s, m.Ballot}) {
+			return false
+		}
+	}
+	for s := m.Slot; s <= m.Index; s++ {
+		f.sent[s&(accelWindowSlots-1)] = slotBallot{}
+	}
+	return true
+}
+
+// sendNow queues one encoded datagram for the send loop without blocking;
+// a full queue drops it (Paxos retransmits) and it returns false.
+func (r *Replica) sendNow(to paxos.NodeID, b []byte) bool {
 	select {
 	case r.outbound <- []outMsg{{to: to, b: b}}:
+		return true
 	default:
 		r.metrics.OutboundDropped.Inc()
+		return false
 	}
 }
 

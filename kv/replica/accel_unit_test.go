@@ -114,6 +114,14 @@ func TestAccelFastPathPersistsBeforeAccepted(t *testing.T) {
 	if mirror := <-r.accel.fast.mirrorC; mirror.Type != paxos.MsgAccept || len(mirror.Entries) != 3 {
 		t.Fatalf("mirror %+v", mirror)
 	}
+	// Software's own Accepted for the mirror is dropped once (the fast
+	// one went out), a wider or repeated one is not.
+	soft := paxos.Message{Type: paxos.MsgAccepted, To: 1, Ballot: b, Slot: 1, Index: 3}
+	wider := soft
+	wider.Index = 4
+	if r.accel.fast.alreadySent(&wider) || !r.accel.fast.alreadySent(&soft) || r.accel.fast.alreadySent(&soft) {
+		t.Fatal("software's duplicate Accepted: want dropped exactly once, and only for the fast range")
+	}
 	// Software's Ready holding the same entries skips them.
 	if left := r.accel.fast.notPersisted(m.Entries); len(left) != 0 {
 		t.Fatalf("software would persist %d fast-accepted entries again", len(left))

@@ -291,6 +291,9 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 				r.step(*m)
 				continue
 			}
+			if r.accel != nil && r.accel.fast.alreadySent(m) {
+				continue // the accel fast path sent this Accepted already
+			}
 			out = append(out, outMsg{to: m.To, b: paxos.AppendMessage(nil, m)})
 		}
 		select {
