@@ -84,20 +84,25 @@ func TestCosim(t *testing.T) {
 		DropPct: 2, DupPct: 2, WALFail: 300, Tenants: 6, Proposes: 6}
 	c3 := clusterConfig{Name: "cluster3", Nodes: 3, Quorum: 2, Steps: target * 2 / 10 / 22, Seed: seed + 1,
 		DropPct: 5, DupPct: 3, WALFail: 100, Tenants: 3, Proposes: 4}
-	var traces []string
-	traces = append(traces, clusterTraces(t, spec, c5, dir)...)
-	traces = append(traces, clusterTraces(t, spec, c3, dir)...)
-	res := replayAll(t, buildFor(spec), traces)
-	for i := uint64(0); res.Inputs < uint64(target); i++ {
+	var res compareResult
+	r5 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c5, dir))
+	res.add(r5)
+	r3 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c3, dir))
+	res.add(r3)
+	var rr compareResult
+	seeds := 0
+	for i := uint64(0); res.Inputs+rr.Inputs < uint64(target); i++ {
 		tr := filepath.Join(dir, fmt.Sprintf("random-seed%d.trace", seed+i))
-		n := max(uint64(target)-res.Inputs, 50_000)
+		n := max(uint64(target)-res.Inputs-rr.Inputs, 50_000)
 		randomTrace(t, spec, seed+i, int(min(n, 250_000)), tr)
-		res.add(replayAll(t, buildFor(spec), []string{tr}))
+		rr.add(replayAll(t, buildFor(spec), []string{tr}))
 		os.Remove(tr)
+		seeds++
 	}
-	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=cluster5(seed=%d,%d nodes),cluster3(seed=%d,%d nodes),random(seed=%d..) build=W%d/R%d/T%d\n",
-		res.Inputs, res.Mismatches, res.Outputs, c5.Seed, c5.Nodes, c3.Seed, c3.Nodes, seed,
-		spec.WindowSlots, spec.Replicas, spec.TenantsMax)
+	res.add(rr)
+	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=cluster5(seed=%d,%d nodes):%d,cluster3(seed=%d,%d nodes):%d,random(seeds %d..%d):%d build=W%d/R%d/T%d\n",
+		res.Inputs, res.Mismatches, res.Outputs, c5.Seed, c5.Nodes, r5.Inputs, c3.Seed, c3.Nodes, r3.Inputs,
+		seed, seed+uint64(max(seeds, 1))-1, rr.Inputs, spec.WindowSlots, spec.Replicas, spec.TenantsMax)
 	if testing.Verbose() {
 		printCoverage(os.Stdout, res.Coverage)
 	}
