@@ -66,11 +66,14 @@ var cosimRequired = []string{
 
 // TestCosim replays traces recorded from the Go accel model through the
 // Verilated RTL and compares every output event, exactly:
+//   - paxos-group: planes beside real paxos.Nodes (accel's group test,
+//     3 and 5 nodes, 4 seeds), one trace per plane;
 //   - cluster5: a synthetic 5-node cluster (quorum 3), one trace per node;
 //   - cluster3: a 3-node cluster (quorum 2) on the same 5-entry hardware;
 //   - random:   seed-driven random stimulus over every input kind.
 //
-// Together at least -cosim.events inputs (1,000,000 by default).
+// The synthetic sources alone give at least -cosim.events inputs
+// (1,000,000 by default); the paxos traces come on top.
 func TestCosim(t *testing.T) {
 	needTool(t, "verilator")
 	spec := cosimSpec()
@@ -85,24 +88,31 @@ func TestCosim(t *testing.T) {
 	c3 := clusterConfig{Name: "cluster3", Nodes: 3, Quorum: 2, Steps: target * 2 / 10 / 22, Seed: seed + 1,
 		DropPct: 5, DupPct: 3, WALFail: 100, Tenants: 3, Proposes: 4}
 	var res compareResult
+	var rp compareResult
+	for _, tr := range paxosTraces(t) {
+		rp.add(replayAll(t, buildFor(traceSpec(t, tr)), []string{tr}))
+		os.Remove(tr)
+	}
+	res.add(rp)
 	r5 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c5, dir))
 	res.add(r5)
 	r3 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c3, dir))
 	res.add(r3)
 	var rr compareResult
 	seeds := 0
-	for i := uint64(0); res.Inputs+rr.Inputs < uint64(target); i++ {
+	synthetic := r5.Inputs + r3.Inputs
+	for i := uint64(0); synthetic+rr.Inputs < uint64(target); i++ {
 		tr := filepath.Join(dir, fmt.Sprintf("random-seed%d.trace", seed+i))
-		n := max(uint64(target)-res.Inputs-rr.Inputs, 50_000)
+		n := max(uint64(target)-synthetic-rr.Inputs, 50_000)
 		randomTrace(t, spec, seed+i, int(min(n, 250_000)), tr)
 		rr.add(replayAll(t, buildFor(spec), []string{tr}))
 		os.Remove(tr)
 		seeds++
 	}
 	res.add(rr)
-	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=cluster5(seed=%d,%d nodes):%d,cluster3(seed=%d,%d nodes):%d,random(seeds %d..%d):%d build=W%d/R%d/T%d\n",
-		res.Inputs, res.Mismatches, res.Outputs, c5.Seed, c5.Nodes, r5.Inputs, c3.Seed, c3.Nodes, r3.Inputs,
-		seed, seed+uint64(max(seeds, 1))-1, rr.Inputs, spec.WindowSlots, spec.Replicas, spec.TenantsMax)
+	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=paxos-group(accel %s: 3+5 paxos.Nodes x 4 seeds, W256):%d,cluster5(seed=%d):%d,cluster3(seed=%d):%d,random(seeds %d..%d):%d\n",
+		res.Inputs, res.Mismatches, res.Outputs, paxosGroupTest, rp.Inputs, c5.Seed, r5.Inputs, c3.Seed, r3.Inputs,
+		seed, seed+uint64(max(seeds, 1))-1, rr.Inputs)
 	if testing.Verbose() {
 		printCoverage(os.Stdout, res.Coverage)
 	}

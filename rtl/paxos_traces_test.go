@@ -1,0 +1,61 @@
+package rtl
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"synod/accel"
+)
+
+// paxosGroupTest is the accel test that runs real paxos.Nodes (3 and 5 of
+// them, 4 seeds each, leader isolations, message loss) with a plane beside
+// every node, and writes each plane's trace to $ACCEL_TRACE_DIR.
+const paxosGroupTest = "^TestCheckerWithPaxos$"
+
+// paxosTraces records the paxos-driven traces by running that test in a
+// child `go test` (the traces are ~170 MB, too big to commit) and returns
+// their paths. The group's spec (256-slot window, 3 or 5 replicas, 32
+// tenants) needs its own RTL builds.
+func paxosTraces(t *testing.T) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go not on PATH: %v", err)
+	}
+	// The group test lives in accel's test files, which this package's
+	// own cache key does not cover: read it here so an edit to it reruns us.
+	if _, err := os.ReadFile(filepath.Join("..", "accel", "paxos_group_test.go")); err != nil {
+		t.Fatalf("the paxos group test moved: %v", err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(goBin, "test", "-count=1", "-run", paxosGroupTest, "synod/accel")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "ACCEL_TRACE_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("recording paxos traces (go test %s synod/accel): %v\n%s", paxosGroupTest, err, tail(string(out), 3000))
+	}
+	paths, err := filepath.Glob(filepath.Join(dir, "*.trace"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("go test %s synod/accel wrote no traces to ACCEL_TRACE_DIR (%v)", paxosGroupTest, err)
+	}
+	sort.Strings(paths)
+	return paths
+}
+
+// traceSpec reads a trace's header.
+func traceSpec(t *testing.T, path string) accel.Spec {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr, err := accel.NewTraceReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tr.Spec()
+}
