@@ -34,7 +34,7 @@ go build -o "${log}.report" ./internal/testreport
 # 30 minutes; the timeout only catches a hang.
 set +e
 go test -json -p 2 -timeout 40m "$@" ./... | tee "$log" | "${log}.report"
-rc=${PIPESTATUS[0]}; rep=${PIPESTATUS[2]}
+st=("${PIPESTATUS[@]}"); rc=${st[0]}; rep=${st[2]}
 set -e
 echo "(raw go test -json log: $log)"
 [ "$rc" = 0 ] && [ "$rep" = 0 ]
