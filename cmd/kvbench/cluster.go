@@ -40,6 +40,8 @@ type cluster struct {
 	// uncontracted tenant outside the workload, so polling never spends
 	// a workload tenant's budget.
 	monitor string
+	// lan holds the namespaces of a netns path (nil on loopback).
+	lan *lan
 }
 
 type nodeProc struct {
@@ -54,12 +56,13 @@ func tenantToken(i int) string { return fmt.Sprintf("kvbench-tenant-%d", i) }
 
 const monitorToken = "kvbench-monitor"
 
-// nodeConfig renders kvnode's TOML for node i of path p.
-func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
+// nodeConfig renders kvnode's TOML for node i of path p; addrs[j-1] is
+// node j's IP address (127.0.0.1 for all on loopback).
+func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) string {
 	var b strings.Builder
 	base := o.BasePort
 	fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", i, filepath.Join(dir, fmt.Sprintf("node%d", i)))
-	fmt.Fprintf(&b, "client_listen = \"127.0.0.1:%d\"\nconsensus_listen = \"127.0.0.1:%d\"\nlog_level = \"warn\"\n", base+i, base+20+i)
+	fmt.Fprintf(&b, "client_listen = \"%s:%d\"\nconsensus_listen = \"%s:%d\"\nlog_level = \"warn\"\n", addrs[i-1], base+i, addrs[i-1], base+20+i)
 	if p.Replication == "raft" {
 		fmt.Fprintf(&b, "replication = \"raft\"\n")
 	}
@@ -80,7 +83,13 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
 	if kind == "" {
 		kind = "udp"
 	}
-	fmt.Fprintf(&b, "[transport]\nkind = %q\n\n[consensus]\ntick = \"1ms\"\n\n", kind)
+	fmt.Fprintf(&b, "[transport]\nkind = %q\n", kind)
+	if kind == "afxdp" {
+		// Adaptive polling, unpinned: the cores are shared with the
+		// clients and the other replicas (as in the e2e AF_XDP tests).
+		fmt.Fprintf(&b, "interface = %q\npoll = \"adaptive\"\nframe_count = %d\nattach = \"auto\"\n", lanIfName, lanFrameCount)
+	}
+	fmt.Fprintf(&b, "\n[consensus]\ntick = \"1ms\"\n\n")
 	if p.Replication == "raft" {
 		walDir := filepath.Join(dir, fmt.Sprintf("node%d", i), "raft")
 		if p.walOnShm {
@@ -89,7 +98,7 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string) string {
 		fmt.Fprintf(&b, "[raft]\nwal_dir = %q\n\n", walDir)
 	}
 	for j := 1; j <= o.Nodes; j++ {
-		fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = \"127.0.0.1:%d\"\nclient_addr = \"127.0.0.1:%d\"\n\n", j, base+20+j, base+j)
+		fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = \"%s:%d\"\nclient_addr = \"%s:%d\"\n\n", j, addrs[j-1], base+20+j, addrs[j-1], base+j)
 	}
 	share := o.Rate / float64(o.Tenants)
 	for t := 1; t <= o.Tenants; t++ {
@@ -130,10 +139,23 @@ func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*clus
 	for t := 1; t <= o.Tenants; t++ {
 		c.tokens = append(c.tokens, tenantToken(t))
 	}
+	addrs := make([]string, o.Nodes)
+	for i := range addrs {
+		addrs[i] = "127.0.0.1"
+	}
+	if p.netns {
+		l, err := newLAN(o.Nodes, p.transport, uint16(o.BasePort+21))
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.lan = l
+		addrs = l.addrs()
+	}
 	for i := 1; i <= o.Nodes; i++ {
-		c.endpoints = append(c.endpoints, fmt.Sprintf("127.0.0.1:%d", o.BasePort+i))
+		c.endpoints = append(c.endpoints, fmt.Sprintf("%s:%d", addrs[i-1], o.BasePort+i))
 		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
-		if err := os.WriteFile(cfgPath, []byte(nodeConfig(o, p, i, dir, c.shmDir)), 0o640); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(nodeConfig(o, p, i, dir, c.shmDir, addrs)), 0o640); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -144,6 +166,9 @@ func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*clus
 			return nil, err
 		}
 		cmd := exec.Command(kvnode, "--config", cfgPath)
+		if c.lan != nil {
+			cmd = c.lan.command(i, kvnode, "--config", cfgPath)
+		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			logf.Close()
@@ -254,7 +279,8 @@ func (c *cluster) pids() []int {
 	return out
 }
 
-// stop terminates the nodes and removes the data.
+// stop terminates the nodes and removes the data, then the namespaces
+// (processes go before their namespaces).
 func (c *cluster) stop() {
 	for _, p := range c.procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
@@ -273,6 +299,12 @@ func (c *cluster) stop() {
 	}
 	if c.shmDir != "" && c.shmDir != c.dir {
 		os.RemoveAll(c.shmDir)
+	}
+	if c.lan != nil {
+		if err := c.lan.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench: removing namespaces: %v\n", err)
+		}
+		c.lan = nil
 	}
 }
 

@@ -8,7 +8,8 @@
 //	kvbench rtt          AF_XDP vs kernel UDP round trips (afxdp/rtt)
 //
 // Every path runs on a fresh embedded cluster of kvnode child processes on
-// loopback. Load is open-loop Poisson; latency counts from the intended
+// loopback, or (paxos-udp-netns, paxos-afxdp; root only) each in a network
+// namespace of its own on a veth bridge. Load is open-loop Poisson; latency counts from the intended
 // send time. docs/benchmarking.md explains the method, the knobs and how
 // to read the output.
 package main
@@ -205,7 +206,7 @@ func pathNames() string {
 // allPaths. With --endpoints one path runs: the cluster that is there.
 func selectPaths(o *Options) ([]Path, error) {
 	if len(o.Endpoints) > 0 {
-		return []Path{{Name: "existing", Replication: "unknown", Durability: "unknown (an existing cluster: as it is configured)", Transport: "unknown", main: true}}, nil
+		return []Path{{Name: "existing", Replication: "unknown", Durability: "unknown (an existing cluster: as it is configured)", Transport: "unknown", Topology: "unknown", main: true}}, nil
 	}
 	all := allPaths()
 	if len(o.Paths) == 0 {
@@ -229,9 +230,8 @@ func selectPaths(o *Options) ([]Path, error) {
 
 // notAvailable says why a path cannot run here, before trying it.
 func notAvailable(p Path) string {
-	switch {
-	case p.transport == "afxdp":
-		return "AF_XDP needs the kvnode processes in network namespaces joined by veth; kvbench starts them on loopback only (see `kvbench rtt` for the transport's own figures)"
+	if p.netns {
+		return netnsUnavailable()
 	}
 	return ""
 }

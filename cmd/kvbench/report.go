@@ -164,6 +164,11 @@ func writeTable(w io.Writer, r *Report) {
 		fmt.Fprintf(tw, "%s / %s\t", p.Transport, a)
 	}
 	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "nodes on\t")
+	for _, p := range r.Paths {
+		fmt.Fprintf(tw, "%s\t", p.Topology)
+	}
+	fmt.Fprintln(tw)
 	for _, pc := range []struct {
 		name string
 		get  func(ph *PhaseResult) int64
