@@ -8,9 +8,10 @@
 //            num  = cost - tokens + rate - 1   (Wait = num / rate when need)
 //            charged = chk_in less cost when rate != 0
 // A bucket travels packed as {rate[33], burst_tokens[41], burst[60],
-// tokens[60], last[64]}. Go derives Burst/10^6 in Cost; SetRate is the only
-// writer of Burst and stores burst_tokens*10^6, so keeping burst_tokens
-// beside it gives the same quotient without a divider.
+// tokens[60], last[64]}. Go's Cost is min(units*10^6, Burst) (units below
+// 2^42; here at most 2^32). SetRate, the only writer of Burst, stores
+// burst_tokens*10^6, so comparing units with burst_tokens picks the same
+// branch with a 41-bit compare instead of a 60-bit one.
 module synod_bucket #(
   localparam int RATE_W = 33,   // <= 2^32  (tenants.RatePerSecMax)
   localparam int BTOK_W = 41,   // <= 2^40  (tenants.BurstTokensMax)
