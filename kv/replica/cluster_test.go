@@ -142,7 +142,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 	}
 	var accelCfg *AccelConfig
 	if c.accelOn[id] {
-		accelCfg = &AccelConfig{}
+		accelCfg = c.accelConfig(id) // accel_trace_test.go: records the plane's trace on request
 	}
 	faults := &Faults{}
 	if old := c.nodes[id]; old != nil {
