@@ -3,17 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"synod/afxdp/netns"
 	"synod/bench/hist"
 	"synod/kv/proto"
 	"synod/kv/server"
@@ -134,6 +137,71 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 			t.Errorf("plot %s: %v", f, err)
 		}
 	}
+	t.Run("netns", func(t *testing.T) { checkNetnsPaths(t, &back) })
+}
+
+// checkNetnsPaths: where namespaces can be built, paxos-udp-netns and
+// paxos-afxdp must have run (their figures are checked with the rest by
+// missingFigures), and AF_XDP must have carried consensus: the afxdp
+// path's node namespaces count less than half the kernel UDP datagrams of
+// the udp path's. Elsewhere it skips with the reason (fails under CI=true).
+func checkNetnsPaths(t *testing.T, r *Report) {
+	if err := netns.Available(); err != nil {
+		skipOrFail(t, err)
+	}
+	byName := map[string]*PathResult{}
+	for _, p := range r.Paths {
+		byName[p.Name] = p
+	}
+	udp, xdp := byName["paxos-udp-netns"], byName["paxos-afxdp"]
+	if udp == nil || xdp == nil {
+		t.Fatal("the netns paths are missing from the report")
+	}
+	if udp.Status != "ok" {
+		t.Fatalf("paxos-udp-netns: %s: %s", udp.Status, udp.Reason)
+	}
+	if xdp.Status != "ok" {
+		if strings.Contains(xdp.Reason, "AF_XDP unavailable") {
+			skipOrFail(t, errors.New(xdp.Reason))
+		}
+		t.Fatalf("paxos-afxdp: %s: %s", xdp.Status, xdp.Reason)
+	}
+	fmt.Printf("kvbench netns: kernel UDP datagrams paxos-udp-netns=%d paxos-afxdp=%d\n", udp.KernelUDPDatagrams, xdp.KernelUDPDatagrams)
+	if udp.KernelUDPDatagrams == 0 || xdp.KernelUDPDatagrams*2 >= udp.KernelUDPDatagrams {
+		t.Errorf("kernel UDP datagrams: udp path %d, afxdp path %d: AF_XDP did not bypass the kernel (or the count is broken)",
+			udp.KernelUDPDatagrams, xdp.KernelUDPDatagrams)
+	}
+}
+
+func skipOrFail(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true but: %v", err)
+	}
+	t.Skipf("skipped: %v", err)
+}
+
+func TestParseSnmpUDP(t *testing.T) {
+	good := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: 10 3 0 32\nUdpLite: InDatagrams\nUdpLite: 0\n"
+	if n, err := parseSnmpUDP(good); err != nil || n != 42 {
+		t.Fatalf("got %d, %v; want 42", n, err)
+	}
+	for _, bad := range []string{"", "Ip: 1 64\n", "Udp: InDatagrams OutDatagrams\nUdp: x 1\n", "Udp: InDatagrams OutDatagrams\nUdp: -1 1\n", "Udp: InDatagrams\n"} {
+		if _, err := parseSnmpUDP(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// FuzzParseSnmpUDP: any text gives a count or an error, never a panic,
+// and never a negative count.
+func FuzzParseSnmpUDP(f *testing.F) {
+	f.Add("Udp: InDatagrams NoPorts OutDatagrams\nUdp: 10 3 32\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, err := parseSnmpUDP(s); err == nil && n < 0 {
+			t.Fatalf("negative count %d", n)
+		}
+	})
 }
 
 func TestFlagsValidate(t *testing.T) {

@@ -11,7 +11,7 @@ type Path struct {
 	// Topology is where the nodes run: "loopback" (one namespace) or
 	// "netns" (one network namespace per node on a veth bridge).
 	Topology string `json:"topology"`
-	Accel      bool   `json:"accel"`
+	Accel    bool   `json:"accel"`
 	// Base names the path this ablation changes one lever of ("" for the
 	// main paths).
 	Base  string `json:"base,omitempty"`

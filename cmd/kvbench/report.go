@@ -227,6 +227,12 @@ func writeTable(w io.Writer, r *Report) {
 		}
 		return fmt.Sprintf("%.1f", lag)
 	})
+	row("kernel UDP dgrams", func(p *PathResult) string {
+		if !p.netns {
+			return "-"
+		}
+		return fmt.Sprint(p.KernelUDPDatagrams)
+	})
 	row("CPU-s / 1000 ops", func(p *PathResult) string {
 		v := phase(p, "steady").CPUPer1000
 		if v == 0 {

@@ -52,6 +52,10 @@ type PathResult struct {
 	VictimP99NoisyUs  int64   `json:"victim_p99_noisy_us"`
 	InterferenceRatio float64 `json:"interference_ratio"`
 	LeaderChangesHog  int     `json:"leader_changes_hog"`
+	// KernelUDPDatagrams (netns paths only): datagrams the node
+	// namespaces' kernel UDP stacks counted over the whole run (preload
+	// included); AF_XDP consensus bypasses them, kernel udp does not.
+	KernelUDPDatagrams int64 `json:"kernel_udp_datagrams,omitempty"`
 }
 
 // runPath runs every scenario of o on a fresh cluster for p (or on the
@@ -105,6 +109,14 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 		pr.Phases[s] = ph
 	}
 	pr.Status = "ok"
+	if c.lan != nil {
+		n, err := c.lan.kernelUDP()
+		if err != nil {
+			pr.Status, pr.Reason = "failed", fmt.Sprintf("kernel UDP count: %v", err)
+			return pr
+		}
+		pr.KernelUDPDatagrams = n
+	}
 	if st, ok := pr.Phases["steady"]; ok {
 		pr.VictimP99SteadyUs = st.Victim.P99Us
 		if ns, ok := pr.Phases["noisy"]; ok {
