@@ -4,15 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +17,6 @@ import (
 
 	"synod/afxdp"
 	"synod/afxdp/netns"
-	"synod/kv/client"
 )
 
 // The AF_XDP clusters run every kvnode in its own network namespace
@@ -57,19 +53,14 @@ const (
 	nsSnmpBytesMax = 1 << 16
 )
 
-// Workload of the namespace leader-kill checks (the loopback test's shape,
-// fewer rounds: each namespace cluster runs on the same two shared cores).
+// Rounds and pacing of the namespace leader-kill checks (the loopback
+// test's workload, leaderKillWorkload, with fewer rounds: each namespace
+// cluster runs on the same two shared cores).
 const (
 	nsKillsDefault      = 5
 	nsMixedKillsDefault = 3
-	nsWorkers           = 4
-	nsSharedKeys        = 8
 	nsLoadPerRound      = 300 * time.Millisecond
-	nsOpTimeout         = 8 * time.Second
 	nsCheckTimeout      = 2 * time.Minute
-	nsClientRetries     = 60
-	nsProbeAttempts     = 200
-	nsFinalReadLimit    = 20 * time.Second
 )
 
 // nsCluster is a cluster whose nodes run in namespaces of one LAN.
@@ -138,15 +129,7 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 	}
 
 	c := &cluster{t: t, dir: t.TempDir()}
-	mode := "msync"
-	c.pdir = c.dir
-	if os.Getenv("E2E_PMEM_MODE") != "msync" {
-		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-			if d, err := os.MkdirTemp("/dev/shm", "synod-e2e-ns-"); err == nil {
-				c.pdir, mode = d, "shm"
-			}
-		}
-	}
+	mode := c.pmemDir("synod-e2e-ns-")
 	// E2E_XDP_POLL (busy|adaptive) and E2E_XDP_SPIN_MICROS tune the
 	// AF_XDP nodes' poll loops (for the latency benchmark).
 	xdpPoll, xdpSpin := afxdp.PollAdaptive, os.Getenv("E2E_XDP_SPIN_MICROS")
@@ -185,11 +168,6 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 	}
 	for i, nd := range c.nodes {
 		var b strings.Builder
-		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 12\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
-		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
-		fmt.Fprintf(&b, "log_level = \"info\"\n")
-		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
-		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
 		fmt.Fprintf(&b, "[transport]\nkind = %q\n", kinds[i])
 		if kinds[i] == afxdp.TransportAFXDP {
 			// Adaptive polling, unpinned by default: the cores are
@@ -202,35 +180,11 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 				fmt.Fprintf(&b, "[cores]\nrx = %d\n", rxBase+i)
 			}
 		}
-		for _, p := range c.nodes {
-			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
-		}
-		for _, tn := range []tenant{tenantA, tenantB} {
-			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n%s", tn.id, tn.name, tn.token, tn.extra)
-		}
-		nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
-		nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))
-		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o640); err != nil {
-			t.Fatal(err)
-		}
+		c.writeConfig(nd, 12, mode, "", b.String(), []tenant{tenantA, tenantB})
 	}
 	// Registered after lan.Close, so it runs before it: the processes go
 	// before their namespaces.
-	t.Cleanup(func() {
-		for _, nd := range c.nodes {
-			c.kill(nd)
-		}
-		if t.Failed() {
-			for _, nd := range c.nodes {
-				if b, err := os.ReadFile(nd.logPath); err == nil {
-					t.Logf("--- node%d.log (tail)\n%s", nd.id, tail(string(b), 3000))
-				}
-			}
-		}
-		if c.pdir != c.dir {
-			os.RemoveAll(c.pdir)
-		}
-	})
+	t.Cleanup(func() { c.stopAll(false) })
 	for _, nd := range c.nodes {
 		nc.start(nd)
 	}
@@ -286,33 +240,8 @@ func (nc *nsCluster) ns(nd *node) string { return nc.lan.NS[nd.id-1] }
 func (nc *nsCluster) start(nd *node) {
 	c := nc.cluster
 	c.t.Helper()
-	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	cmd := exec.Command("ip", "netns", "exec", nc.ns(nd), kvnodeBin, "--config", nd.cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.t.Fatal(err)
-	}
-	nd.cmd, nd.done = cmd, make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(nd.done) }()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if _, err := c.status(nd); err == nil {
-			break
-		}
-		select {
-		case <-nd.done:
-			c.t.Fatalf("node %d exited during start-up", nd.id)
-		default:
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d did not start within %v", nd.id, startTimeout)
-		}
-		time.Sleep(statusPollEvery)
-	}
+	c.launch(nd, cmd)
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err == nil && filepath.Base(exe) != filepath.Base(kvnodeBin) {
 		c.t.Fatalf("node %d: pid %d runs %s, not kvnode: SIGKILL would miss it", nd.id, cmd.Process.Pid, exe)
 	}
@@ -412,173 +341,30 @@ type killRun struct {
 	commit           uint64 // commit index at the end
 }
 
-// runLeaderKills is the loopback leader-kill test's workload on a
-// namespace cluster: nsWorkers clients put and get shared keys and put
-// unique keys while, rounds times, the leader is SIGKILLed, a new leader
-// must serve a write, and the killed node restarts and catches up. Then
-// every shared key is read, every acknowledged unique put must read back,
-// and porcupine checks the whole history. It fails t on any violation.
+// runLeaderKills is leaderKillWorkload on a namespace cluster (restarts
+// inside the node's namespace, transport kinds in the round log), then the
+// history check. It fails t on any violation.
 func runLeaderKills(t *testing.T, nc *nsCluster, rounds int) killRun {
 	c := nc.cluster
-	h := newHistory()
-	stop := make(chan struct{})
-	var (
-		wg      sync.WaitGroup
-		ackedMu sync.Mutex
-		acked   []string
-		opsDone atomic.Int64
-	)
-	for w := 0; w < nsWorkers; w++ {
-		cl := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
-		defer cl.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 43))
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := ctxTimeout(nsOpTimeout)
-				switch x := rng.IntN(10); {
-				case x < 4:
-					in := kvInput{put: true, key: fmt.Sprintf("k%d", rng.IntN(nsSharedKeys)), value: fmt.Sprintf("w%d-%d", w, n)}
-					call := h.now()
-					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
-					ret := h.now()
-					if err != nil {
-						ret = pendingReturn
-					}
-					h.add(w, in, call, ret, kvOutput{})
-				case x < 8:
-					in := kvInput{key: fmt.Sprintf("k%d", rng.IntN(nsSharedKeys))}
-					call := h.now()
-					v, err := cl.Get(ctx, []byte(in.key))
-					ret := h.now()
-					switch {
-					case err == nil:
-						h.add(w, in, call, ret, kvOutput{found: true, value: string(v)})
-					case errors.Is(err, client.ErrNotFound):
-						h.add(w, in, call, ret, kvOutput{})
-					}
-				default:
-					in := kvInput{put: true, key: fmt.Sprintf("u/%d/%d", w, n), value: "1"}
-					call := h.now()
-					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
-					ret := h.now()
-					if err != nil {
-						ret = pendingReturn
-					} else {
-						ackedMu.Lock()
-						acked = append(acked, in.key)
-						ackedMu.Unlock()
-					}
-					h.add(w, in, call, ret, kvOutput{})
-				}
-				cancel()
-				opsDone.Add(1)
-			}
-		}()
-	}
-	// Stop the workers on every exit path (t.Fatal included) before the
-	// deferred client closes run.
-	stopped := false
-	stopWorkers := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	defer stopWorkers()
-
-	probe := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
-	defer probe.Close()
-	kills := 0
-	for round := 1; round <= rounds; round++ {
-		l := c.leader()
-		before := opsDone.Load()
-		time.Sleep(nsLoadPerRound)
-		c.kill(l)
-		kills++
-		nl := c.leader(l)
-		in := kvInput{put: true, key: fmt.Sprintf("probe%d", round), value: "p"}
-		ok := false
-		for i := 0; i < nsProbeAttempts && !ok; i++ {
-			ctx, cancel := ctxTimeout(nsOpTimeout)
-			call := h.now()
-			err := probe.Put(ctx, []byte(in.key), []byte(in.value))
-			cancel()
-			if err == nil {
-				h.add(nsWorkers, in, call, h.now(), kvOutput{})
-				ok = true
-			} else {
-				h.add(nsWorkers, in, call, pendingReturn, kvOutput{})
-			}
-		}
-		if !ok {
-			t.Fatalf("round %d: no write succeeded after killing node %d (new leader %d)", round, l.id, nl.id)
-		}
-		nc.start(l)
-		st, err := c.status(nl)
-		if err != nil {
-			t.Fatalf("round %d: status of the new leader: %v", round, err)
-		}
-		c.waitCaughtUp(l, st.Commit)
-		t.Logf("round %d: killed leader %d (%s), new leader %d (%s), node %d caught up to %d; %d ops this round",
-			round, l.id, nc.kinds[l.id-1], nl.id, nc.kinds[nl.id-1], l.id, st.Commit, opsDone.Load()-before)
-	}
-	time.Sleep(nsLoadPerRound)
-	stopWorkers()
-
-	final := dialClient(t, c.endpoints(), tenantA.token, nsClientRetries)
-	defer final.Close()
-	deadline := time.Now().Add(nsFinalReadLimit)
-	for k := 0; k < nsSharedKeys; k++ {
-		in := kvInput{key: fmt.Sprintf("k%d", k)}
-		for {
-			ctx, cancel := ctxTimeout(nsOpTimeout)
-			call := h.now()
-			v, err := final.Get(ctx, []byte(in.key))
-			ret := h.now()
-			cancel()
-			if err == nil {
-				h.add(nsWorkers+1, in, call, ret, kvOutput{found: true, value: string(v)})
-				break
-			}
-			if errors.Is(err, client.ErrNotFound) {
-				h.add(nsWorkers+1, in, call, ret, kvOutput{})
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("final read of %s: %v", in.key, err)
-			}
-		}
-	}
-	lost := 0
-	for _, k := range acked {
-		ctx, cancel := ctxTimeout(nsOpTimeout)
-		_, err := final.Get(ctx, []byte(k))
-		cancel()
-		if err != nil {
-			lost++
-			t.Errorf("acknowledged write of %s lost: %v", k, err)
-		}
-	}
+	r := leaderKillWorkload(t, c, leaderKills{
+		rounds:       rounds,
+		seed:         43,
+		loadPerRound: nsLoadPerRound,
+		restart:      nc.start,
+		describe:     func(nd *node) string { return " (" + nc.kinds[nd.id-1] + ")" },
+	})
 	var commit uint64
 	if st, err := c.status(c.leader()); err == nil {
 		commit = st.Commit
 	}
-	res := h.check(nsCheckTimeout)
+	res := r.h.check(nsCheckTimeout)
 	if res != porcupine.Ok {
-		t.Errorf("history of %d ops is not linearizable (porcupine: %v)", len(h.ops), res)
+		t.Errorf("history of %d ops is not linearizable (porcupine: %v)", len(r.h.ops), res)
 	}
-	if len(acked) == 0 {
+	if r.acked == 0 {
 		t.Errorf("no unique write was acknowledged: the workload did not run")
 	}
-	return killRun{kills: kills, ops: len(h.ops), lost: lost, linearizable: res == porcupine.Ok, commit: commit}
+	return killRun{kills: r.kills, ops: len(r.h.ops), lost: r.lost, linearizable: res == porcupine.Ok, commit: commit}
 }
 
 // checkBypass asserts that each AF_XDP node's consensus traffic bypassed

@@ -142,16 +142,7 @@ func ephemeralLow() int {
 func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
-	mode := "msync"
-	c.pdir = c.dir
-	if m := os.Getenv("E2E_PMEM_MODE"); m == "msync" {
-		// Acceptor logs as ordinary files in the test's temp dir.
-	} else if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		d, err := os.MkdirTemp("/dev/shm", "synod-e2e-")
-		if err == nil {
-			c.pdir, mode = d, "shm"
-		}
-	}
+	mode := c.pmemDir("synod-e2e-")
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, &node{
 			id:        i,
@@ -161,49 +152,86 @@ func newCluster(t testing.TB, n int) *cluster {
 		})
 	}
 	for _, nd := range c.nodes {
-		var b strings.Builder
-		fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", nd.id, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
-		fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
-		accelMode := nodeAccel(nd.id)
-		fmt.Fprintf(&b, "log_level = \"info\"\nfault_injection = true\naccel = %q\n", accelMode)
-		fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, mode)
-		fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
-		for _, p := range c.nodes {
-			fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
-		}
-		for _, tn := range []tenant{tenantA, tenantB, tenantC} {
-			fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n%s", tn.id, tn.name, tn.token, tn.extra)
-		}
-		nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
-		nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))
-		if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o640); err != nil {
-			t.Fatal(err)
+		top := fmt.Sprintf("fault_injection = true\naccel = %q\n", nodeAccel(nd.id))
+		c.writeConfig(nd, 11, mode, top, "", []tenant{tenantA, tenantB, tenantC})
+	}
+	t.Cleanup(func() { c.stopAll(true) })
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	return c
+}
+
+// pmemDir picks where c's acceptor logs live and returns their pmem mode:
+// a fresh directory under /dev/shm named prefix* ("shm"), or, with
+// E2E_PMEM_MODE=msync or without /dev/shm, ordinary files in the test's
+// temp dir ("msync"). It sets c.pdir; stopAll removes a /dev/shm one.
+func (c *cluster) pmemDir(prefix string) string {
+	c.pdir = c.dir
+	if os.Getenv("E2E_PMEM_MODE") == "msync" {
+		return "msync"
+	}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", prefix); err == nil {
+			c.pdir = d
+			return "shm"
 		}
 	}
-	t.Cleanup(func() {
-		for _, nd := range c.nodes {
-			c.kill(nd)
-		}
+	return "msync"
+}
+
+// writeConfig writes nd's kvnode config (and sets nd.cfgPath, nd.logPath):
+// the harness's consensus timing and a 64 MiB acceptor log in c.pdir with
+// pmemMode, every node of c as a peer, tenants. top holds further
+// top-level keys, tables further tables (before the peers); each is empty
+// or ends in a newline.
+func (c *cluster) writeConfig(nd *node, clusterID int, pmemMode, top, tables string, tenants []tenant) {
+	c.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "node_id = %d\ncluster_id = %d\ndata_dir = %q\n", nd.id, clusterID, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
+	fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
+	fmt.Fprintf(&b, "log_level = \"info\"\n%s", top)
+	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, pmemMode)
+	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
+	b.WriteString(tables)
+	for _, p := range c.nodes {
+		fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)
+	}
+	for _, tn := range tenants {
+		fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = %q\ntoken = %q\n%s", tn.id, tn.name, tn.token, tn.extra)
+	}
+	nd.cfgPath = filepath.Join(c.dir, fmt.Sprintf("node%d.toml", nd.id))
+	nd.logPath = filepath.Join(c.dir, fmt.Sprintf("node%d.log", nd.id))
+	if err := os.WriteFile(nd.cfgPath, []byte(b.String()), 0o640); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// stopAll is the clusters' cleanup: it kills every node, with checkRace
+// fails the test on a race detector report in a node's log, shows the
+// logs' tails when the test failed, and removes a /dev/shm pmem dir.
+func (c *cluster) stopAll(checkRace bool) {
+	t := c.t
+	for _, nd := range c.nodes {
+		c.kill(nd)
+	}
+	if checkRace {
 		for _, nd := range c.nodes {
 			if b, err := os.ReadFile(nd.logPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
 				t.Errorf("node %d: the race detector reported a data race (see its log below)", nd.id)
 			}
 		}
-		if t.Failed() {
-			for _, nd := range c.nodes {
-				if b, err := os.ReadFile(nd.logPath); err == nil {
-					t.Logf("--- node%d.log (tail)\n%s", nd.id, tail(string(b), 3000))
-				}
+	}
+	if t.Failed() {
+		for _, nd := range c.nodes {
+			if b, err := os.ReadFile(nd.logPath); err == nil {
+				t.Logf("--- node%d.log (tail)\n%s", nd.id, tail(string(b), 3000))
 			}
 		}
-		if c.pdir != c.dir {
-			os.RemoveAll(c.pdir)
-		}
-	})
-	for _, nd := range c.nodes {
-		c.start(nd)
 	}
-	return c
+	if c.pdir != c.dir {
+		os.RemoveAll(c.pdir)
+	}
 }
 
 // nodeAccel is node id's accel setting: by default mixed (nodes 1 and 2
@@ -229,11 +257,17 @@ func tail(s string, n int) string {
 // start launches nd's process and waits until its admin endpoint answers.
 func (c *cluster) start(nd *node) {
 	c.t.Helper()
+	c.launch(nd, exec.Command(kvnodeBin, "--config", nd.cfgPath))
+}
+
+// launch starts cmd as nd's process, its output appended to nd's log, and
+// waits until nd's admin endpoint answers.
+func (c *cluster) launch(nd *node, cmd *exec.Cmd) {
+	c.t.Helper()
 	logf, err := os.OpenFile(nd.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(kvnodeBin, "--config", nd.cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

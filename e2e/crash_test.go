@@ -60,15 +60,7 @@ func TestWholeClusterCrash(t *testing.T) {
 	c.leader()
 	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
 	defer cl.Close()
-	lost := 0
-	for _, k := range acked {
-		ctx, cancel := ctxTimeout(killOpTimeout)
-		if _, err := cl.Get(ctx, []byte(k)); err != nil {
-			lost++
-			t.Errorf("acknowledged %s lost: %v", k, err)
-		}
-		cancel()
-	}
+	lost := lostWrites(t, cl, acked)
 	if len(acked) == 0 {
 		t.Fatal("no write was acknowledged")
 	}
