@@ -1,29 +1,20 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rs/zerolog"
 
 	"synod/afxdp"
-	"synod/kv/proto"
 	"synod/kv/replica"
 	"synod/kv/server"
 	"synod/kv/sm"
@@ -32,16 +23,12 @@ import (
 	"synod/tenants"
 )
 
-// shutdownTimeout bounds a graceful shutdown; past it the process exits.
-const shutdownTimeout = 10 * time.Second
-
 // runNode runs one replica until SIGTERM/SIGINT or a fatal error.
 func runNode(cfg *Config) error {
 	if cfg.Replication == "raft" {
 		return runRaftNode(cfg)
 	}
-	level, _ := zerolog.ParseLevel(cfg.LogLevel)
-	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
+	log := newLogger(cfg)
 
 	reg, err := tenants.NewRegistry(cfg.tenantSpecs())
 	if err != nil {
@@ -89,8 +76,7 @@ func runNode(cfg *Config) error {
 		log.Warn().Err(fallback).Msg("transport auto: AF_XDP unavailable, using kernel UDP")
 	}
 
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promReg := newPromRegistry()
 	faults := &replica.Faults{}
 	tmetrics := tenants.NewMetrics(reg)
 	promReg.MustRegister(tmetrics)
@@ -163,62 +149,32 @@ func runNode(cfg *Config) error {
 		store.Close()
 		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
 	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, server.ErrServerClosed) {
-			log.Error().Err(err).Msg("client server stopped")
-		}
-	}()
+	serveClients(srv, ln, log)
 
-	var admin *http.Server
-	if cfg.AdminListen != "" {
-		admin = &http.Server{Addr: cfg.AdminListen, Handler: adminMux(rep, promReg, faults, cfg.FaultInjection), ReadHeaderTimeout: 5 * time.Second}
-		aln, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			srv.Close()
-			rep.Close()
-			store.Close()
-			return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
-		}
-		go admin.Serve(aln)
+	admin, err := listenAdmin(cfg.AdminListen, adminMux(rep, promReg, faults, cfg.FaultInjection))
+	if err != nil {
+		srv.Close()
+		rep.Close()
+		store.Close()
+		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
 	log.Info().Str("client", cfg.ClientListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
 		Str("transport", transport).Str("accel", cfg.Accel).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
 		Msg("kvnode serving")
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	var runErr error
-	select {
-	case s := <-sig:
-		log.Info().Str("signal", s.String()).Msg("shutting down")
-	case err := <-rep.Fatal():
-		log.Error().Err(err).Msg("fatal replica error; shutting down")
-		runErr = err
-	}
+	runErr := awaitStop(log, rep.Fatal(), "fatal replica error; shutting down")
 	// Stop taking requests first; every write acknowledged so far is
 	// already durable in a majority of acceptor logs. Then stop the
 	// replica (it applies what was committed and queued) and close Pebble.
-	done := make(chan struct{})
-	go func() {
-		srv.Close()
-		if admin != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			admin.Shutdown(ctx)
-			cancel()
-		}
+	if err := shutdown(log, srv, admin, func() {
 		if err := rep.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing the replica")
 		}
 		if err := store.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing the state machine")
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		log.Info().Msg("stopped")
-	case <-time.After(shutdownTimeout):
-		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
+	}); err != nil {
+		return err
 	}
 	return runErr
 }
@@ -270,13 +226,7 @@ type accelStatus struct {
 // /debug/faults (POST block=2,3 drops traffic to and from those peers;
 // block= heals).
 func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Faults, faultInjection bool) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux := debugMux(reg)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		s := rep.Status()
 		ns := nodeStatus{
@@ -317,11 +267,4 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 		})
 	}
 	return mux
-}
-
-// shaperAdmitter adapts tenants.Shaper to server.Admitter.
-type shaperAdmitter struct{ s *tenants.Shaper }
-
-func (a shaperAdmitter) Admit(id tenants.ID, op proto.Opcode, frameBytes int) (bool, time.Duration) {
-	return a.s.Admit(id, uint8(op), frameBytes)
 }

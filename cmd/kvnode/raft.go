@@ -6,26 +6,16 @@ package main
 // unused (the raft WAL is a file that is fdatasynced).
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rs/zerolog"
 	"go.etcd.io/raft/v3"
 
-	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/raftpath"
 	"synod/tenants"
@@ -70,8 +60,7 @@ func raftTiming(c *Config) (tick time.Duration, election, heartbeat int) {
 // runRaftNode runs one raftpath replica until SIGTERM/SIGINT or a fatal
 // storage error.
 func runRaftNode(cfg *Config) error {
-	level, _ := zerolog.ParseLevel(cfg.LogLevel)
-	log := zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Str("replication", "raft").Logger()
+	log := newLogger(cfg).With().Str("replication", "raft").Logger()
 	reg, err := tenants.NewRegistry(cfg.tenantSpecs())
 	if err != nil {
 		return err
@@ -101,79 +90,37 @@ func runRaftNode(cfg *Config) error {
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
-	srv := server.New(server.Config{Admitter: raftAdmitter{shaper}}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
+	srv := server.New(server.Config{Admitter: shaperAdmitter{shaper}}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err != nil {
 		node.Close()
 		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
 	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, server.ErrServerClosed) {
-			log.Error().Err(err).Msg("client server stopped")
-		}
-	}()
-	var admin *http.Server
-	if cfg.AdminListen != "" {
-		promReg := prometheus.NewRegistry()
-		promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		admin = &http.Server{Addr: cfg.AdminListen, Handler: raftAdminMux(node, promReg, durability), ReadHeaderTimeout: 5 * time.Second}
-		aln, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			srv.Close()
-			node.Close()
-			return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
-		}
-		go admin.Serve(aln)
+	serveClients(srv, ln, log)
+	admin, err := listenAdmin(cfg.AdminListen, raftAdminMux(node, newPromRegistry(), durability))
+	if err != nil {
+		srv.Close()
+		node.Close()
+		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
 	log.Info().Str("client", cfg.ClientListen).Str("raft", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
 		Dur("tick", tick).Int("election_ticks", election).Str("durability", durability).Msg("kvnode serving (raft)")
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	var runErr error
-	select {
-	case s := <-sig:
-		log.Info().Str("signal", s.String()).Msg("shutting down")
-	case err := <-node.Fatal():
-		log.Error().Err(err).Msg("fatal raft error; shutting down")
-		runErr = err
-	}
-	done := make(chan struct{})
-	go func() {
-		srv.Close()
-		if admin != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			admin.Shutdown(ctx)
-			cancel()
-		}
+	runErr := awaitStop(log, node.Fatal(), "fatal raft error; shutting down")
+	if err := shutdown(log, srv, admin, func() {
 		if err := node.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing the raft node")
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		log.Info().Msg("stopped")
-	case <-time.After(shutdownTimeout):
-		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
+	}); err != nil {
+		return err
 	}
 	return runErr
-}
-
-// raftAdmitter adapts tenants.Shaper to kv/server's Admitter.
-type raftAdmitter struct{ s *tenants.Shaper }
-
-func (a raftAdmitter) Admit(t tenants.ID, op proto.Opcode, n int) (bool, time.Duration) {
-	return a.s.Admit(t, uint8(op), n)
 }
 
 // raftAdminMux serves /metrics, /debug/pprof/ and /status (the same JSON
 // shape as the Paxos path; promised is [term, leader]).
 func raftAdminMux(node *raftpath.Node, reg *prometheus.Registry, durability string) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux := debugMux(reg)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		s := node.Status()
 		role := "follower"

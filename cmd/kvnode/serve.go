@@ -1,0 +1,134 @@
+package main
+
+// What the Paxos and Raft paths share around their replica: the client
+// server, the admin endpoint, and the wait for a signal and the bounded
+// shutdown.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/tenants"
+)
+
+// Admin endpoint limits.
+const (
+	adminReadHeaderTimeout = 5 * time.Second
+	// adminShutdownTimeout bounds the admin server's part of a shutdown.
+	adminShutdownTimeout = time.Second
+)
+
+// shutdownTimeout bounds a graceful shutdown; past it the process exits.
+const shutdownTimeout = 10 * time.Second
+
+// newLogger is the node's logger at cfg.LogLevel on stderr.
+func newLogger(cfg *Config) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(cfg.LogLevel)
+	return zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
+}
+
+// newPromRegistry is a Prometheus registry with the Go and process
+// collectors.
+func newPromRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// debugMux serves /metrics from reg and /debug/pprof/; each path adds its
+// /status (and more) to it.
+func debugMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// serveClients serves srv on ln in a goroutine of its own, logging why it
+// stopped unless srv was closed.
+func serveClients(srv *server.Server, ln net.Listener, log zerolog.Logger) {
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, server.ErrServerClosed) {
+			log.Error().Err(err).Msg("client server stopped")
+		}
+	}()
+}
+
+// listenAdmin serves h on addr in a goroutine of its own; an empty addr
+// serves nothing (nil server, nil error).
+func listenAdmin(addr string, h http.Handler) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	admin := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: adminReadHeaderTimeout}
+	aln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go admin.Serve(aln)
+	return admin, nil
+}
+
+// awaitStop blocks until SIGTERM/SIGINT (nil) or an error on fatal (that
+// error, logged with fatalMsg).
+func awaitStop(log zerolog.Logger, fatal <-chan error, fatalMsg string) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Msg("shutting down")
+		return nil
+	case err := <-fatal:
+		log.Error().Err(err).Msg(fatalMsg)
+		return err
+	}
+}
+
+// shutdown closes srv and admin (when not nil) first, so no request is
+// taken any more, then runs closeRest; it gives up after shutdownTimeout.
+func shutdown(log zerolog.Logger, srv *server.Server, admin *http.Server, closeRest func()) error {
+	done := make(chan struct{})
+	go func() {
+		srv.Close()
+		if admin != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+			admin.Shutdown(ctx)
+			cancel()
+		}
+		closeRest()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info().Msg("stopped")
+		return nil
+	case <-time.After(shutdownTimeout):
+		return fmt.Errorf("shutdown took longer than %v", shutdownTimeout)
+	}
+}
+
+// shaperAdmitter adapts tenants.Shaper to server.Admitter.
+type shaperAdmitter struct{ s *tenants.Shaper }
+
+func (a shaperAdmitter) Admit(id tenants.ID, op proto.Opcode, frameBytes int) (bool, time.Duration) {
+	return a.s.Admit(id, uint8(op), frameBytes)
+}
