@@ -46,21 +46,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		// only on a follower (a leader is never sent a snapshot), while
 		// linearizable reads are served by the leader. Stale reads on a
 		// follower may see a restore in progress, as their flag allows.
-		if req.Op == proto.OpGet {
-			v, ok, err := b.n.sm.Get(tenant, req.Key)
-			if err != nil {
-				return proto.Errorf(proto.StatusInternal, "%v", err)
-			}
-			if !ok {
-				return &proto.Response{Status: proto.StatusNotFound}
-			}
-			return &proto.Response{Value: v, HasValue: true}
-		}
-		pairs, more, err := b.n.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
-		if err != nil {
-			return proto.Errorf(proto.StatusInternal, "%v", err)
-		}
-		return &proto.Response{Pairs: pairs, More: more}
+		return b.n.sm.ReadResponse(tenant, req)
 	case proto.OpStatus:
 		return &proto.Response{Cluster: b.clusterStatus()}
 	case proto.OpPing:

@@ -59,21 +59,7 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		}
 		b.r.restoreMu.RLock()
 		defer b.r.restoreMu.RUnlock()
-		if req.Op == proto.OpGet {
-			v, ok, err := b.sm.Get(tenant, req.Key)
-			if err != nil {
-				return proto.Errorf(proto.StatusInternal, "%v", err)
-			}
-			if !ok {
-				return &proto.Response{Status: proto.StatusNotFound}
-			}
-			return &proto.Response{Value: v, HasValue: true}
-		}
-		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
-		if err != nil {
-			return proto.Errorf(proto.StatusInternal, "%v", err)
-		}
-		return &proto.Response{Pairs: pairs, More: more}
+		return b.sm.ReadResponse(tenant, req)
 	case proto.OpStatus:
 		return &proto.Response{Cluster: b.clusterStatus()}
 	case proto.OpPing:

@@ -92,3 +92,25 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 	}
 	return pairs, more, nil
 }
+
+// ReadResponse answers a GET (req.Key) or SCAN (req.Start, req.End,
+// req.Limit) of tenant from the applied state: NOT_FOUND for a missing
+// key, INTERNAL for a storage error. Any barrier (linearizable reads) and
+// any exclusion of a snapshot restore are the caller's.
+func (s *SM) ReadResponse(tenant tenants.ID, req *proto.Request) *proto.Response {
+	if req.Op == proto.OpGet {
+		v, ok, err := s.Get(tenant, req.Key)
+		if err != nil {
+			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		if !ok {
+			return &proto.Response{Status: proto.StatusNotFound}
+		}
+		return &proto.Response{Value: v, HasValue: true}
+	}
+	pairs, more, err := s.Scan(tenant, req.Start, req.End, int(req.Limit))
+	if err != nil {
+		return proto.Errorf(proto.StatusInternal, "%v", err)
+	}
+	return &proto.Response{Pairs: pairs, More: more}
+}
