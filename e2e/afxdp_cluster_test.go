@@ -434,13 +434,7 @@ func TestAFXDPClusterLeaderKill(t *testing.T) {
 	rounds := killsFromEnv(t, "E2E_AFXDP_KILLS", nsKillsDefault)
 	kinds := []string{afxdp.TransportAFXDP, afxdp.TransportAFXDP, afxdp.TransportAFXDP}
 	nc := newNSCluster(t, "xdp", nsSubnet(0), kinds)
-	r := runLeaderKills(t, nc, rounds)
-	bypass := nc.checkBypass(t, r.commit)
-	t.Logf("kernel UDP datagrams per namespace: %s (commit index %d)", bypass, r.commit)
-	fmt.Printf("e2e afxdp: nodes=3 kills=%d ops=%d linearizable=%v lost=%d\n", r.kills, r.ops, r.linearizable, r.lost)
-	if r.lost != 0 || !r.linearizable || r.kills < rounds {
-		t.Fatalf("kills=%d/%d linearizable=%v lost=%d", r.kills, rounds, r.linearizable, r.lost)
-	}
+	nsKillCheck(t, nc, rounds, "e2e afxdp: nodes=3")
 }
 
 // TestAFXDPMixedCluster runs the same checks, shorter (E2E_MIXED_KILLS,
@@ -452,10 +446,19 @@ func TestAFXDPMixedCluster(t *testing.T) {
 	rounds := killsFromEnv(t, "E2E_MIXED_KILLS", nsMixedKillsDefault)
 	kinds := []string{afxdp.TransportAFXDP, afxdp.TransportAFXDP, afxdp.TransportUDP}
 	nc := newNSCluster(t, "mix", nsSubnet(1), kinds)
+	nsKillCheck(t, nc, rounds, "e2e afxdp-mixed: nodes=3 afxdp=2 udp=1")
+}
+
+// nsKillCheck runs rounds of runLeaderKills on nc, checks the kernel
+// bypass, prints the summary line (head, then kills, ops, linearizable,
+// lost) and fails t unless every round ran, the history is linearizable
+// and no acknowledged write was lost.
+func nsKillCheck(t *testing.T, nc *nsCluster, rounds int, head string) {
+	t.Helper()
 	r := runLeaderKills(t, nc, rounds)
 	bypass := nc.checkBypass(t, r.commit)
 	t.Logf("kernel UDP datagrams per namespace: %s (commit index %d)", bypass, r.commit)
-	fmt.Printf("e2e afxdp-mixed: nodes=3 afxdp=2 udp=1 kills=%d ops=%d linearizable=%v lost=%d\n", r.kills, r.ops, r.linearizable, r.lost)
+	fmt.Printf("%s kills=%d ops=%d linearizable=%v lost=%d\n", head, r.kills, r.ops, r.linearizable, r.lost)
 	if r.lost != 0 || !r.linearizable || r.kills < rounds {
 		t.Fatalf("kills=%d/%d linearizable=%v lost=%d", r.kills, rounds, r.linearizable, r.lost)
 	}
