@@ -21,9 +21,12 @@ func (s *sim) process(sn *simNode) {
 		}
 		sn.n.Advance(rd)
 	}
-	if s.opts.Trace != nil && sn.up() {
+	if (s.opts.Trace != nil || s.opts.OnStatus != nil) && sn.up() {
 		st := sn.n.Status()
-		if st.Role != sn.lastRole || st.Ballot != sn.lastBallot {
+		if s.opts.OnStatus != nil {
+			s.opts.OnStatus(sn.id, &st)
+		}
+		if s.opts.Trace != nil && (st.Role != sn.lastRole || st.Ballot != sn.lastBallot) {
 			s.tracef("node %d: %s ballot=%d.%d promised=%d.%d commit=%d members=%v", sn.id, st.Role,
 				st.Ballot.Round, st.Ballot.Node, st.Promised.Round, st.Promised.Node, st.Commit, st.Members)
 			sn.lastRole, sn.lastBallot = st.Role, st.Ballot

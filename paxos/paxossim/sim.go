@@ -56,6 +56,18 @@ type Options struct {
 	// OnDeliver is called for every message delivered to a live node,
 	// after decoding and before Step.
 	OnDeliver func(m *paxos.Message)
+	// OnStart is called whenever a node starts: at the beginning of the
+	// run, on every restart after a crash (the node then holds only its
+	// durable store) and when a fresh node joins; before the node's first
+	// Ready. State a runtime keeps beside a node (an accel plane) starts
+	// afresh here; nothing is called when a node crashes, and a crashed
+	// node gets no OnReady, OnDeliver or OnStatus until OnStart.
+	OnStart func(node paxos.NodeID)
+	// OnStatus is called with a live node's Status after the simulator
+	// drained its Ready rounds for one input (a tick, a message, a
+	// proposal...), where a runtime refreshes what it derives from Status.
+	// st must not be retained.
+	OnStatus func(node paxos.NodeID, st *paxos.Status)
 
 	// Planted bugs, for tests that show the checks catch them.
 	plantDivergence paxos.NodeID // this node applies every 7th slot wrongly
@@ -309,6 +321,9 @@ func (s *sim) start(sn *simNode) {
 	sn.n = n
 	sn.app = app
 	sn.incarnation++
+	if s.opts.OnStart != nil {
+		s.opts.OnStart(sn.id)
+	}
 	sn.nextTickAt = s.now + s.r.between(1, sn.periodMicros)
 	s.process(sn)
 }
