@@ -1,0 +1,150 @@
+package accel_test
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"synod/accel"
+	"synod/paxos"
+)
+
+// simCheck is the runtime's plane-versus-software commit check
+// (kv/replica/accel_check.go) without its memory bound (a simulator run is
+// short): per slot, the ballots the plane and software committed and
+// whether the plane handed up an Arm or Accepted for it; per ballot, the
+// highest slot software committed at it.
+type simCheck struct {
+	slots   map[paxos.Slot]*simCheckSlot
+	handUps uint64
+	softTop map[paxos.Ballot]paxos.Slot
+}
+
+type simCheckSlot struct {
+	plane, soft []paxos.Ballot
+	handedUp    bool
+}
+
+func newSimCheck() *simCheck {
+	return &simCheck{slots: map[paxos.Slot]*simCheckSlot{}, softTop: map[paxos.Ballot]paxos.Slot{}}
+}
+
+func (c *simCheck) slot(s paxos.Slot) *simCheckSlot {
+	cs := c.slots[s]
+	if cs == nil {
+		cs = &simCheckSlot{}
+		c.slots[s] = cs
+	}
+	return cs
+}
+
+func addSimBallot(bs []paxos.Ballot, b paxos.Ballot) []paxos.Ballot {
+	if slices.Contains(bs, b) {
+		return bs
+	}
+	return append(bs, b)
+}
+
+func (c *simCheck) plane(evs []accel.Event) {
+	for _, e := range evs {
+		switch e.Kind {
+		case accel.OutCommit:
+			cs := c.slot(e.Slot)
+			cs.plane = addSimBallot(cs.plane, e.Ballot)
+		case accel.OutHandUp:
+			c.handUps++
+			if k := accel.Kind(e.Len); k == accel.InArm || k == accel.InAccepted {
+				c.slot(e.Slot).handedUp = true
+			}
+		}
+	}
+}
+
+func (c *simCheck) software(acks []paxos.AckEvent) {
+	for _, a := range acks {
+		if a.Committed {
+			cs := c.slot(a.Slot)
+			cs.soft = addSimBallot(cs.soft, a.Ballot)
+			c.softTop[a.Ballot] = max(c.softTop[a.Ballot], a.Slot)
+		}
+	}
+}
+
+// result judges every slot. value is asked about every plane commit and
+// returns a description when the committed (slot, ballot) names a value
+// other than the chosen one: that is a mismatch whatever the other rules
+// say. endBallot is the ballot the incarnation led with when it ended
+// (zero if it was not leading then); crashed says it ended by a crash.
+//
+// A plane-only commit at ballot b is judged as follows. Software still
+// leading at b when the run ended had every ack the plane had and never
+// committed: mismatch. Software that crashed while leading at b may have
+// decided in the Ready the crash lost (the simulator crashes nodes between
+// a Ready's durable part and its messages): excused. Otherwise the
+// runtime's rule: a mismatch only if software committed a higher slot at
+// b (it went on without this one), else it stepped down before the acks
+// reached it: excused.
+func (c *simCheck) result(value func(paxos.Slot, paxos.Ballot) string, endBallot paxos.Ballot, crashed bool) accel.CheckResult {
+	var r accel.CheckResult
+	r.HandUps = c.handUps
+	slots := make([]paxos.Slot, 0, len(c.slots))
+	for s := range c.slots {
+		slots = append(slots, s)
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
+	mismatch := func(why string) {
+		r.Mismatches++
+		if r.First == "" {
+			r.First = why
+		}
+	}
+	for _, s := range slots {
+		cs := c.slots[s]
+		r.Commits += len(cs.soft)
+		wrong := ""
+		for _, b := range cs.plane {
+			if w := value(s, b); w != "" && wrong == "" {
+				wrong = w
+			}
+		}
+		switch {
+		case wrong != "":
+			mismatch(wrong)
+		case sameSimBallots(cs.plane, cs.soft):
+		case len(cs.plane) == 0 && cs.handedUp:
+			r.Excused++
+		case len(cs.soft) == 0 && !crashed && !endBallot.IsZero() && slices.Contains(cs.plane, endBallot):
+			mismatch(fmt.Sprintf("slot %d: plane committed %v, software still leading at %v never did", s, cs.plane, endBallot))
+		case len(cs.soft) == 0 && crashed && !endBallot.IsZero():
+			r.Excused++ // crashed leading: software's decision may be in the lost Ready
+		case len(cs.soft) == 0 && !c.softPassedAny(s, cs.plane):
+			// Software, leading at that ballot, never committed past the
+			// slot: it stepped down before the acks reached it (timing).
+			r.Excused++
+		default:
+			mismatch(fmt.Sprintf("slot %d: plane committed %v, software %v (handed up %v)", s, cs.plane, cs.soft, cs.handedUp))
+		}
+	}
+	return r
+}
+
+func (c *simCheck) softPassedAny(s paxos.Slot, bs []paxos.Ballot) bool {
+	for _, b := range bs {
+		if top, ok := c.softTop[b]; ok && top > s {
+			return true
+		}
+	}
+	return false
+}
+
+func sameSimBallots(a, b []paxos.Ballot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}

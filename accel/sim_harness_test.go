@@ -1,0 +1,347 @@
+package accel_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"synod/accel"
+	"synod/paxos"
+	"synod/paxos/paxossim"
+	"synod/pmem"
+)
+
+// This file runs the seeded paxos simulator (paxos/paxossim) with one
+// accel.Plane beside every simulated node, driven the way the replica
+// runtime drives it (doc.go "Wiring it into the replica runtime" and
+// kv/replica/accel*.go), and compares the planes' commit decisions with
+// software's:
+//
+//   - OnStart: a node (re)started, so its plane is new (a crash loses the
+//     plane with the process, as in the runtime).
+//   - OnReady (after the Ready's durable part, before its messages go
+//     out): a durable Promised is written to the promised register; the
+//     leader arms every entry of every MsgAccept it sends; the leader's
+//     AckEvents go to the checker.
+//   - OnDeliver (before Step, as the receive loop does): a MsgAccepted
+//     goes to OnAcceptedRange, a MsgAccept to the follower fast path
+//     (OnAccept per entry). The fast path's own Accepted is not sent: the
+//     simulator's software Accepted carries the same ack, and the
+//     simulator stays the seed's deterministic run.
+//   - OnStatus (after the Ready loop, as the consensus loop does): role
+//     (a candidate keeps the follower role, as in the runtime), ballot,
+//     promised (only upwards), window base = commit+1, and on every
+//     membership change the member table (each remaining member keeps its
+//     entry: setMembers), self and quorum (doc.go; the simulator changes
+//     membership, the runtime's tests do not).
+//
+// Verdicts (simCheck, per plane incarnation): the runtime's rules
+// (kv/replica/accel_check.go): a slot whose committed ballots differ
+// mismatches, except that a software-only commit is excused when the plane
+// handed up an Arm or Accepted for the slot, and a plane-only commit is
+// excused when software stopped leading at that ballot before it decided
+// (simCheck.result says exactly when). On top, the simulator knows the
+// truth: every plane commit of (slot, ballot) must name the value the
+// system finally chose at slot (the value the leader proposed at that
+// ballot, which the runtime's early apply path would apply). A plane
+// commit of any other value is a mismatch, excused or not.
+
+// simWindowSlots is the aggregator window of the simulated planes: the
+// runtime's 1024 (accelWindowSlots) on most seeds, and a small one on
+// every fourth seed so that out-of-window hand-ups happen too.
+const (
+	simWindowSlots      = 1024
+	simWindowSlotsSmall = 8
+	simReplicasMax      = 8 // the simulator runs at most 5 genesis nodes plus one fresh one
+)
+
+type slotBallotKey struct {
+	slot   paxos.Slot
+	ballot paxos.Ballot
+}
+
+// simPlane is one node incarnation's plane and the registers last written.
+type simPlane struct {
+	id       paxos.NodeID
+	p        *accel.Plane
+	trace    *bytes.Buffer // nil unless tracing
+	chk      *simCheck
+	buf      []accel.Event
+	role     accel.Role
+	ballot   paxos.Ballot
+	promised paxos.Ballot
+	base     paxos.Slot
+	members  []paxos.NodeID
+	table    [simReplicasMax]paxos.NodeID // the member table as written
+	commit   paxos.Slot
+	crashed  bool // this incarnation ended by a crash
+}
+
+// simHarness holds the planes of one simulator run.
+type simHarness struct {
+	spec        accel.Spec
+	plantQuorum bool // planted bug: every plane's quorum register one too low
+	tracing     bool
+
+	cur   map[paxos.NodeID]*simPlane
+	incs  []*simPlane
+	armed map[slotBallotKey]string // the value the leader proposed at (slot, ballot)
+	// chosen is the value applied at each slot (the simulator checks that
+	// every replica applies the same one).
+	chosen map[paxos.Slot]string
+	fast   uint64
+}
+
+func newSimHarness(seed uint64, plantQuorum, tracing bool) *simHarness {
+	spec := accel.DefaultSpec()
+	spec.WindowSlots = simWindowSlots
+	if seed%4 == 0 {
+		spec.WindowSlots = simWindowSlotsSmall
+	}
+	spec.Replicas, spec.Quorum = simReplicasMax, 1
+	spec.TenantsMax = 0
+	spec.Seed = uint32(seed) | 1
+	return &simHarness{spec: spec, plantQuorum: plantQuorum, tracing: tracing,
+		cur: map[paxos.NodeID]*simPlane{}, armed: map[slotBallotKey]string{}, chosen: map[paxos.Slot]string{}}
+}
+
+func (h *simHarness) options() paxossim.Options {
+	return paxossim.Options{OnStart: h.start, OnReady: h.ready, OnDeliver: h.deliver, OnStatus: h.status}
+}
+
+// nullWAL is the fast path's log: durable at once, keeps nothing (the
+// simulator's own durable store is software's).
+type nullWAL struct{}
+
+func (nullWAL) Append([]pmem.Record) error    { return nil }
+func (nullWAL) Persist() error                { return nil }
+func (nullWAL) SetPromised(pmem.Ballot) error { return nil }
+
+func (h *simHarness) start(id paxos.NodeID) {
+	if old := h.cur[id]; old != nil {
+		old.crashed = true // a restart follows a crash
+	}
+	sp := &simPlane{id: id, chk: newSimCheck()}
+	opts := []accel.Option{accel.WithWAL(nullWAL{})}
+	if h.tracing {
+		sp.trace = &bytes.Buffer{}
+		opts = append(opts, accel.WithTrace(sp.trace))
+	}
+	p, err := accel.New(h.spec, opts...)
+	if err != nil {
+		panic(err) // the spec is a constant of this file
+	}
+	sp.p = p
+	h.cur[id] = sp
+	h.incs = append(h.incs, sp)
+}
+
+func (sp *simPlane) flush() {
+	if len(sp.buf) > 0 {
+		sp.chk.plane(sp.buf)
+		sp.buf = sp.buf[:0]
+	}
+}
+
+// entryValue is what makes two proposals the same value: type and commands
+// (not the slot or the ballot it was accepted under).
+func entryValue(e *paxos.Entry) string {
+	b := []byte{byte(e.Type)}
+	for _, c := range e.Cmds {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		b = append(b, c...)
+	}
+	return string(b)
+}
+
+func (h *simHarness) ready(id paxos.NodeID, rd *paxos.Ready) {
+	sp := h.cur[id]
+	if rd.Promised != nil && sp.promised.Less(*rd.Promised) {
+		// The promise is durable now and its messages are not sent yet.
+		sp.buf = sp.p.SetPromised(sp.buf, *rd.Promised)
+		sp.promised = *rd.Promised
+	}
+	for i := range rd.Messages {
+		m := &rd.Messages[i]
+		if m.Type != paxos.MsgAccept || m.Reject || m.From != id {
+			continue
+		}
+		for j := range m.Entries {
+			e := &m.Entries[j]
+			h.armed[slotBallotKey{e.Slot, m.Ballot}] = entryValue(e)
+			sp.buf = sp.p.Arm(sp.buf, e.Slot, m.Ballot)
+		}
+	}
+	sp.flush()
+	sp.chk.software(rd.AckEvents)
+	for i := range rd.Committed {
+		e := &rd.Committed[i]
+		if _, ok := h.chosen[e.Slot]; !ok {
+			h.chosen[e.Slot] = entryValue(e)
+		}
+	}
+}
+
+func (h *simHarness) deliver(m *paxos.Message) {
+	sp := h.cur[m.To]
+	if sp == nil {
+		return
+	}
+	switch {
+	case m.Type == paxos.MsgAccepted && !m.Reject:
+		sp.buf = sp.p.OnAcceptedRange(sp.buf, m.Slot, max(m.Index, m.Slot), m.Ballot, m.From)
+	case m.Type == paxos.MsgAccept && !m.Reject:
+		for i := range m.Entries {
+			n := len(sp.buf)
+			sp.buf = sp.p.OnAccept(sp.buf, m.Entries[i].Slot, m.Ballot, m.From, paxos.AppendEntry(nil, &m.Entries[i]))
+			for _, ev := range sp.buf[n:] {
+				if ev.Kind == accel.OutSendAccepted {
+					h.fast++
+				}
+			}
+		}
+	}
+	sp.flush()
+}
+
+func (h *simHarness) status(id paxos.NodeID, st *paxos.Status) {
+	sp := h.cur[id]
+	sp.commit = st.Commit
+	if !slices.Equal(st.Members, sp.members) {
+		sp.setMembers(st.Members, h.plantQuorum)
+	}
+	role := accel.RoleOff
+	switch st.Role {
+	case paxos.RoleLeader:
+		role = accel.RoleLeader
+	case paxos.RoleFollower, paxos.RoleCandidate:
+		role = accel.RoleFollower
+	}
+	if role != sp.role {
+		sp.buf = sp.p.SetRole(sp.buf, role)
+		sp.role = role
+	}
+	if st.Ballot != sp.ballot {
+		sp.buf = sp.p.SetBallot(sp.buf, st.Ballot)
+		sp.ballot = st.Ballot
+	}
+	if sp.promised.Less(st.Promised) {
+		sp.buf = sp.p.SetPromised(sp.buf, st.Promised)
+		sp.promised = st.Promised
+	}
+	if base := st.Commit + 1; base != sp.base {
+		sp.buf = sp.p.SetWindowBase(sp.buf, base)
+		sp.base = base
+	}
+	sp.flush()
+}
+
+// simVerdict sums the verdicts of one or more runs.
+type simVerdict struct {
+	accel.CheckResult
+	WrongValue int // plane commits of a value other than the chosen one
+	Unknown    int // plane commits of a slot no replica applied (not judged by value)
+	Fast       uint64
+	Incs       int
+	Traces     []traceOf // the planes' traces, when tracing
+}
+
+type traceOf struct {
+	node paxos.NodeID
+	data []byte
+}
+
+func (v *simVerdict) add(o simVerdict) {
+	v.Commits += o.Commits
+	v.Mismatches += o.Mismatches
+	v.HandUps += o.HandUps
+	v.Excused += o.Excused
+	if v.First == "" {
+		v.First = o.First
+	}
+	v.WrongValue += o.WrongValue
+	v.Unknown += o.Unknown
+	v.Fast += o.Fast
+	v.Incs += o.Incs
+}
+
+// verdict judges every incarnation of the run.
+func (h *simHarness) verdict() simVerdict {
+	var v simVerdict
+	v.Fast = h.fast
+	for _, sp := range h.incs {
+		if err := sp.p.Close(); err != nil {
+			panic(err) // a bytes.Buffer does not fail
+		}
+		r := sp.chk.result(func(s paxos.Slot, b paxos.Ballot) string {
+			c, ok := h.chosen[s]
+			if !ok {
+				v.Unknown++
+				return ""
+			}
+			if a := h.armed[slotBallotKey{s, b}]; a != c {
+				v.WrongValue++
+				return fmt.Sprintf("node %d: plane committed slot %d at ballot %v, whose value is not the one chosen", sp.id, s, b)
+			}
+			return ""
+		}, sp.leadingAt(), sp.crashed)
+		v.CheckResult.Commits += r.Commits
+		v.Mismatches += r.Mismatches
+		v.HandUps += r.HandUps
+		v.Excused += r.Excused
+		if v.First == "" && r.First != "" {
+			v.First = fmt.Sprintf("node %d: %s", sp.id, r.First)
+		}
+		v.Incs++
+		if sp.trace != nil {
+			v.Traces = append(v.Traces, traceOf{sp.id, sp.trace.Bytes()})
+		}
+	}
+	return v
+}
+
+// setMembers rewrites the member table for a new membership, keeping every
+// remaining member at its entry: the aggregator's ack masks are indexed by
+// entry, so moving a member to another entry would drop or misattribute
+// the acks already counted for slots in flight (a compacted rewrite loses
+// the leader's own ack when it moves down, and the slot never commits in
+// the plane). A removed member's entry is cleared; a new one takes the
+// first free entry.
+func (sp *simPlane) setMembers(members []paxos.NodeID, plantQuorum bool) {
+	for i, m := range sp.table {
+		if m != 0 && !slices.Contains(members, m) {
+			sp.table[i] = 0
+			sp.buf = sp.p.SetMember(sp.buf, i, 0)
+		}
+	}
+	for _, m := range members {
+		if slices.Contains(sp.table[:], m) {
+			continue
+		}
+		if i := slices.Index(sp.table[:], 0); i >= 0 {
+			sp.table[i] = m
+			sp.buf = sp.p.SetMember(sp.buf, i, m)
+		}
+	}
+	// A node outside the membership (removed) keeps its old self entry,
+	// now cleared: its own acks no longer count.
+	if self := slices.Index(sp.table[:], sp.id); self >= 0 {
+		sp.buf = sp.p.SetSelf(sp.buf, self)
+	}
+	q := len(members)/2 + 1
+	if plantQuorum {
+		q = max(q-1, 1)
+	}
+	sp.buf = sp.p.SetQuorum(sp.buf, q)
+	sp.members = slices.Clone(members)
+}
+
+// leadingAt is the ballot the incarnation leads with as its registers last
+// said (zero when not leading).
+func (sp *simPlane) leadingAt() paxos.Ballot {
+	if sp.role != accel.RoleLeader {
+		return paxos.Ballot{}
+	}
+	return sp.ballot
+}
