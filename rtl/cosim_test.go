@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	cosimSeed   = flag.Uint64("cosim.seed", 1, "seed of the co-simulation workloads (cluster and random)")
-	cosimEvents = flag.Int("cosim.events", 1_000_000, "input events the co-simulation replays at least")
+	cosimSeed        = flag.Uint64("cosim.seed", 1, "seed of the co-simulation workloads (cluster and random)")
+	cosimEvents      = flag.Int("cosim.events", 1_000_000, "input events the co-simulation replays at least")
+	cosimReplicaRuns = flag.Int("cosim.replica-runs", 3, "runs of kv/replica's accel cluster tests whose traces the co-simulation replays (0: leave the runtime source out)")
 )
 
 // cosimSpec is DefaultSpec's sizing (4096-slot window, 5 replicas, 32
@@ -68,12 +69,15 @@ var cosimRequired = []string{
 // Verilated RTL and compares every output event, exactly:
 //   - paxos-group: planes beside real paxos.Nodes (accel's group test,
 //     3 and 5 nodes, 4 seeds), one trace per plane;
+//   - replica:  planes driven by the replica runtime (kv/replica's accel
+//     cluster tests: real Replicas, writes, leader changes, restart,
+//     stall, partition), one trace per plane per start;
 //   - cluster5: a synthetic 5-node cluster (quorum 3), one trace per node;
 //   - cluster3: a 3-node cluster (quorum 2) on the same 5-entry hardware;
 //   - random:   seed-driven random stimulus over every input kind.
 //
 // The synthetic sources alone give at least -cosim.events inputs
-// (1,000,000 by default); the paxos traces come on top.
+// (1,000,000 by default); the paxos and replica traces come on top.
 func TestCosim(t *testing.T) {
 	needTool(t, "verilator")
 	spec := cosimSpec()
@@ -94,6 +98,17 @@ func TestCosim(t *testing.T) {
 		os.Remove(tr)
 	}
 	res.add(rp)
+	var rq compareResult
+	var replicaSpecs []string
+	if *cosimReplicaRuns > 0 {
+		for _, tr := range replicaTraces(t, *cosimReplicaRuns) {
+			s := traceSpec(t, tr)
+			replicaSpecs = appendOnce(replicaSpecs, fmt.Sprintf("W%d/R%d/T%d", s.WindowSlots, s.Replicas, s.TenantsMax))
+			rq.add(replayAll(t, buildFor(s), []string{tr}))
+			os.Remove(tr)
+		}
+	}
+	res.add(rq)
 	r5 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c5, dir))
 	res.add(r5)
 	r3 := replayAll(t, buildFor(spec), clusterTraces(t, spec, c3, dir))
@@ -110,9 +125,13 @@ func TestCosim(t *testing.T) {
 		seeds++
 	}
 	res.add(rr)
-	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=paxos-group(accel %s: 3+5 paxos.Nodes x 4 seeds, W256):%d,cluster5(seed=%d):%d,cluster3(seed=%d):%d,random(seeds %d..%d):%d\n",
-		res.Inputs, res.Mismatches, res.Outputs, paxosGroupTest, rp.Inputs, c5.Seed, r5.Inputs, c3.Seed, r3.Inputs,
-		seed, seed+uint64(max(seeds, 1))-1, rr.Inputs)
+	replica := "off"
+	if *cosimReplicaRuns > 0 {
+		replica = fmt.Sprintf("%d", rq.Inputs)
+	}
+	fmt.Printf("cosim: events=%d mismatches=%d outputs=%d sources=paxos-group(accel %s: 3+5 paxos.Nodes x 4 seeds, W256):%d,replica(kv/replica accel cluster tests x %d runs: 3 Replicas, %s):%s,cluster5(seed=%d):%d,cluster3(seed=%d):%d,random(seeds %d..%d):%d\n",
+		res.Inputs, res.Mismatches, res.Outputs, paxosGroupTest, rp.Inputs, *cosimReplicaRuns, strings.Join(replicaSpecs, "+"), replica,
+		c5.Seed, r5.Inputs, c3.Seed, r3.Inputs, seed, seed+uint64(max(seeds, 1))-1, rr.Inputs)
 	if testing.Verbose() {
 		printCoverage(os.Stdout, res.Coverage)
 	}
@@ -127,6 +146,16 @@ func TestCosim(t *testing.T) {
 			t.Errorf("no %s output was compared: the workloads lost coverage", k)
 		}
 	}
+}
+
+// appendOnce appends s to list unless it is there already.
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 func printCoverage(w io.Writer, cov map[string]uint64) {

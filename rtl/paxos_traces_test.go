@@ -1,6 +1,7 @@
 package rtl
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,25 +22,34 @@ const paxosGroupTest = "^TestCheckerWithPaxos$"
 // tenants) needs its own RTL builds.
 func paxosTraces(t *testing.T) []string {
 	t.Helper()
+	return childTraces(t, "synod/accel", paxosGroupTest, 1, filepath.Join("..", "accel", "paxos_group_test.go"))
+}
+
+// childTraces runs `go test -count=runs -run run pkg` with ACCEL_TRACE_DIR
+// set to a temp dir and returns the traces it wrote there, sorted. deps are the
+// child's test files: they lie outside this package, so go test's result
+// cache would not notice an edit to them; reading them here makes it.
+func childTraces(t *testing.T, pkg, run string, runs int, deps ...string) []string {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go not on PATH: %v", err)
 	}
-	// The group test lives in accel's test files, which this package's
-	// own cache key does not cover: read it here so an edit to it reruns us.
-	if _, err := os.ReadFile(filepath.Join("..", "accel", "paxos_group_test.go")); err != nil {
-		t.Fatalf("the paxos group test moved: %v", err)
+	for _, d := range deps {
+		if _, err := os.ReadFile(d); err != nil {
+			t.Fatalf("the trace-recording test moved: %v", err)
+		}
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(goBin, "test", "-count=1", "-run", paxosGroupTest, "synod/accel")
+	cmd := exec.Command(goBin, "test", fmt.Sprintf("-count=%d", runs), "-run", run, pkg)
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "ACCEL_TRACE_DIR="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("recording paxos traces (go test %s synod/accel): %v\n%s", paxosGroupTest, err, tail(string(out), 3000))
+		t.Fatalf("recording traces (go test -run %s %s): %v\n%s", run, pkg, err, tail(string(out), 3000))
 	}
 	paths, err := filepath.Glob(filepath.Join(dir, "*.trace"))
 	if err != nil || len(paths) == 0 {
-		t.Fatalf("go test %s synod/accel wrote no traces to ACCEL_TRACE_DIR (%v)", paxosGroupTest, err)
+		t.Fatalf("go test -run %s %s wrote no traces to ACCEL_TRACE_DIR (%v)", run, pkg, err)
 	}
 	sort.Strings(paths)
 	return paths
