@@ -1,0 +1,54 @@
+package accel_test
+
+import (
+	"testing"
+
+	"synod/accel"
+	"synod/paxos"
+)
+
+// TestSimCheckRules plants each kind of disagreement in simCheck directly
+// and requires the verdict the harness documents.
+func TestSimCheckRules(t *testing.T) {
+	b1, b2 := paxos.Ballot{Round: 1, Node: 1}, paxos.Ballot{Round: 2, Node: 1}
+	commit := func(s paxos.Slot, b paxos.Ballot) accel.Event {
+		return accel.Event{Kind: accel.OutCommit, Slot: s, Ballot: b}
+	}
+	soft := func(s paxos.Slot, b paxos.Ballot) paxos.AckEvent {
+		return paxos.AckEvent{Slot: s, Ballot: b, Committed: true}
+	}
+	handUp := func(s paxos.Slot) accel.Event {
+		return accel.Event{Kind: accel.OutHandUp, Len: uint32(accel.InAccepted), Slot: s}
+	}
+	noValue := func(paxos.Slot, paxos.Ballot) string { return "" }
+	cases := []struct {
+		name     string
+		plane    []accel.Event
+		soft     []paxos.AckEvent
+		value    func(paxos.Slot, paxos.Ballot) string
+		end      paxos.Ballot
+		crashed  bool
+		mismatch int
+		excused  int
+	}{
+		{"agree", []accel.Event{commit(1, b1)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 0, 0},
+		{"software only", nil, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 1, 0},
+		{"software only, handed up", []accel.Event{handUp(1)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 0, 1},
+		{"different ballots", []accel.Event{commit(1, b1)}, []paxos.AckEvent{soft(1, b2)}, noValue, b2, false, 1, 0},
+		{"plane only, still leading", []accel.Event{commit(1, b1)}, nil, noValue, b1, false, 1, 0},
+		{"plane only, crashed leading", []accel.Event{commit(1, b1)}, nil, noValue, b1, true, 0, 1},
+		{"plane only, stepped down", []accel.Event{commit(1, b1)}, nil, noValue, paxos.Ballot{}, false, 0, 1},
+		{"plane only, software went on", []accel.Event{commit(1, b1), commit(2, b1)}, []paxos.AckEvent{soft(2, b1)}, noValue, paxos.Ballot{}, false, 1, 0},
+		{"wrong value", []accel.Event{commit(1, b1)}, []paxos.AckEvent{soft(1, b1)},
+			func(paxos.Slot, paxos.Ballot) string { return "not chosen" }, b1, false, 1, 0},
+	}
+	for _, c := range cases {
+		chk := newSimCheck()
+		chk.plane(c.plane)
+		chk.software(c.soft)
+		r := chk.result(c.value, c.end, c.crashed)
+		if r.Mismatches != c.mismatch || r.Excused != c.excused {
+			t.Errorf("%s: mismatches=%d excused=%d, want %d and %d (%s)", c.name, r.Mismatches, r.Excused, c.mismatch, c.excused, r.First)
+		}
+	}
+}
