@@ -317,7 +317,12 @@ func (s *state) accepted(in Event, out []Event) []Event {
 	if !e.valid || e.tag != in.Slot {
 		return handUp(out, &in, s.now, ReasonNotArmed)
 	}
-	if e.ballot != in.Ballot {
+	// The ack must match the row AND the ballot this node leads with now:
+	// a row left at an older ballot of ours (armed before a step-down and
+	// re-election, and not re-armed) must not commit from a late ack at
+	// that old ballot while software, leading at the new ballot, ignores
+	// it. Found by the paxossim harness (accel/sim_test.go, seed 564).
+	if e.ballot != in.Ballot || in.Ballot != s.ballot {
 		return handUp(out, &in, s.now, ReasonBallot)
 	}
 	idx, ok := s.memberIndex(in.Node)

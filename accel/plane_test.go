@@ -145,6 +145,7 @@ func TestAggregatorOutOfOrderAndDuplicates(t *testing.T) {
 func TestAggregatorHandsUp(t *testing.T) {
 	p := newLeader(t, 3, 2, 16) // window [1, 17)
 	cur, old := b(2, 1), b(1, 1)
+	p.SetBallot(nil, cur)
 	p.Arm(nil, 3, cur)
 	cases := []struct {
 		name string
@@ -164,6 +165,14 @@ func TestAggregatorHandsUp(t *testing.T) {
 			t.Errorf("%s: got %v, want one hand-up %d", c.name, c.out, c.want)
 		}
 	}
+	// A row armed at an older ballot of ours, then re-election at a newer
+	// one: a late ack at the row's ballot is handed up (paxossim seed 564).
+	p.Arm(nil, 5, cur)
+	p.SetBallot(nil, b(4, 1))
+	if out := p.OnAccepted(nil, 5, cur, 2); len(out) != 1 || out[0].Kind != OutHandUp || out[0].Reason() != ReasonBallot {
+		t.Errorf("late ack at a superseded ballot: got %v, want one hand-up %d", out, ReasonBallot)
+	}
+	p.SetBallot(nil, cur)
 	// None of that moved the count: one real ack still commits.
 	if out := p.OnAccepted(nil, 3, cur, 2); countKind(out, OutCommit) != 1 {
 		t.Fatalf("real ack after junk: %v", out)

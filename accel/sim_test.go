@@ -174,11 +174,9 @@ func TestSimulatorTracesReplay(t *testing.T) {
 // old row's quorum and the plane commits (slot, old ballot), which
 // software, leading at the new ballot, ignores. The value is the chosen
 // one (a majority did accept it), but the commit streams differ. The fix
-// belongs to the plane and the RTL together (count an Accepted only at the
-// ballot register; see /work/coord/requests.md, accel-sim); remove the
-// Skip when it lands.
+// belonged to the plane and the RTL together: both now count an Accepted
+// only at the ballot register, and this test keeps the seed honest.
 func TestSimulatorStaleBallotRow(t *testing.T) {
-	t.Skip("known plane disagreement (stale-ballot row), fix requested from accel+rtl: see the doc comment")
 	runs := runSimSeeds(564, 1, false, false)
 	if v := runs[0].v; v.Mismatches != 0 {
 		t.Fatalf("seed 564: %d mismatches, first: %s", v.Mismatches, v.First)

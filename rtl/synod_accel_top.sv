@@ -151,7 +151,7 @@ module synod_accel_top #(
     .clk, .rst, .ready(agg_ready),
     .req_valid(exec && (k_arm || k_accepted)), .req_arm(k_arm),
     .req_slot(c_slot), .req_ballot(c_ballot), .req_member_hit(m_hit), .req_member_idx(m_idx),
-    .is_leader(role == synod_pkg::ROLE_LEADER), .self_valid, .self_idx, .base, .quorum,
+    .is_leader(role == synod_pkg::ROLE_LEADER), .cur_ballot(ballot), .self_valid, .self_idx, .base, .quorum,
     .member_mask(m_mask),
     .rsp_valid(agg_rsp_valid), .rsp_reason(agg_reason), .rsp_commit(agg_commit),
     .rsp_slot(agg_slot), .rsp_ballot(agg_ballot));

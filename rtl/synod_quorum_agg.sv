@@ -48,6 +48,7 @@ module synod_quorum_agg #(
   input  logic [IDX_W-1:0]                req_member_idx,
   // Registers (stable while a request is in flight).
   input  logic                            is_leader,
+  input  logic [synod_pkg::BALLOT_W-1:0]  cur_ballot,  // the ballot register (what we lead with)
   input  logic                            self_valid,
   input  logic [IDX_W-1:0]                self_idx,
   input  logic [synod_pkg::SLOT_W-1:0]    base,
@@ -114,7 +115,7 @@ module synod_quorum_agg #(
       if (!is_leader)                                  reason = synod_pkg::R_ROLE;
       else if (above_window || (slot_q < base && !tag_match)) reason = synod_pkg::R_WINDOW;
       else if (!tag_match)                             reason = synod_pkg::R_NOT_ARMED;
-      else if (r_ballot != ballot_q)                   reason = synod_pkg::R_BALLOT;
+      else if (r_ballot != ballot_q || ballot_q != cur_ballot) reason = synod_pkg::R_BALLOT;
       else if (!hit_q)                                 reason = synod_pkg::R_MEMBER;
       else begin
         wr_row   = 1'b1;

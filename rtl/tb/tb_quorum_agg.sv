@@ -18,6 +18,9 @@ module tb_quorum_agg;
   logic ready, req_valid = 0, req_arm = 0, hit = 1, is_leader = 1, self_valid = 1;
   logic [63:0] slot = 0, base = 100;
   logic [127:0] ballot = 0;
+  // The ballot register: the request's ballot unless use_cur overrides it.
+  logic use_cur = 0;
+  logic [127:0] cur = 0;
   logic [IDX_W-1:0] midx = 0, self_idx = 0;
   logic [Q_W-1:0] quorum;
   logic [REPLICAS-1:0] mask = '1;
@@ -28,7 +31,7 @@ module tb_quorum_agg;
 
   synod_quorum_agg #(.WINDOW_SLOTS(W), .REPLICAS(REPLICAS), .PLANT_QUORUM_OFF_BY_ONE(PLANT)) dut (
     .clk, .rst, .ready, .req_valid, .req_arm, .req_slot(slot), .req_ballot(ballot),
-    .req_member_hit(hit), .req_member_idx(midx), .is_leader, .self_valid, .self_idx, .base,
+    .req_member_hit(hit), .req_member_idx(midx), .is_leader, .cur_ballot(use_cur ? cur : ballot), .self_valid, .self_idx, .base,
     .quorum, .member_mask(mask), .rsp_valid, .rsp_reason, .rsp_commit, .rsp_slot, .rsp_ballot);
 
   localparam logic [127:0] B0 = {64'd1, 64'd1};
@@ -100,6 +103,14 @@ module tb_quorum_agg;
       op(0, 103, B2, 2, 0, 0, "one ack under B2 is not a quorum");
       op(0, 103, B1, 3, synod_pkg::R_BALLOT, 0, "B1 ack after re-arm");
     end
+
+    // A row left at an older ballot of ours (armed, then we were
+    // re-elected at a newer ballot without re-arming it): a late ack at
+    // the row's ballot is handed up, not counted (paxossim seed 564).
+    op(1, 112, B1, 0, 0, 0, "arm 112 under B1");
+    use_cur = 1; cur = B2;
+    op(0, 112, B1, 1, synod_pkg::R_BALLOT, 0, "late B1 ack while leading at B2");
+    use_cur = 0;
 
     // Window: [base, base+W) = [100, 116).
     op(1, 115, B1, 0, 0, 0, "arm at the top edge");
