@@ -48,7 +48,11 @@
 // off), SetBallot(st.Ballot), SetPromised(st.Promised) (after the promise
 // is durable), SetWindowBase(st.Commit+1); on start and on every
 // membership change SetMember for each member-table entry, SetSelf and
-// SetQuorum(len(members)/2+1). Tenants: SetTenant per table entry from
+// SetQuorum(len(members)/2+1). A member keeps its table index for as long
+// as it is a member (write a removed member's entry as 0, never compact the
+// table): the ack bits of in-flight slots are indexed by it, and moving the
+// leader's own bit would leave those slots uncommitted in the plane.
+// Tenants: SetTenant per table entry from
 // the registry (the runtime keeps the tenants.ID -> index mapping).
 //
 // Leader, sending: after Ready.Accepted is durable and before the Accept
