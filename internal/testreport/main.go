@@ -26,8 +26,10 @@ type event struct {
 	Elapsed float64
 }
 
-// summaryLine matches the one-line results the issues ask tests to print.
-var summaryLine = regexp.MustCompile(`^[a-z0-9][a-z0-9 _-]*: [a-z_]+=\S+`)
+// summaryLine matches the one-line results the issues ask tests to print:
+// "name: key=value ...", allowing a few words before the first key
+// ("accel: sim seeds=500 ...", "accel: planted quorum-1 (synthetic): commits=...").
+var summaryLine = regexp.MustCompile(`^[a-z][a-z0-9 _-]*: (\S+ ){0,3}[a-z_]+=\S+`)
 
 // outputLinesMax bounds what is kept per test so a runaway test cannot
 // exhaust memory; the tail is what matters for a failure.
