@@ -111,15 +111,13 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 		}
 	})
 	hostIf := fmt.Sprintf("se%d-%d", os.Getpid()%1_000_000, subnet)
-	if err := linkHost(lan, hostIf, subnet); err != nil {
+	host := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 199, byte(subnet), nsHostOctet}), 24)
+	removeHost, err := lan.AddHostLink(hostIf, host)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// Usually already gone with the hub namespace; make sure.
-		if exec.Command("ip", "link", "show", hostIf).Run() == nil {
-			runIP("link", "del", hostIf)
-		}
-	})
+	// Usually already gone with the hub namespace; make sure.
+	t.Cleanup(func() { removeHost() })
 	for i, k := range kinds {
 		if k == afxdp.TransportAFXDP {
 			if err := probeXDP(lan.NS[i]); err != nil {
@@ -189,32 +187,6 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 		nc.start(nd)
 	}
 	return nc
-}
-
-// linkHost joins the root namespace to lan's bridge with a veth pair and
-// gives the root end address 10.199.<subnet>.254/24.
-func linkHost(lan *netns.LAN, hostIf string, subnet int) error {
-	host := netip.AddrFrom4([4]byte{10, 199, byte(subnet), nsHostOctet})
-	for _, args := range [][]string{
-		{"link", "add", hostIf, "type", "veth", "peer", "name", "host0", "netns", lan.Hub},
-		{"-n", lan.Hub, "link", "set", "host0", "master", "br0"},
-		{"-n", lan.Hub, "link", "set", "host0", "up"},
-		{"addr", "add", host.String() + "/24", "dev", hostIf},
-		{"link", "set", hostIf, "up"},
-	} {
-		if err := runIP(args...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func runIP(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // probeXDP opens and closes an AF_XDP socket on the node's interface, so

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 
 	"synod/afxdp"
 )
@@ -99,4 +100,35 @@ func ipAll(cmds ...[]string) error {
 		}
 	}
 	return nil
+}
+
+// hostPeerIfName is the hub-side end of the root namespace's veth (names
+// are per namespace, so one per LAN suffices).
+const hostPeerIfName = "host0"
+
+// AddHostLink joins the root namespace to the LAN's bridge with a veth
+// pair: the root end is named name (at most 15 bytes, unique in the root
+// namespace) and gets address host (e.g. 10.199.<subnet>.254/24); the hub
+// end "host0" is enslaved to the bridge. Both ends are up. The returned
+// remove deletes the root end if it still exists (deleting the hub
+// namespace, as Close does, usually takes the pair with it). On error it
+// removes what it made.
+func (l *LAN) AddHostLink(name string, host netip.Prefix) (remove func() error, err error) {
+	remove = func() error {
+		if exec.Command("ip", "link", "show", name).Run() != nil {
+			return nil
+		}
+		return ip("link", "del", name)
+	}
+	if err := ipAll(
+		[]string{"link", "add", name, "type", "veth", "peer", "name", hostPeerIfName, "netns", l.Hub},
+		[]string{"-n", l.Hub, "link", "set", hostPeerIfName, "master", "br0"},
+		[]string{"-n", l.Hub, "link", "set", hostPeerIfName, "up"},
+		[]string{"addr", "add", host.String(), "dev", name},
+		[]string{"link", "set", name, "up"},
+	); err != nil {
+		remove()
+		return nil, err
+	}
+	return remove, nil
 }

@@ -51,3 +51,8 @@ func NewLAN(name string, subnet, n int) (*LAN, error) { return nil, Available() 
 
 // Close does nothing.
 func (l *LAN) Close() error { return nil }
+
+// AddHostLink returns an error wrapping afxdp.ErrNotSupported.
+func (l *LAN) AddHostLink(name string, host netip.Prefix) (remove func() error, err error) {
+	return nil, Available()
+}

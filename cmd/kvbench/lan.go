@@ -49,7 +49,9 @@ var lanSeq atomic.Int64
 type lan struct {
 	net    *netns.LAN
 	hostIf string // root-namespace end of the veth into the hub bridge
-	subnet int
+	// removeHost deletes hostIf (nil until netns.LAN.AddHostLink made it).
+	removeHost func() error
+	subnet     int
 }
 
 // netnsUnavailable says why namespaces cannot be built here ("" if they
@@ -85,7 +87,8 @@ func newLAN(n int, kind string, port uint16) (_ *lan, err error) {
 			l.close()
 		}
 	}()
-	if err := l.linkHost(); err != nil {
+	host := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 199, byte(subnet), lanHostOctet}), 24)
+	if l.removeHost, err = nl.AddHostLink(l.hostIf, host); err != nil {
 		return nil, err
 	}
 	if kind == afxdp.TransportAFXDP {
@@ -120,24 +123,6 @@ func freeSubnet(k int) (int, error) {
 	return 0, fmt.Errorf("no free subnet in 10.199.%d-%d.0/24", lanSubnetBase, lanSubnetBase+lanSubnetSpan-1)
 }
 
-// linkHost joins the root namespace to the hub's bridge with a veth pair
-// and gives the root end 10.199.<subnet>.254/24.
-func (l *lan) linkHost() error {
-	host := netip.AddrFrom4([4]byte{10, 199, byte(l.subnet), lanHostOctet})
-	for _, args := range [][]string{
-		{"link", "add", l.hostIf, "type", "veth", "peer", "name", "host0", "netns", l.net.Hub},
-		{"-n", l.net.Hub, "link", "set", "host0", "master", "br0"},
-		{"-n", l.net.Hub, "link", "set", "host0", "up"},
-		{"addr", "add", host.String() + "/24", "dev", l.hostIf},
-		{"link", "set", l.hostIf, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-	}
-	return nil
-}
-
 // addrs lists the nodes' IPv4 addresses, node 1 first.
 func (l *lan) addrs() []string {
 	var out []string
@@ -161,9 +146,9 @@ func (l *lan) close() error {
 	if err := l.net.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	if exec.Command("ip", "link", "show", l.hostIf).Run() == nil {
-		if out, err := exec.Command("ip", "link", "del", l.hostIf).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", l.hostIf, err, strings.TrimSpace(string(out))))
+	if l.removeHost != nil {
+		if err := l.removeHost(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
