@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"synod/internal/kvmodel"
 )
 
 // TestCheckerCatchesPlantedBug feeds the checker histories with planted
@@ -12,10 +14,10 @@ import (
 // and a correct one: the checker must flag exactly the planted ones.
 func TestCheckerCatchesPlantedBug(t *testing.T) {
 	put := func(c int, k, v string, call, ret int64) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: kvInput{put: true, key: k, value: v}, Call: call, Output: kvOutput{}, Return: ret}
+		return porcupine.Operation{ClientId: c, Input: kvmodel.Input{Put: true, Key: k, Value: v}, Call: call, Output: kvmodel.Output{}, Return: ret}
 	}
 	get := func(c int, k string, found bool, v string, call, ret int64) porcupine.Operation {
-		return porcupine.Operation{ClientId: c, Input: kvInput{key: k}, Call: call, Output: kvOutput{found: found, value: v}, Return: ret}
+		return porcupine.Operation{ClientId: c, Input: kvmodel.Input{Key: k}, Call: call, Output: kvmodel.Output{Found: found, Value: v}, Return: ret}
 	}
 	cases := []struct {
 		name string

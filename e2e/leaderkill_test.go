@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"synod/internal/kvmodel"
 	"synod/kv/client"
 )
 
@@ -81,38 +82,38 @@ func leaderKillWorkload(t *testing.T, c *cluster, lk leaderKills) leaderKillRun 
 				ctx, cancel := ctxTimeout(killOpTimeout)
 				switch x := rng.IntN(10); {
 				case x < 4: // put on a shared key
-					in := kvInput{put: true, key: fmt.Sprintf("k%d", rng.IntN(killSharedKeys)), value: fmt.Sprintf("w%d-%d", w, n)}
+					in := kvmodel.Input{Put: true, Key: fmt.Sprintf("k%d", rng.IntN(killSharedKeys)), Value: fmt.Sprintf("w%d-%d", w, n)}
 					call := h.now()
-					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
+					err := cl.Put(ctx, []byte(in.Key), []byte(in.Value))
 					ret := h.now()
 					if err != nil {
 						ret = pendingReturn // outcome unknown
 					}
-					h.add(w, in, call, ret, kvOutput{})
+					h.add(w, in, call, ret, kvmodel.Output{})
 				case x < 8: // linearizable get on a shared key
-					in := kvInput{key: fmt.Sprintf("k%d", rng.IntN(killSharedKeys))}
+					in := kvmodel.Input{Key: fmt.Sprintf("k%d", rng.IntN(killSharedKeys))}
 					call := h.now()
-					v, err := cl.Get(ctx, []byte(in.key))
+					v, err := cl.Get(ctx, []byte(in.Key))
 					ret := h.now()
 					switch {
 					case err == nil:
-						h.add(w, in, call, ret, kvOutput{found: true, value: string(v)})
+						h.add(w, in, call, ret, kvmodel.Output{Found: true, Value: string(v)})
 					case errors.Is(err, client.ErrNotFound):
-						h.add(w, in, call, ret, kvOutput{})
+						h.add(w, in, call, ret, kvmodel.Output{})
 					} // other errors: the read had no effect; drop it
 				default: // put on a key of its own, read back at the end
-					in := kvInput{put: true, key: fmt.Sprintf("u/%d/%d", w, n), value: "1"}
+					in := kvmodel.Input{Put: true, Key: fmt.Sprintf("u/%d/%d", w, n), Value: "1"}
 					call := h.now()
-					err := cl.Put(ctx, []byte(in.key), []byte(in.value))
+					err := cl.Put(ctx, []byte(in.Key), []byte(in.Value))
 					ret := h.now()
 					if err != nil {
 						ret = pendingReturn
 					} else {
 						ackedMu.Lock()
-						acked = append(acked, in.key)
+						acked = append(acked, in.Key)
 						ackedMu.Unlock()
 					}
-					h.add(w, in, call, ret, kvOutput{})
+					h.add(w, in, call, ret, kvmodel.Output{})
 				}
 				cancel()
 				gate.RUnlock()
@@ -149,18 +150,18 @@ func leaderKillWorkload(t *testing.T, c *cluster, lk leaderKills) leaderKillRun 
 		kills++
 		nl := c.leader(l)
 		// A new leader serves writes (recorded in the history too).
-		in := kvInput{put: true, key: fmt.Sprintf("probe%d", round), value: "p"}
+		in := kvmodel.Input{Put: true, Key: fmt.Sprintf("probe%d", round), Value: "p"}
 		ok := false
 		for i := 0; i < killProbeAttempts && !ok; i++ {
 			ctx, cancel := ctxTimeout(killOpTimeout)
 			call := h.now()
-			err := probe.Put(ctx, []byte(in.key), []byte(in.value))
+			err := probe.Put(ctx, []byte(in.Key), []byte(in.Value))
 			cancel()
 			if err == nil {
-				h.add(killWorkers, in, call, h.now(), kvOutput{})
+				h.add(killWorkers, in, call, h.now(), kvmodel.Output{})
 				ok = true
 			} else {
-				h.add(killWorkers, in, call, pendingReturn, kvOutput{})
+				h.add(killWorkers, in, call, pendingReturn, kvmodel.Output{})
 			}
 		}
 		if !ok {
@@ -184,23 +185,23 @@ func leaderKillWorkload(t *testing.T, c *cluster, lk leaderKills) leaderKillRun 
 	defer final.Close()
 	deadline := time.Now().Add(killFinalReadLimit)
 	for k := 0; k < killSharedKeys; k++ {
-		in := kvInput{key: fmt.Sprintf("k%d", k)}
+		in := kvmodel.Input{Key: fmt.Sprintf("k%d", k)}
 		for {
 			ctx, cancel := ctxTimeout(killOpTimeout)
 			call := h.now()
-			v, err := final.Get(ctx, []byte(in.key))
+			v, err := final.Get(ctx, []byte(in.Key))
 			ret := h.now()
 			cancel()
 			if err == nil {
-				h.add(killWorkers+1, in, call, ret, kvOutput{found: true, value: string(v)})
+				h.add(killWorkers+1, in, call, ret, kvmodel.Output{Found: true, Value: string(v)})
 				break
 			}
 			if errors.Is(err, client.ErrNotFound) {
-				h.add(killWorkers+1, in, call, ret, kvOutput{})
+				h.add(killWorkers+1, in, call, ret, kvmodel.Output{})
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("final read of %s: %v", in.key, err)
+				t.Fatalf("final read of %s: %v", in.Key, err)
 			}
 		}
 	}

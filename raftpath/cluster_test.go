@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/rs/zerolog"
 
+	"synod/internal/kvmodel"
 	"synod/kv/client"
 	"synod/kv/proto"
 	"synod/kv/server"
@@ -249,7 +249,7 @@ func TestLeaderKillRestartLinearizable(t *testing.T) {
 					if err != nil {
 						ret = pendingReturn
 					}
-					h.add(w, kvInput{put: true, key: key, value: val}, call, ret, kvOutput{})
+					h.add(w, kvmodel.Input{Put: true, Key: key, Value: val}, call, ret, kvmodel.Output{})
 					uk := fmt.Sprintf("u%d-%d", w, n)
 					if cl.Put(ctx, []byte(uk), []byte("1")) == nil {
 						ackedMu.Lock()
@@ -261,9 +261,9 @@ func TestLeaderKillRestartLinearizable(t *testing.T) {
 					ret := h.now()
 					switch {
 					case err == nil:
-						h.add(w, kvInput{key: key}, call, ret, kvOutput{found: true, value: string(v)})
+						h.add(w, kvmodel.Input{Key: key}, call, ret, kvmodel.Output{Found: true, Value: string(v)})
 					case errors.Is(err, client.ErrNotFound):
-						h.add(w, kvInput{key: key}, call, ret, kvOutput{})
+						h.add(w, kvmodel.Input{Key: key}, call, ret, kvmodel.Output{})
 					}
 				}
 				cancel()
@@ -349,45 +349,7 @@ func TestRestartRecoversFromWAL(t *testing.T) {
 	}
 }
 
-// --- porcupine model: a register per key (as e2e's) ---
-
-type kvInput struct {
-	put        bool
-	key, value string
-}
-
-type kvOutput struct {
-	found bool
-	value string
-}
-
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(kvInput).key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return kvOutput{} },
-	Step: func(state, input, output any) (bool, any) {
-		s, in, out := state.(kvOutput), input.(kvInput), output.(kvOutput)
-		if in.put {
-			return true, kvOutput{found: true, value: in.value}
-		}
-		return out == s, s
-	},
-}
+// --- linearizability history (model: internal/kvmodel, as e2e's) ---
 
 // pendingReturn marks a write whose outcome the client never learned.
 const pendingReturn = math.MaxInt64
@@ -400,7 +362,7 @@ type history struct {
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
 
-func (h *history) add(client int, in kvInput, call, ret int64, out kvOutput) {
+func (h *history) add(client int, in kvmodel.Input, call, ret int64, out kvmodel.Output) {
 	h.mu.Lock()
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
 	h.mu.Unlock()
@@ -409,21 +371,21 @@ func (h *history) add(client int, in kvInput, call, ret int64, out kvOutput) {
 func (h *history) check(timeout time.Duration) porcupine.CheckResult {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return porcupine.CheckOperationsTimeout(kvModel, h.ops, timeout)
+	return porcupine.CheckOperationsTimeout(kvmodel.Model, h.ops, timeout)
 }
 
 // TestCheckerCatchesStaleRead plants a stale read in a history and shows
 // the checker rejects it.
 func TestCheckerCatchesStaleRead(t *testing.T) {
 	h := &history{}
-	h.add(0, kvInput{put: true, key: "a", value: "1"}, 0, 10, kvOutput{})
-	h.add(1, kvInput{put: true, key: "a", value: "2"}, 20, 30, kvOutput{})
-	h.add(2, kvInput{key: "a"}, 40, 50, kvOutput{found: true, value: "1"}) // stale
+	h.add(0, kvmodel.Input{Put: true, Key: "a", Value: "1"}, 0, 10, kvmodel.Output{})
+	h.add(1, kvmodel.Input{Put: true, Key: "a", Value: "2"}, 20, 30, kvmodel.Output{})
+	h.add(2, kvmodel.Input{Key: "a"}, 40, 50, kvmodel.Output{Found: true, Value: "1"}) // stale
 	if h.check(time.Second) == porcupine.Ok {
 		t.Fatal("a stale read passed the checker")
 	}
 	h.ops = h.ops[:2]
-	h.add(2, kvInput{key: "a"}, 40, 50, kvOutput{found: true, value: "2"})
+	h.add(2, kvmodel.Input{Key: "a"}, 40, 50, kvmodel.Output{Found: true, Value: "2"})
 	if h.check(time.Second) != porcupine.Ok {
 		t.Fatal("a correct history failed the checker")
 	}
