@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,10 +102,18 @@ type cluster struct {
 // outgoing connection.
 func freePort(t testing.TB) int {
 	lo := ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for i := 0; i < 200; i++ {
 		p := 0
 		if lo > portPickMin+1000 {
 			p = portPickMin + rand.IntN(lo-portPickMin)
+		}
+		if portsGiven[p] {
+			// Free now, but already handed to a node of this test
+			// process that may not have bound it yet: two nodes of one
+			// cluster must never get the same port.
+			continue
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
@@ -115,12 +124,24 @@ func freePort(t testing.TB) int {
 		ln.Close()
 		if err == nil {
 			uc.Close()
+			if portsGiven[p] {
+				continue
+			}
+			portsGiven[p] = true
 			return p
 		}
 	}
 	t.Fatal("no free port")
 	return 0
 }
+
+// portsGiven records every port freePort has returned in this process, so
+// it never returns one twice (a killed node restarts on its own ports,
+// which it keeps in its config, not through freePort).
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // portPickMin is the lowest port freePort picks.
 const portPickMin = 20000
