@@ -30,22 +30,6 @@ func TestBypassCheckCatchesPlantedFaults(t *testing.T) {
 	}
 }
 
-func TestParseSnmpUDP(t *testing.T) {
-	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\n" +
-		"Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n" +
-		"Udp: 40 3 0 2 0\n" +
-		"UdpLite: InDatagrams NoPorts InErrors OutDatagrams\nUdpLite: 9 9 9 9\n"
-	n, err := parseSnmpUDP(snmp)
-	if err != nil || n != 42 {
-		t.Fatalf("parseSnmpUDP = %d, %v; want 42 (in 40 + out 2)", n, err)
-	}
-	for _, bad := range []string{"", "Udp: InDatagrams\n", "Udp: InDatagrams\nUdp: x\n"} {
-		if _, err := parseSnmpUDP(bad); err == nil {
-			t.Errorf("parseSnmpUDP(%q): no error", bad)
-		}
-	}
-}
-
 // TestServingTransportLastLine: the transport check reads the last
 // "kvnode serving" line (a restarted node appends to its log), so a node
 // that came back on the wrong transport is caught.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -49,8 +48,6 @@ const (
 	// nsFrameCount is the UMEM size of each AF_XDP node (2048-byte
 	// frames: 2 MiB locked per node).
 	nsFrameCount = 1024
-	// nsSnmpBytesMax bounds what is read of /proc/net/snmp.
-	nsSnmpBytesMax = 1 << 16
 )
 
 // Rounds and pacing of the namespace leader-kill checks (the loopback
@@ -273,37 +270,7 @@ func servingTransport(path string) string {
 // nd's namespace (/proc/net/snmp, Udp InDatagrams + OutDatagrams). An
 // AF_XDP node's consensus traffic bypasses it; a udp node's does not.
 func (nc *nsCluster) kernelUDP(nd *node) (uint64, error) {
-	out, err := netns.Exec(nc.ns(nd), "cat", "/proc/net/snmp")
-	if err != nil {
-		return 0, err
-	}
-	return parseSnmpUDP(tail(out, nsSnmpBytesMax))
-}
-
-func parseSnmpUDP(snmp string) (uint64, error) {
-	var head []string
-	for _, line := range strings.Split(snmp, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Udp:" {
-			continue
-		}
-		if head == nil {
-			head = f
-			continue
-		}
-		var sum uint64
-		for i := 1; i < len(f) && i < len(head); i++ {
-			if head[i] == "InDatagrams" || head[i] == "OutDatagrams" {
-				v, err := strconv.ParseUint(f[i], 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("/proc/net/snmp: Udp %s: %w", head[i], err)
-				}
-				sum += v
-			}
-		}
-		return sum, nil
-	}
-	return 0, errors.New("/proc/net/snmp: no Udp lines")
+	return netns.KernelUDPDatagrams(nc.ns(nd))
 }
 
 // killRun is the outcome of one leader-kill workload.

@@ -181,29 +181,6 @@ func skipOrFail(t *testing.T, err error) {
 	t.Skipf("skipped: %v", err)
 }
 
-func TestParseSnmpUDP(t *testing.T) {
-	good := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: 10 3 0 32\nUdpLite: InDatagrams\nUdpLite: 0\n"
-	if n, err := parseSnmpUDP(good); err != nil || n != 42 {
-		t.Fatalf("got %d, %v; want 42", n, err)
-	}
-	for _, bad := range []string{"", "Ip: 1 64\n", "Udp: InDatagrams OutDatagrams\nUdp: x 1\n", "Udp: InDatagrams OutDatagrams\nUdp: -1 1\n", "Udp: InDatagrams\n"} {
-		if _, err := parseSnmpUDP(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-// FuzzParseSnmpUDP: any text gives a count or an error, never a panic,
-// and never a negative count.
-func FuzzParseSnmpUDP(f *testing.F) {
-	f.Add("Udp: InDatagrams NoPorts OutDatagrams\nUdp: 10 3 32\n")
-	f.Fuzz(func(t *testing.T, s string) {
-		if n, err := parseSnmpUDP(s); err == nil && n < 0 {
-			t.Fatalf("negative count %d", n)
-		}
-	})
-}
-
 func TestFlagsValidate(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dist", "pareto"}, {"--read-ratio", "1.5"}, {"--scenarios", "chaos"}, {"--paths", "nope"},

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -154,9 +153,6 @@ func (l *lan) close() error {
 	return errors.Join(errs...)
 }
 
-// snmpBytesMax bounds what is read of a namespace's /proc/net/snmp.
-const snmpBytesMax = 1 << 16
-
 // kernelUDP sums the kernel UDP stack's datagrams (Udp InDatagrams +
 // OutDatagrams of /proc/net/snmp) over the node namespaces. An AF_XDP
 // node's consensus traffic bypasses that stack; a udp node's does not, so
@@ -164,49 +160,11 @@ const snmpBytesMax = 1 << 16
 func (l *lan) kernelUDP() (int64, error) {
 	var sum int64
 	for _, ns := range l.net.NS {
-		out, err := netns.Exec(ns, "cat", "/proc/net/snmp")
+		n, err := netns.KernelUDPDatagrams(ns)
 		if err != nil {
 			return 0, err
 		}
-		if len(out) > snmpBytesMax {
-			out = out[:snmpBytesMax]
-		}
-		n, err := parseSnmpUDP(out)
-		if err != nil {
-			return 0, fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		sum += n
+		sum += int64(n)
 	}
 	return sum, nil
-}
-
-// parseSnmpUDP returns InDatagrams + OutDatagrams from the "Udp:" header
-// and value lines of /proc/net/snmp text.
-func parseSnmpUDP(snmp string) (int64, error) {
-	var head []string
-	for _, line := range strings.Split(snmp, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Udp:" {
-			continue
-		}
-		if head == nil {
-			head = f
-			continue
-		}
-		var sum int64
-		for i := 1; i < len(f) && i < len(head); i++ {
-			if head[i] == "InDatagrams" || head[i] == "OutDatagrams" {
-				v, err := strconv.ParseInt(f[i], 10, 64)
-				if err != nil || v < 0 {
-					return 0, fmt.Errorf("/proc/net/snmp: Udp %s %q is not a count", head[i], f[i])
-				}
-				if sum+v < sum {
-					return 0, errors.New("/proc/net/snmp: Udp datagram counts overflow")
-				}
-				sum += v
-			}
-		}
-		return sum, nil
-	}
-	return 0, errors.New("/proc/net/snmp: no Udp lines")
 }
