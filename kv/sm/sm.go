@@ -15,13 +15,13 @@
 //	tenant u32 BE | user key              tenant data; tenant 0 is never a tenant
 //	0x00000000 | "applied"                u64 BE: last applied slot
 //	0x00000000 | "c" | tenant | client    exactly-once entry (see clients.go)
-//	0x00000000 | "restoring"              present while a Restore is incomplete
+//	0x00000000 | "restoring"              written by versions before the verified restore (see Restore); refused
 //
 // Concurrency: Apply, Restore and Flush are serialised by the SM; Get and
 // Scan may run concurrently with them and read the latest committed state;
 // after Close they return ErrClosed.
-// Reads during Restore may see a partial state: the runtime must not serve
-// reads while restoring.
+// Reads during Restore see the state before it, until the verified new
+// state is swapped in.
 package sm
 
 import (
@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -75,7 +76,9 @@ type Options struct {
 
 // SM is the state machine. Create it with Open.
 type SM struct {
-	db *pebble.DB
+	dir  string
+	opts Options
+	db   *pebble.DB // replaced by Restore (under mu and dbMu)
 
 	applied atomic.Uint64 // last applied slot; Invariant: equals the stored applied key
 
@@ -106,30 +109,45 @@ var (
 
 // Open opens (or creates) the state machine in dir. It refuses a directory
 // whose last Restore did not finish (ErrRestoreUnfinish).
+//
+// A Restore that a crash interrupted is finished first (a verified new
+// state is swapped in) or discarded (an unverified one): see Restore.
 func Open(dir string, opts Options) (*SM, error) {
-	log := zerolog.Nop()
-	if opts.Log != nil {
-		log = *opts.Log
+	dir = filepath.Clean(dir)
+	if err := recoverRestore(dir); err != nil {
+		return nil, err
 	}
-	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}}
-	if opts.CacheBytes > 0 {
-		c := pebble.NewCache(opts.CacheBytes)
-		defer c.Unref()
-		po.Cache = c
-	}
-	if opts.MemTableBytes > 0 {
-		po.MemTableSize = opts.MemTableBytes
-	}
-	db, err := pebble.Open(dir, po)
+	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}}
+	db, err := pebble.Open(dir, s.pebbleOptions())
 	if err != nil {
 		return nil, fmt.Errorf("opening pebble in %s: %w", dir, err)
 	}
-	s := &SM{db: db, snaps: map[*io.PipeReader]struct{}{}}
+	s.db = db
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// pebbleOptions are the options of every Pebble the SM opens (the live
+// one and a restore's).
+func (s *SM) pebbleOptions() *pebble.Options {
+	log := zerolog.Nop()
+	if s.opts.Log != nil {
+		log = *s.opts.Log
+	}
+	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}}
+	if s.opts.CacheBytes > 0 {
+		// Pebble takes its own reference; the SM's is dropped at once.
+		c := pebble.NewCache(s.opts.CacheBytes)
+		defer c.Unref()
+		po.Cache = c
+	}
+	if s.opts.MemTableBytes > 0 {
+		po.MemTableSize = s.opts.MemTableBytes
+	}
+	return po
 }
 
 // load reads the applied slot and the client table from Pebble.
@@ -183,6 +201,9 @@ func (s *SM) Flush() (uint64, error) {
 	if s.closed {
 		return 0, ErrClosed
 	}
+	if s.dbClosed {
+		return 0, s.broken
+	}
 	slot := s.applied.Load()
 	if err := s.db.Flush(); err != nil {
 		return 0, fmt.Errorf("sm: flushing: %w", err)
@@ -208,6 +229,9 @@ func (s *SM) Close() error {
 	s.snapWG.Wait()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
+	if s.dbClosed {
+		return nil // a failed Restore swap closed it already
+	}
 	s.dbClosed = true
 	ferr := s.db.Flush()
 	cerr := s.db.Close()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"synod/kv/proto"
@@ -439,6 +441,9 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 }
 
+// TestRestoreRejectsBadStreams: a bad stream is refused before anything
+// is replaced: the state is as it was, the SM goes on applying, and it
+// reopens (no "restore did not finish" dead end).
 func TestRestoreRejectsBadStreams(t *testing.T) {
 	src := openT(t, t.TempDir())
 	defer src.Close()
@@ -457,18 +462,143 @@ func TestRestoreRejectsBadStreams(t *testing.T) {
 	}
 	dir := t.TempDir()
 	dst := openT(t, dir)
+	a := newApplier(t, dst)
+	a.apply(2, put("mine", "kept"))
 	for name, stream := range cases {
 		if err := dst.Restore(bytes.NewReader(stream)); !errors.Is(err, ErrBadSnapshot) {
 			t.Fatalf("%s: restore error %v, want ErrBadSnapshot", name, err)
 		}
+		if v, ok := mustGet(t, dst, 2, "mine"); !ok || v != "kept" {
+			t.Fatalf("%s: a refused snapshot changed the state (%q, %v)", name, v, ok)
+		}
 	}
-	// After a failed restore the SM refuses to apply, and reopening refuses.
-	if _, err := dst.Apply(100, nil); err == nil {
-		t.Fatal("apply after a failed restore succeeded")
-	}
+	a.apply(2, put("after", "1"))
 	dst.Close()
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrRestoreUnfinish) {
-		t.Fatalf("open after a failed restore: %v", err)
+	dst = openT(t, dir)
+	defer dst.Close()
+	if v, ok := mustGet(t, dst, 2, "after"); !ok || v != "1" || dst.Applied() != 2 {
+		t.Fatalf("after reopen: %q %v applied %d", v, ok, dst.Applied())
+	}
+	if _, err := os.Stat(dir + restoreDirSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused restore left its directory: %v", err)
+	}
+}
+
+// TestRestoreInterruptedAtEveryStep leaves the directories as a crash
+// would at each point of a Restore and checks that Open recovers: before
+// the new state is complete the old one stays; once it is complete (done
+// file durable) the new one is swapped in; no point leaves a directory
+// that refuses to open or a mix of both states.
+func TestRestoreInterruptedAtEveryStep(t *testing.T) {
+	src := openT(t, t.TempDir())
+	defer src.Close()
+	sa := newApplier(t, src)
+	for i := 0; i < 50; i++ {
+		sa.apply(1, put(fmt.Sprintf("new-%02d", i), "n"))
+	}
+	rc, newSlot, _ := src.Snapshot()
+	stream, _ := io.ReadAll(rc)
+	rc.Close()
+
+	type state int
+	const (
+		wantOld state = iota
+		wantNew
+	)
+	steps := []struct {
+		name string
+		// crash arranges the directories of a restore of stream into an
+		// SM at dir whose live state is the old one, as a crash would.
+		crash func(t *testing.T, dir string)
+		want  state
+	}{
+		{"mid-stream (no done file)", func(t *testing.T, dir string) {
+			crashDuringRestore(t, dir, stream[:len(stream)/2])
+		}, wantOld},
+		{"complete, before the swap", func(t *testing.T, dir string) {
+			crashDuringRestore(t, dir, stream)
+		}, wantNew},
+		{"old renamed away, new not yet in", func(t *testing.T, dir string) {
+			crashDuringRestore(t, dir, stream)
+			mustRename(t, dir, dir+oldDirSuffix)
+		}, wantNew},
+		{"new renamed in, done file and old left", func(t *testing.T, dir string) {
+			crashDuringRestore(t, dir, stream)
+			mustRename(t, dir, dir+oldDirSuffix)
+			mustRename(t, dir+restoreDirSuffix, dir)
+		}, wantNew},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sm")
+			s := openT(t, dir)
+			a := newApplier(t, s)
+			for i := 0; i < 10; i++ {
+				a.apply(2, put(fmt.Sprintf("old-%02d", i), "o"))
+			}
+			s.Close()
+			st.crash(t, dir)
+			s, err := Open(dir, Options{})
+			if err != nil {
+				t.Fatalf("open after the crash: %v", err)
+			}
+			defer s.Close()
+			_, hasOld := mustGet(t, s, 2, "old-00")
+			_, hasNew := mustGet(t, s, 1, "new-00")
+			switch {
+			case st.want == wantOld && (!hasOld || hasNew || s.Applied() != 10):
+				t.Fatalf("want the old state: old %v new %v applied %d", hasOld, hasNew, s.Applied())
+			case st.want == wantNew && (hasOld || !hasNew || s.Applied() != newSlot):
+				t.Fatalf("want the new state: old %v new %v applied %d (want %d)", hasOld, hasNew, s.Applied(), newSlot)
+			}
+			for _, leftover := range []string{dir + restoreDirSuffix, dir + oldDirSuffix, filepath.Join(dir, restoreDoneFile)} {
+				if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("%s left after recovery", leftover)
+				}
+			}
+		})
+	}
+}
+
+// crashDuringRestore runs a Restore of stream into the SM at dir and stops
+// it as a crash would: just before the swap when the stream is whole, or
+// at the stream's error otherwise (the restore directory then has no done
+// file).
+func crashDuringRestore(t *testing.T, dir string, stream []byte) {
+	t.Helper()
+	s := openT(t, dir)
+	defer s.Close()
+	type crashed struct{}
+	TestingCrashBeforeSwap = func() { panic(crashed{}) }
+	defer func() { TestingCrashBeforeSwap = nil }()
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(crashed); !ok {
+					panic(r)
+				}
+				return // Restore's deferred unlock ran while the panic unwound
+			}
+		}()
+		err := s.Restore(bytes.NewReader(stream))
+		if err == nil {
+			t.Fatal("the restore finished: the crash hook did not run")
+		}
+		// A cut stream: a real crash mid-stream leaves the partial
+		// directory, which the refused Restore removed: put one back.
+		if err := os.MkdirAll(dir+restoreDirSuffix, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir+restoreDirSuffix, "000001.sst"), stream[:len(stream)/2], 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}()
+}
+
+func mustRename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
 	}
 }
 

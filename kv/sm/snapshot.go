@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
@@ -37,7 +39,7 @@ const (
 // close it when done (Close of the SM aborts open streams).
 func (s *SM) Snapshot() (io.ReadCloser, uint64, error) {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.dbClosed {
 		s.mu.Unlock()
 		return nil, 0, ErrClosed
 	}
@@ -104,51 +106,210 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 	return err
 }
 
-// Restore replaces the whole state with the snapshot stream r. It first
-// marks the store as restoring and deletes everything; only after the
-// stream has been read and verified is the marker removed and the result
-// flushed. If it fails, the SM refuses to apply (and a reopen refuses to
-// open) until a later Restore succeeds.
+// Restore replaces the whole state with the snapshot stream r, verified
+// before anything is replaced:
+//
+//  1. the stream is read into a fresh Pebble in a sibling directory
+//     (dir + ".restore"), checked record by record and against its count
+//     and checksum, and its applied slot against the header;
+//  2. only then is that directory marked complete (restoreDoneFile,
+//     fsynced) and swapped in for the live one (rename dir -> dir.old,
+//     dir.restore -> dir, fsync of the parent), and the old one removed.
+//
+// A bad stream returns ErrBadSnapshot and leaves the state as it was: the
+// SM goes on applying and serving. A crash at any point leaves either the
+// old state or the complete new one, which Open finishes swapping in
+// (recoverRestore); never a partial state, and never a directory that
+// refuses to open. Reads during Restore see the state before it; open
+// Snapshot streams are aborted at the swap.
 func (s *SM) Restore(r io.Reader) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	s.broken = ErrRestoreUnfinish
-	b := s.db.NewBatch()
-	b.Set(restoringKey, nil, nil)
-	b.DeleteRange([]byte{}, keyspaceEnd, nil)
-	b.Set(restoringKey, nil, nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("sm: restore: clearing: %w", err)
+	if s.dbClosed {
+		return s.broken // a swap failed: only reopening recovers
 	}
-	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("sm: restore: flushing: %w", err)
+	tmp := s.dir + restoreDirSuffix
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("sm: restore: clearing %s: %w", tmp, err)
 	}
-	slot, err := s.readSnapshot(r)
+	ndb, err := pebble.Open(tmp, s.pebbleOptions())
 	if err != nil {
+		return fmt.Errorf("sm: restore: opening %s: %w", tmp, err)
+	}
+	slot, err := readSnapshot(ndb, r)
+	if err == nil {
+		err = checkApplied(ndb, slot)
+	}
+	if err == nil {
+		err = ndb.Flush()
+	}
+	if cerr := ndb.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("sm: restore: closing %s: %w", tmp, cerr)
+	}
+	if err == nil {
+		err = writeDoneFile(tmp)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
 		return err
 	}
-	b = s.db.NewBatch()
-	b.Delete(restoringKey, nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("sm: restore: finishing: %w", err)
+	if TestingCrashBeforeSwap != nil {
+		TestingCrashBeforeSwap()
 	}
-	if err := s.db.Flush(); err != nil {
-		return fmt.Errorf("sm: restore: flushing: %w", err)
+
+	// The new state is complete and durable: swap it in.
+	s.abortSnapshots()
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if err := s.db.Close(); err != nil {
+		s.broken = fmt.Errorf("sm: restore: closing the old state: %w", err)
+		return s.broken
 	}
+	s.dbClosed = true // until the swapped-in state is open
+	if err := swapRestored(s.dir); err != nil {
+		// The directories are as recoverRestore expects: reopening
+		// finishes the swap. Until then this SM cannot go on.
+		s.broken = fmt.Errorf("sm: restore: swapping in the new state: %w", err)
+		return s.broken
+	}
+	db, err := pebble.Open(s.dir, s.pebbleOptions())
+	if err != nil {
+		s.broken = fmt.Errorf("sm: restore: reopening: %w", err)
+		return s.broken
+	}
+	s.db, s.dbClosed = db, false
 	if err := s.load(); err != nil {
+		s.broken = err
 		return err
 	}
-	if s.applied.Load() != slot {
-		return fmt.Errorf("%w: header slot %d, stored applied slot %d", ErrBadSnapshot, slot, s.applied.Load())
+	if got := s.applied.Load(); got != slot {
+		s.broken = fmt.Errorf("sm: restore: applied slot %d after the swap, want %d", got, slot)
+		return s.broken
 	}
-	s.broken = nil
+	s.broken = nil // a restored state is whole, whatever failed before
 	return nil
 }
 
-func (s *SM) readSnapshot(r io.Reader) (uint64, error) {
+// TestingCrashBeforeSwap, when set (tests only), runs after a restore
+// directory is complete and before it is swapped in; a test panics in it
+// to leave the directories as a crash at that point would.
+var TestingCrashBeforeSwap func()
+
+// Restore's directories beside the live one.
+const (
+	restoreDirSuffix = ".restore" // a restore being written (complete once restoreDoneFile exists)
+	oldDirSuffix     = ".old"     // the state a finished restore replaced
+	restoreDoneFile  = "RESTORE-COMPLETE"
+)
+
+// writeDoneFile marks the restore directory complete, durably.
+func writeDoneFile(dir string) error {
+	f, err := os.Create(filepath.Join(dir, restoreDoneFile))
+	if err != nil {
+		return fmt.Errorf("sm: restore: marking complete: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("sm: restore: marking complete: %w", err)
+	}
+	return nil
+}
+
+// swapRestored replaces dir with the complete dir.restore. Each step is
+// one rename, so a crash between any two leaves a state recoverRestore
+// finishes.
+func swapRestored(dir string) error {
+	old := dir + oldDirSuffix
+	if err := os.RemoveAll(old); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err == nil {
+		if err := os.Rename(dir, old); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(dir+restoreDirSuffix, dir); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, restoreDoneFile)); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// recoverRestore finishes or discards what a Restore left beside dir when
+// the process stopped: a complete restore directory is swapped in (the
+// crash came after it was verified), an incomplete one is removed, and so
+// is a replaced state left behind.
+func recoverRestore(dir string) error {
+	tmp := dir + restoreDirSuffix
+	if _, err := os.Stat(filepath.Join(tmp, restoreDoneFile)); err == nil {
+		if err := swapRestored(dir); err != nil {
+			return fmt.Errorf("sm: finishing an interrupted restore: %w", err)
+		}
+	} else if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("sm: removing an unfinished restore: %w", err)
+	}
+	// A done file inside dir: the swap renamed the new state in and
+	// stopped before removing the file.
+	if err := os.Remove(filepath.Join(dir, restoreDoneFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.RemoveAll(dir + oldDirSuffix)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkApplied verifies that db's applied key holds slot, the stream's
+// header slot.
+func checkApplied(db *pebble.DB, slot uint64) error {
+	v, closer, err := db.Get(appliedKey)
+	if err != nil {
+		return fmt.Errorf("%w: no applied slot (header slot %d): %v", ErrBadSnapshot, slot, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 || binary.BigEndian.Uint64(v) != slot {
+		return fmt.Errorf("%w: header slot %d, stored applied slot %x", ErrBadSnapshot, slot, v)
+	}
+	return nil
+}
+
+// abortSnapshots ends every open Snapshot stream (their Pebble snapshots
+// must be released before the database closes) and waits for them.
+func (s *SM) abortSnapshots() {
+	s.snapMu.Lock()
+	for pr := range s.snaps {
+		pr.CloseWithError(ErrClosed)
+	}
+	s.snapMu.Unlock()
+	s.snapWG.Wait()
+}
+
+// readSnapshot reads and verifies a snapshot stream into db (a fresh
+// database) and returns the applied slot of its header.
+func readSnapshot(db *pebble.DB, r io.Reader) (uint64, error) {
 	h := xxhash.New()
 	br := bufio.NewReaderSize(r, snapWriteBufferSize)
 	tr := io.TeeReader(br, h)
@@ -163,7 +324,7 @@ func (s *SM) readSnapshot(r io.Reader) (uint64, error) {
 		return 0, bad("magic %q", head[:8])
 	}
 	slot := binary.BigEndian.Uint64(head[8:])
-	batch := s.db.NewBatch()
+	batch := db.NewBatch()
 	defer func() { batch.Close() }()
 	var count uint64
 	for {
@@ -196,7 +357,7 @@ func (s *SM) readSnapshot(r io.Reader) (uint64, error) {
 				return 0, fmt.Errorf("sm: restore: writing: %w", err)
 			}
 			batch.Close()
-			batch = s.db.NewBatch()
+			batch = db.NewBatch()
 		}
 	}
 	sum := h.Sum64()
