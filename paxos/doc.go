@@ -42,13 +42,41 @@
 // not to promise or accept a higher ballot from any node but L until
 // t + LeaseTicks (its own ticks). The leader's lease is valid until
 // send-tick(h) + LeaseTicks - DriftTicks for the newest heartbeat h a
-// majority acked: every acceptor started its lease no earlier than the send,
-// and DriftTicks bounds how much faster an acceptor's clock may run over one
-// lease. While it holds, no other node can complete phase 1, so the leader
-// answers ReadIndex at once with its commit index. Otherwise ReadIndex waits
-// for a read barrier: a heartbeat round acked by a majority. A restarted
-// node honours the leases it may have granted before the crash by refusing
-// every new ballot for LeaseTicks after start.
+// majority acked. While it holds, no other node can complete phase 1, so the
+// leader answers ReadIndex at once with its commit index. Otherwise
+// ReadIndex waits for a read barrier: a heartbeat round acked by a majority.
+// A restarted node honours the leases it may have granted before the crash
+// by refusing every new ballot for LeaseTicks after start.
+//
+// # Which clock each lease decision uses
+//
+// Every decision reads the node's own tick counter (now), which only Tick
+// advances; the node never sees another node's clock:
+//
+//   - granting (handleHeartbeat, NoteLeaderContact): the refusal window
+//     runs from now at the moment the heartbeat is stepped;
+//   - refusing (leaseBlocks, in Prepare, Accept, Heartbeat and the
+//     pre-check): now < leaseUntil at the moment the message is stepped;
+//   - the leader's validity (leaseValid, in ReadIndex and Status): now at
+//     the moment of the call, against send-tick(h) recorded in
+//     broadcastHeartbeat when h was queued;
+//   - the restart refusal: LeaseTicks from NewNode.
+//
+// The argument needs every now to be current when it is read: the caller
+// must deliver every tick that has passed in real time before it hands the
+// node an input (Step, ReadIndex, Propose, Campaign, NoteLeaderContact),
+// reading its clock after the input arrived (kv/replica's loopClock does
+// this in both of its loop branches). Then, for a heartbeat h sent at real
+// time S and stepped by an acceptor at real time R >= S, the acceptor's
+// window ends no earlier than R + LeaseTicks*tick_a - tick_a (its reading
+// rounds down by less than one tick) and the leader's lease ends no later
+// than S + (LeaseTicks - DriftTicks)*tick_l. DriftTicks bounds the
+// difference: rate drift between the two clocks over one lease plus the
+// one-tick rounding, so it must be at least 1. A node whose caller stepped
+// inputs with a stale now (a paused process resuming) could grant a window
+// that had already ended in real time, or believe a lease that had; the
+// runtime's clock contract rules that out, and its tests plant exactly
+// that bug (kv/replica TestingStaleClock) to show they catch it.
 //
 // # Membership
 //

@@ -72,6 +72,7 @@ type accelMirror struct {
 	contactPending atomic.Bool // a NoteLeaderContact is queued
 	earlyApplied   atomic.Uint64
 	elections      atomic.Uint64
+	wedgedBeats    atomic.Uint64 // heartbeats withheld while the consensus loop was wedged
 }
 
 // AccelConfig turns on the accel plane model.
@@ -95,6 +96,9 @@ type AccelStats struct {
 	EarlyApplied uint64
 	// Campaigns counts elections started on the plane's election timeout.
 	Campaigns uint64
+	// WedgedHeartbeats counts heartbeat rounds the plane withheld because
+	// the consensus loop was wedged (loopWedgedElections).
+	WedgedHeartbeats uint64
 }
 
 func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (*accelMirror, error) {
@@ -244,10 +248,11 @@ func (r *Replica) AccelStats() (AccelStats, bool) {
 	}
 	a := r.accel
 	return AccelStats{
-		Stats:          a.plane.Stats(),
-		FastAccepts:    a.fast.accepts.Load(),
-		SkippedAppends: a.fast.skipped.Load(),
-		EarlyApplied:   a.earlyApplied.Load(),
-		Campaigns:      a.elections.Load(),
+		Stats:            a.plane.Stats(),
+		FastAccepts:      a.fast.accepts.Load(),
+		SkippedAppends:   a.fast.skipped.Load(),
+		EarlyApplied:     a.earlyApplied.Load(),
+		Campaigns:        a.elections.Load(),
+		WedgedHeartbeats: a.wedgedBeats.Load(),
 	}, true
 }

@@ -31,13 +31,15 @@ const mirrorQueueMax = 1024
 //  1. The fast path accepts only at b == the durable promised ballot
 //     (open), so it never promises anything itself and never overrides a
 //     lease paxos granted (accepting a higher ballot stays with paxos).
-//  2. Before paxos steps any message that could raise its promise or make
-//     it answer with a promise (a ballot above the open one, or a
-//     pre-check answer that may start its own phase 1), and before it
-//     campaigns, the consensus loop closes the fast path and steps every
-//     queued mirror first (fence): paxos holds every fast-accepted entry
-//     before it promises, so its Promise reports them, and a later Accept
-//     at the older ballot is refused by paxos and the plane alike.
+//  2. Before paxos steps any inbound message, and before it campaigns, the
+//     consensus loop steps every queued mirror first, whether the path is
+//     open or already closed (by a stall or a role change); when the
+//     message could raise its promise or make it answer with a promise (a
+//     ballot above the open one, or a pre-check answer that may start its
+//     own phase 1) it also closes the path first (fence). So paxos holds
+//     every fast-accepted entry before it promises, its Promise reports
+//     them, and a later Accept at the older ballot is refused by paxos and
+//     the plane alike.
 //  3. The fast path decides and queues its mirror under one lock and never
 //     drops a mirror (it declines when the mirror queue is full), so the
 //     fence sees every accept made before it closed.
@@ -228,20 +230,36 @@ func (r *Replica) sendNow(to paxos.NodeID, b []byte) bool {
 	}
 }
 
-// needsFence reports whether paxos must hold every fast-accepted entry
-// before it steps m (consensus loop).
+// needsFence reports whether the fast path is open and m could make paxos
+// promise, so that it must close before paxos steps m (consensus loop).
 func (f *fastPath) needsFence(m *paxos.Message) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.needsFenceLocked(m)
+}
+
+func (f *fastPath) needsFenceLocked(m *paxos.Message) bool {
 	return !f.open.IsZero() && (f.open.Less(m.Ballot) || m.Type == paxos.MsgPreCheckResp)
 }
 
 // fence closes the fast path and steps every mirror queued before it
 // closed (consensus loop). registers reopens it after the Ready loop.
-func (a *accelMirror) fence() {
+func (a *accelMirror) fence() { a.stepMirrors(nil) }
+
+// stepMirrors steps every mirror queued so far (consensus loop). When m is
+// non-nil and could make paxos promise, it first closes the fast path, so
+// no accept can slip in between the mirrors stepped here and m.
+//
+// Mirrors are stepped before every inbound message, whether the fast path
+// is open or not: a path closed by a stall or a role change may still have
+// mirrors queued, and a Promise paxos sends must report every entry the
+// fast path already made durable and acknowledged.
+func (a *accelMirror) stepMirrors(m *paxos.Message) {
 	f := &a.fast
 	f.mu.Lock()
-	f.open = paxos.Ballot{}
+	if m == nil || f.needsFenceLocked(m) {
+		f.open = paxos.Ballot{}
+	}
 	n := len(f.mirrorC)
 	f.mu.Unlock()
 	for i := 0; i < n; i++ {
@@ -249,11 +267,12 @@ func (a *accelMirror) fence() {
 	}
 }
 
-// stepInbound steps a message from the inbound queue, fencing first when
-// the fast path is open and m could make paxos promise (consensus loop).
+// stepInbound steps a message from the inbound queue after every queued
+// mirror, fencing first when the fast path is open and m could make paxos
+// promise (consensus loop).
 func (r *Replica) stepInbound(m paxos.Message) {
-	if r.accel != nil && r.accel.fast.needsFence(&m) {
-		r.accel.fence()
+	if r.accel != nil {
+		r.accel.stepMirrors(&m)
 	}
 	r.step(m)
 }

@@ -35,6 +35,12 @@ const (
 	// accelTimerPeriodsPerHeartbeat is how many timer ticks the plane gets
 	// per heartbeat period (the plane's doc asks for at most a quarter).
 	accelTimerPeriodsPerHeartbeat = 4
+	// loopWedgedElections is how many election timeouts the consensus
+	// loop may go without beginning an iteration before the plane stops
+	// sending heartbeats for it. A shorter stall (GC, a slow persist, a
+	// burst of work) costs no leader change; a loop that is wedged must not
+	// keep the followers loyal to a leader that cannot commit or answer.
+	loopWedgedElections = 5
 )
 
 type accelFrame struct {
@@ -91,6 +97,10 @@ func (a *accelMirror) timerEvents(evs []accel.Event) {
 	for _, ev := range evs {
 		switch ev.Kind {
 		case accel.OutHeartbeat:
+			if r.loopWedged() {
+				a.wedgedBeats.Add(1)
+				continue
+			}
 			out := make([]outMsg, 0, len(r.cfg.Peers))
 			for _, p := range r.cfg.Peers {
 				if p.ID == r.cfg.ID || r.faults.drop(p.ID) {
@@ -116,6 +126,12 @@ func (a *accelMirror) timerEvents(evs []accel.Event) {
 			}
 		}
 	}
+}
+
+// loopWedged reports whether the consensus loop has not begun an iteration
+// for loopWedgedElections election timeouts.
+func (r *Replica) loopWedged() bool {
+	return r.clk.sinceAlive() > time.Duration(loopWedgedElections*r.cfg.ElectionTicks)*r.cfg.Tick
 }
 
 // campaign starts an election on the plane's timeout (consensus loop).

@@ -47,6 +47,7 @@ func (l *orderLog) Recover(paxos.Slot) (paxos.Ballot, []paxos.Entry, error) {
 	return paxos.Ballot{}, nil, nil
 }
 func (l *orderLog) TruncateBelow(paxos.Slot) error { return nil }
+func (l *orderLog) TruncatedBelow() paxos.Slot     { return 1 }
 func (l *orderLog) Usage() (int64, int64)          { return 0, 1 << 20 }
 func (l *orderLog) Mode() string                   { return "memory" }
 func (l *orderLog) Close() error                   { return nil }

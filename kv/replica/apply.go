@@ -28,6 +28,7 @@ func (r *Replica) applyLoop() {
 	type origin struct {
 		idx int
 		id  uint64
+		env []byte
 	}
 	mine := make([]origin, 0, proposeBatchCmdsMax)
 	broken := false // the state machine failed: apply nothing more
@@ -78,14 +79,14 @@ func (r *Replica) applyLoop() {
 			cmds, mine = cmds[:0], mine[:0]
 			if e.Type == paxos.EntryNormal {
 				for _, c := range e.Cmds {
-					o, id, cmd, err := parseEnvelope(c)
+					id, cmd, err := parseEnvelope(c)
 					if err != nil {
 						// Every replica skips the same bytes: still deterministic.
 						r.log.Warn().Uint64("slot", uint64(e.Slot)).Msg("skipping a command with a malformed envelope")
 						continue
 					}
-					if o == r.cfg.ID {
-						mine = append(mine, origin{idx: len(cmds), id: id})
+					if id.origin == r.cfg.ID && id.boot == r.boot {
+						mine = append(mine, origin{idx: len(cmds), id: id.seq, env: c})
 					}
 					cmds = append(cmds, cmd)
 				}
@@ -101,7 +102,7 @@ func (r *Replica) applyLoop() {
 				if m.idx < len(results) {
 					res = results[m.idx]
 				}
-				r.answer(m.id, writeResult{res: res})
+				r.answer(m.id, m.env, writeResult{res: res})
 			}
 			r.applied.Store(uint64(e.Slot))
 		}

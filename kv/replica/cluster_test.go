@@ -110,14 +110,22 @@ func newTestClusterOpts(t testing.TB, n int, snapEvery uint64, pmemBytes, usedPc
 	return c
 }
 
+// testLeaseTicks is the test clusters' LeaseTicks (1 ms ticks).
+const testLeaseTicks = 60
+
+// pmemMode is the mode of the cluster's acceptor logs: shm under
+// /dev/shm, msync elsewhere.
+func (c *testCluster) pmemMode() pmem.Mode {
+	if c.pmemDir == "" || filepath.Dir(c.pmemDir) != "/dev/shm" {
+		return pmem.ModeMsync
+	}
+	return pmem.ModeShm
+}
+
 func (c *testCluster) start(id paxos.NodeID) {
 	c.t.Helper()
-	mode := pmem.ModeShm
-	if c.pmemDir == "" || filepath.Dir(c.pmemDir) != "/dev/shm" {
-		mode = pmem.ModeMsync
-	}
 	plog, _, err := OpenPMemLog(pmem.Options{Path: filepath.Join(c.pmemDir, fmt.Sprintf("n%d.pmem", id)),
-		SizeBytes: c.pmemBytes, Mode: mode, ClusterID: 9, NodeID: uint64(id)})
+		SizeBytes: c.pmemBytes, Mode: c.pmemMode(), ClusterID: 9, NodeID: uint64(id)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -150,7 +158,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 	}
 	r, err := New(Config{
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
-		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: 60, DriftTicks: 5,
+		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
 		Accel: accelCfg, Tenants: reg,
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),

@@ -9,6 +9,10 @@ import (
 )
 
 // consensusLoop owns r.node: nothing else touches it.
+//
+// Every input is handed to the node only after syncClock delivered the
+// ticks owed up to a clock reading taken after the input was received
+// (clock.go): the node's lease decisions always use a current clock.
 func (r *Replica) consensusLoop() {
 	defer r.loopsWG.Done()
 	if err := pinCPU(r.cfg.Cores.Consensus); err != nil {
@@ -19,8 +23,7 @@ func (r *Replica) consensusLoop() {
 	defer ticker.Stop()
 
 	var (
-		tick       uint64 // ticks of real time since the loop started
-		nodeTicks  uint64 // ticks delivered to the node; catches up with tick
+		tick       uint64 // the current tick at the last ticker event
 		stalledAt  uint64
 		lastLeader paxos.NodeID
 		lastRole   paxos.Role
@@ -33,24 +36,23 @@ func (r *Replica) consensusLoop() {
 	)
 	s := r.node.Status()
 	lastLeader, lastRole = s.Leader, s.Role
-	// The node's clock follows the monotonic wall clock, not the number of
-	// ticker events: a time.Ticker drops events when this loop falls
-	// behind, and a leader whose ticks lagged real time would believe its
-	// lease longer than the acceptors that granted it.
-	epoch := time.Now()
-	ticksDue := func() uint64 { return uint64(time.Since(epoch) / r.cfg.Tick) }
-
+	// The node's clock (r.clk, started with the node in New) follows the
+	// monotonic clock, not the number of ticker events: a time.Ticker
+	// drops events when this loop falls behind, and a leader whose ticks
+	// lagged real time would believe its lease longer than the acceptors
+	// that granted it.
 	for {
+		r.clk.alive.Store(int64(time.Since(r.clk.epoch)))
 		if r.stalled != nil {
 			// Only ticks (to retry) and control (compaction frees room)
-			// are served while a Ready waits for log space.
+			// are served while a Ready waits for log space. The node is
+			// between Ready and Advance: ticks and control functions may
+			// add output (kept for the next Ready), never change rd.
 			select {
 			case <-r.stop:
 				return
 			case <-ticker.C:
-				// Ticks owed to the node are delivered after the stall
-				// (it is between Ready and Advance now).
-				tick = ticksDue()
+				tick = r.deliverTicks()
 				if tick-stalledAt >= logFullRetryTicks {
 					stalledAt = tick
 					if r.finishReady(r.stalled) {
@@ -58,6 +60,7 @@ func (r *Replica) consensusLoop() {
 					}
 				}
 			case f := <-r.controlC:
+				r.syncClock()
 				f()
 			}
 			continue
@@ -67,10 +70,7 @@ func (r *Replica) consensusLoop() {
 		case <-r.stop:
 			return
 		case <-ticker.C:
-			due := ticksDue()
-			for ; nodeTicks < due; nodeTicks++ {
-				r.node.Tick()
-			}
+			due := r.deliverTicks()
 			if due/uint64(r.cfg.ElectionTicks) != tick/uint64(r.cfg.ElectionTicks) && due > readExpiryTicks {
 				r.reads.expire(due-readExpiryTicks, ErrUnavailable)
 			}
@@ -103,9 +103,7 @@ func (r *Replica) consensusLoop() {
 				}
 				break
 			}
-			if err := r.node.Propose(batch); err != nil {
-				r.rejectProposals(batchIDs, err)
-			}
+			r.propose(batch, batchIDs)
 		case <-r.drrKick: // nil channel without a scheduler: never ready
 			batch, batchIDs = batch[:0], batchIDs[:0]
 			bytes := 0
@@ -124,22 +122,21 @@ func (r *Replica) consensusLoop() {
 				r.kickProposer()
 			}
 			if len(batch) > 0 {
-				if err := r.node.Propose(batch); err != nil {
-					r.rejectProposals(batchIDs, err)
-				}
+				r.propose(batch, batchIDs)
 			}
 		case m := <-mirrorC: // accepts the accel fast path already answered
 			r.step(m)
 		case w := <-r.readC:
-			r.readIndex(w, tick)
+			r.readIndex(w)
 		case f := <-r.controlC:
+			r.syncClock()
 			f()
 		}
 
 		for r.node.HasReady() {
 			rd := r.node.Ready()
 			if !r.finishReady(&rd) {
-				r.stalled, stalledAt = &rd, tick
+				r.stalled, stalledAt = &rd, r.clk.delivered
 				break
 			}
 		}
@@ -167,7 +164,18 @@ func (r *Replica) consensusLoop() {
 	}
 }
 
+// propose hands a batch of envelopes to the node (consensus loop).
+func (r *Replica) propose(batch [][]byte, ids []uint64) {
+	r.syncClock()
+	if err := r.node.Propose(batch); err != nil {
+		r.rejectProposals(ids, err)
+	}
+}
+
+// step hands one message to the node with a current clock (consensus
+// loop).
 func (r *Replica) step(m paxos.Message) {
+	r.syncClock()
 	if err := r.node.Step(m); err != nil && !errors.Is(err, paxos.ErrBadMessage) {
 		r.log.Debug().Err(err).Msg("step")
 	}
@@ -186,15 +194,18 @@ func (r *Replica) rejectProposals(ids []uint64, err error) {
 		res.err = fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	for _, id := range ids {
-		r.answer(id, res)
+		r.answer(id, nil, res)
 	}
 }
 
 // readIndex asks paxos for one read index for w and every read queued
-// behind it.
-func (r *Replica) readIndex(w *readWaiter, tick uint64) {
+// behind it. The clock is read after the last of them was received: if the
+// lease is valid at that reading, no other leader can have committed
+// anything by then, so the commit index at that moment is a read point
+// inside every batched read's interval (arrival <= reading <= answer).
+func (r *Replica) readIndex(w *readWaiter) {
 	t := &r.reads
-	b := &readBatch{waiters: []*readWaiter{w}, tick: tick}
+	b := &readBatch{waiters: []*readWaiter{w}}
 	for len(b.waiters) < readQueueMax {
 		select {
 		case w = <-r.readC:
@@ -213,6 +224,7 @@ func (r *Replica) readIndex(w *readWaiter, tick uint64) {
 		fail(ErrBusy)
 		return
 	}
+	b.tick = r.syncClock()
 	t.nextID++
 	id := t.nextID
 	if err := r.node.ReadIndex(id); err != nil {

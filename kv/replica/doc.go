@@ -10,7 +10,8 @@
 //	receive loop    Conn.ReadBatch -> UnmarshalMessage -> inbound (inboundMsgsMax, drop when full, like a socket buffer)
 //	side receivers  one per accepted TCP conn: frames -> inbound (blocking: large messages are costly to resend)
 //	consensus loop  owns the paxos.Node: ticks (time.Ticker), inbound, proposals (proposeQueueMax),
-//	                read-index requests (readQueueMax), control; then the Ready loop:
+//	                read-index requests (readQueueMax), control; every input after the owed ticks
+//	                (clock.go); then the Ready loop:
 //	                  1. SetPromised / Append + one Persist   (durable first)
 //	                  2. encode Messages -> outbound          (outboundBatchesMax)
 //	                  3. Snapshot and Committed -> apply queue (applyQueueBatchesMax, blocking = backpressure)
@@ -22,9 +23,16 @@
 //
 // The receive, send, consensus and apply loops can be pinned to CPUs.
 //
-// The node's clock follows the monotonic clock: every tick period that has
-// passed is delivered, late if the loop was busy, so a starved leader never
-// believes its lease longer than real time.
+// The node's clock follows the monotonic clock: before any input (a
+// message, a read, a proposal, a control function such as a campaign) is
+// handed to the node, every tick period that has passed by a clock reading
+// taken after the input arrived is delivered first, in the normal and the
+// stalled (full log) branch alike (clock.go). A leader resumed after a
+// pause or a starved loop therefore never checks its lease, and a follower
+// never dates the lease it grants, with a clock older than the input. The
+// accel plane's heartbeats, which run on their own goroutine, stop when the
+// consensus loop has not begun an iteration for loopWedgedElections
+// election timeouts, so a wedged leader loses its followers.
 //
 // # Durability and space
 //
@@ -34,6 +42,11 @@
 // logSnapshotUsedPercent of the log in use, a snapshot is requested; a full
 // log stalls the Ready (writes are refused with UNAVAILABLE) until a
 // snapshot lets the log truncate, and the same Ready is then retried.
+// New refuses a state machine that has applied less than the log's
+// truncation point (ErrStateBehindLog): those slots are nowhere on this
+// node, and starting would let it answer Prepares with holes for chosen
+// slots. A snapshot installed from the leader is verified in full before
+// it replaces anything (sm.Restore).
 //
 // # Accel
 //
@@ -50,9 +63,12 @@
 //
 // # Writes and reads
 //
-// A write is wrapped in an envelope (origin node, proposal id) so that the
-// apply loop can hand the state machine's result to the waiting writer on
-// the node that proposed it. A write whose outcome is unknown (leadership
+// A write is wrapped in an envelope (origin node, boot id, proposal number;
+// envelope.go) so that the apply loop can hand the state machine's result
+// to the waiting writer on the node that proposed it. The boot id is drawn
+// at every process start, so an entry of an earlier life, re-applied after
+// a restart, never names a writer of this one; and a writer is answered
+// only by the entry holding the very envelope it proposed. A write whose outcome is unknown (leadership
 // lost, deadline) is answered UNAVAILABLE; the client retries with the same
 // (client id, sequence) and the state machine's exactly-once table applies
 // it once.

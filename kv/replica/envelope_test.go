@@ -2,37 +2,54 @@ package replica
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
-
-	"synod/paxos"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
-	b := appendEnvelope(nil, 3, 99, []byte("cmd"))
-	o, id, cmd, err := parseEnvelope(b)
-	if err != nil || o != 3 || id != 99 || string(cmd) != "cmd" {
-		t.Fatalf("got %d %d %q %v", o, id, cmd, err)
+	want := proposalID{origin: 3, boot: 0xfeedface12345678, seq: 99}
+	b := appendEnvelope(nil, want, []byte("cmd"))
+	id, cmd, err := parseEnvelope(b)
+	if err != nil || id != want || string(cmd) != "cmd" {
+		t.Fatalf("got %+v %q %v", id, cmd, err)
 	}
-	for _, bad := range [][]byte{nil, {1}, b[:envelopeHeaderBytes-1], append([]byte{9}, b[1:]...)} {
-		if _, _, _, err := parseEnvelope(bad); err == nil {
+	for _, bad := range [][]byte{nil, {envelopeVersion}, b[:envelopeHeaderBytes-1], append([]byte{9}, b[1:]...),
+		{envelopeV1}, make([]byte, envelopeV1HeaderBytes-1)} {
+		if _, _, err := parseEnvelope(bad); err == nil {
 			t.Fatalf("accepted %x", bad)
 		}
+	}
+	// A version-1 envelope (no boot id) from an older log still parses,
+	// with boot id 0, which no running process has.
+	v1 := append([]byte{envelopeV1}, binary.LittleEndian.AppendUint64(nil, 3)...)
+	v1 = binary.LittleEndian.AppendUint64(v1, 99)
+	v1 = append(v1, "cmd"...)
+	id, cmd, err = parseEnvelope(v1)
+	if err != nil || id != (proposalID{origin: 3, seq: 99}) || string(cmd) != "cmd" {
+		t.Fatalf("v1: got %+v %q %v", id, cmd, err)
 	}
 }
 
 // FuzzParseEnvelope: committed commands come from the network via other
-// replicas; any bytes must parse or fail cleanly, and a parsed envelope
-// re-encodes to the same bytes.
+// replicas; any bytes must parse or fail cleanly, and a parsed version-2
+// envelope re-encodes to the same bytes.
 func FuzzParseEnvelope(f *testing.F) {
-	f.Add(appendEnvelope(nil, 1, 1, []byte("x")))
+	f.Add(appendEnvelope(nil, proposalID{1, 2, 3}, []byte("x")))
 	f.Add([]byte{})
 	f.Add([]byte{envelopeVersion})
+	f.Add(append([]byte{envelopeV1}, make([]byte, 20)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		o, id, cmd, err := parseEnvelope(b)
+		id, cmd, err := parseEnvelope(b)
 		if err != nil {
 			return
 		}
-		if again := appendEnvelope(nil, paxos.NodeID(o), id, cmd); !bytes.Equal(again, b) {
+		if b[0] == envelopeV1 {
+			if id.boot != 0 || len(cmd) != len(b)-envelopeV1HeaderBytes {
+				t.Fatalf("v1 parsed as %+v, %d command bytes", id, len(cmd))
+			}
+			return
+		}
+		if again := appendEnvelope(nil, id, cmd); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding differs: %x vs %x", again, b)
 		}
 	})

@@ -24,6 +24,11 @@ var (
 	ErrStopped = errors.New("replica: stopped")
 )
 
+// ErrStateBehindLog: New refuses a state machine that is behind the acceptor
+// log's truncation point (its state below that point is nowhere on this
+// node).
+var ErrStateBehindLog = errors.New("replica: state machine behind the acceptor log's truncation point")
+
 // NotLeaderError says this replica does not lead; Leader is the leader
 // this replica knows of (0 when unknown) and ClientAddr its client address.
 type NotLeaderError struct {

@@ -23,6 +23,9 @@ type AcceptorLog interface {
 	Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error)
 	// TruncateBelow drops entries with a slot below slot.
 	TruncateBelow(slot paxos.Slot) error
+	// TruncatedBelow is the durable truncation point: entries with a
+	// slot below it were dropped (1 when nothing was).
+	TruncatedBelow() paxos.Slot
 	// Usage reports the bytes in use and the log's capacity.
 	Usage() (used, capacity int64)
 	// Mode names the durability mode ("dax", "msync", "shm", "memory").

@@ -19,6 +19,10 @@ type Metrics struct {
 	Installed       prometheus.Counter // snapshots received from a leader and restored
 	SideSent        prometheus.Counter // messages handed to the TCP side channel
 	LogFull         prometheus.Counter
+	// AnswerMismatches counts committed commands that named a waiting
+	// writer of this boot but were not its command (never answered; a
+	// non-zero value is a bug).
+	AnswerMismatches prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -48,10 +52,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_side_channel_sent_total", Help: "Consensus messages too large for a datagram, sent over TCP."}),
 		LogFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_total", Help: "Appends refused because the acceptor log was full."}),
+		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_answer_mismatches_total", Help: "Committed commands that named a waiting writer but were not its command (a bug if non-zero)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull)
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches)
 	}
 	return m
 }

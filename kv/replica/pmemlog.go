@@ -109,6 +109,9 @@ func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, erro
 // TruncateBelow implements AcceptorLog.
 func (p *PMemLog) TruncateBelow(slot paxos.Slot) error { return p.l.TruncateBelow(uint64(slot)) }
 
+// TruncatedBelow implements AcceptorLog.
+func (p *PMemLog) TruncatedBelow() paxos.Slot { return paxos.Slot(max(p.l.TruncatedBelow(), 1)) }
+
 // Usage implements AcceptorLog.
 func (p *PMemLog) Usage() (used, capacity int64) { return p.l.Space() }
 

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -125,13 +126,16 @@ type Replica struct {
 	applyC   chan applyItem
 	snapNow  chan struct{}
 
+	// boot is this process's boot id (envelope.go): random, never 0.
+	boot         uint64
 	nextProposal atomic.Uint64
 	pendingMu    sync.Mutex
-	pending      map[uint64]*writeWaiter
+	pending      map[uint64]*writeWaiter // by proposal number of this boot
 
 	reads readTracker
 	accel *accelMirror // nil when accel is off
 
+	clk     loopClock // the node's clock (clock.go)
 	status  atomic.Pointer[paxos.Status]
 	applied atomic.Uint64
 	logFull atomic.Bool
@@ -164,7 +168,8 @@ type writeResult struct {
 }
 
 type writeWaiter struct {
-	ch chan writeResult // cap 1
+	ch  chan writeResult // cap 1
+	env []byte           // the envelope proposed: only its own entry answers it
 }
 
 type outMsg struct {
@@ -215,6 +220,11 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		fatal:    make(chan error, 4),
 	}
 	r.reads.init()
+	boot, err := newBootID()
+	if err != nil {
+		return nil, err
+	}
+	r.boot = boot
 	if cfg.Tenants != nil {
 		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, time.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
@@ -231,6 +241,15 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 
 	applied := paxos.Slot(stm.Applied())
+	if tb := alog.TruncatedBelow(); applied+1 < tb {
+		// The log was truncated below slots this state machine has not
+		// applied: their accepted values are gone here. Starting would
+		// let this acceptor answer Prepares with holes for slots that
+		// may be chosen (and apply nothing for them).
+		return nil, fmt.Errorf("%w: the state machine has applied through slot %d, but the acceptor log was truncated below slot %d "+
+			"(was the state machine directory removed or replaced?); restore the state machine from a snapshot at slot >= %d, "+
+			"or replace this node with a new member", ErrStateBehindLog, applied, tb, tb-1)
+	}
 	promised, accepted, err := alog.Recover(applied)
 	if err != nil {
 		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
@@ -257,6 +276,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, fmt.Errorf("creating the paxos node: %w", err)
 	}
 	r.node = node
+	r.clk.init(cfg.Tick) // the node's tick 0 is now
 	if cfg.Accel != nil {
 		if r.accel, err = newAccelMirror(r, members, promised); err != nil {
 			return nil, err
@@ -345,11 +365,12 @@ func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.
 	}
 	start := time.Now()
 	id := r.nextProposal.Add(1)
-	w := &writeWaiter{ch: make(chan writeResult, 1)}
+	env := appendEnvelope(nil, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id}, cmd)
+	w := &writeWaiter{ch: make(chan writeResult, 1), env: env}
 	r.pendingMu.Lock()
 	r.pending[id] = w
 	r.pendingMu.Unlock()
-	p := proposal{id: id, env: appendEnvelope(nil, r.cfg.ID, id, cmd)}
+	p := proposal{id: id, env: env}
 	if r.drr != nil {
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
@@ -396,10 +417,22 @@ func (r *Replica) forget(id uint64) {
 	r.pendingMu.Unlock()
 }
 
-// answer hands a result to the writer waiting for proposal id, if any.
-func (r *Replica) answer(id uint64, res writeResult) {
+// answer hands a result to the writer waiting for proposal number id of
+// this boot, if any. With env non-nil (a committed entry's envelope) the
+// writer is answered only when env is the envelope it proposed: a result
+// never reaches a writer whose command it is not. A mismatch is a bug
+// (proposal ids are unique across lives); it is logged and counted, and the
+// writer keeps waiting for its own entry (or the leader change or deadline
+// that answers it UNAVAILABLE).
+func (r *Replica) answer(id uint64, env []byte, res writeResult) {
 	r.pendingMu.Lock()
 	w := r.pending[id]
+	if w != nil && env != nil && !TestingReusedProposalIDs && !bytes.Equal(w.env, env) {
+		r.pendingMu.Unlock()
+		r.metrics.AnswerMismatches.Inc()
+		r.log.Error().Uint64("proposal", id).Msg("a committed command names a waiting writer but is not its command; not answered")
+		return
+	}
 	delete(r.pending, id)
 	r.pendingMu.Unlock()
 	if w != nil {

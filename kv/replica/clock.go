@@ -1,0 +1,73 @@
+package replica
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// loopClock is the consensus loop's clock: how many ticks of the monotonic
+// clock have passed since the loop started, and how many of them the paxos
+// node has been given.
+//
+// The contract (every lease decision rests on it): before the consensus
+// loop hands the node any input (Step, ReadIndex, Propose, a control
+// function such as Campaign or NoteLeaderContact) it delivers every tick
+// owed up to a clock reading taken after that input was received, in both
+// the normal and the stalled branch of the loop. So the node never decides
+// with a clock older than the input it is deciding on:
+//
+//   - a leader checks its lease (ReadIndex) at a time no earlier than the
+//     read's arrival, so a leader resumed after a SIGSTOP, a GC pause or a
+//     starved loop sees its lease as expired instead of serving a read
+//     from before the pause;
+//   - an acceptor starts the lease it grants with a heartbeat ack no
+//     earlier than the moment it actually stepped the heartbeat, so its
+//     refusal window never ends before the leader's lease (the leader dates
+//     its lease from the heartbeat's send tick, which is earlier).
+//
+// Ticks are whole periods: a reading is rounded down, so a node's clock
+// lags real time by less than one tick, which paxos's DriftTicks covers
+// (see paxos/doc.go). The monotonic clock (CLOCK_MONOTONIC) keeps running
+// while the process is stopped, so a SIGSTOP shows up as owed ticks.
+type loopClock struct {
+	epoch     time.Time // set in New, with the node; read-only after
+	period    time.Duration
+	delivered uint64 // ticks given to the node (consensus loop only); <= ticks due
+	// alive is when (ns since epoch) the consensus loop last began an
+	// iteration; other goroutines read it to tell a wedged loop.
+	alive atomic.Int64
+}
+
+func (c *loopClock) init(period time.Duration) {
+	c.epoch, c.period = time.Now(), period
+}
+
+// sinceAlive is how long ago the consensus loop last began an iteration.
+func (c *loopClock) sinceAlive() time.Duration {
+	return time.Since(c.epoch) - time.Duration(c.alive.Load())
+}
+
+// due is the number of whole tick periods since the epoch.
+func (c *loopClock) due() uint64 { return uint64(time.Since(c.epoch) / c.period) }
+
+// syncClock delivers to the node every tick owed up to now and returns the
+// current tick (consensus loop only). Call it after receiving an input and
+// before handing the input to the node.
+func (r *Replica) syncClock() uint64 {
+	if TestingStaleClock {
+		// The planted bug: inputs are handed to the node with the clock
+		// of the last ticker event, however long ago that was.
+		return r.clk.delivered
+	}
+	return r.deliverTicks()
+}
+
+// deliverTicks gives the node every tick owed up to now and returns the
+// current tick (consensus loop only; the ticker case calls it directly).
+func (r *Replica) deliverTicks() uint64 {
+	due := r.clk.due()
+	for ; r.clk.delivered < due; r.clk.delivered++ {
+		r.node.Tick()
+	}
+	return due
+}

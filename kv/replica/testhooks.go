@@ -1,0 +1,20 @@
+package replica
+
+// Planted bugs. Each is off unless a test (or a kvnode built with the
+// synod_plant build tag, see cmd/kvnode/plant.go) turns it on before any
+// Replica starts; the tests that turn one on show that a check catches the
+// bug it plants. Production code never sets them.
+var (
+	// TestingStaleClock plants the stale-clock bug: the consensus loop
+	// hands inputs (reads, messages, control functions) to the paxos
+	// node with the clock of the last ticker event instead of delivering
+	// the ticks owed first (clock.go), so a leader resumed after a pause
+	// may check its lease against a frozen clock.
+	TestingStaleClock bool
+	// TestingReusedProposalIDs plants the reused-identity bug: proposal
+	// ids restart at 1 in every process with a zero boot id, and the
+	// apply loop answers a waiting writer without checking that the
+	// command is its own, so an entry of an earlier life re-applied after
+	// a restart answers a new writer with another command's result.
+	TestingReusedProposalIDs bool
+)
