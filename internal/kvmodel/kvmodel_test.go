@@ -16,6 +16,11 @@ func get(c int, k string, found bool, v string, call, ret int64) porcupine.Opera
 	return porcupine.Operation{ClientId: c, Input: Input{Key: k}, Call: call, Output: Output{Found: found, Value: v}, Return: ret}
 }
 
+func cas(c int, k, expect, v string, mismatch bool, call, ret int64) porcupine.Operation {
+	in := Input{CAS: true, Key: k, Expect: expect, ExpectAbsent: expect == "", Value: v}
+	return porcupine.Operation{ClientId: c, Input: in, Call: call, Output: Output{Mismatch: mismatch, Unknown: ret == math.MaxInt64}, Return: ret}
+}
+
 // TestModel checks correct histories pass and planted non-linearizable
 // ones (stale read, lost write, value never written, a violation on one
 // key hidden among clean keys) are rejected.
@@ -63,6 +68,37 @@ func TestModel(t *testing.T) {
 			get(1, "z", true, "q", 2, 3),
 		}, false},
 	}
+	cases = append(cases, []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"cas chain", []porcupine.Operation{
+			cas(0, "x", "", "1", false, 0, 10),
+			cas(0, "x", "1", "2", false, 11, 20),
+			cas(1, "x", "1", "3", true, 21, 30),
+			get(1, "x", true, "2", 31, 40),
+		}, true},
+		{"cas from absent on a present key said ok", []porcupine.Operation{
+			put(0, "x", "1", 0, 10),
+			cas(1, "x", "", "2", false, 11, 20),
+		}, false},
+		{"cas said ok but never took effect", []porcupine.Operation{
+			put(0, "x", "1", 0, 10),
+			cas(1, "x", "1", "2", false, 11, 20),
+			get(2, "x", true, "1", 21, 30),
+		}, false},
+		{"cas said mismatch on a matching value", []porcupine.Operation{
+			put(0, "x", "1", 0, 10),
+			cas(1, "x", "1", "2", true, 11, 20),
+		}, false},
+		{"unknown cas took effect, or did not", []porcupine.Operation{
+			put(0, "x", "1", 0, 10),
+			cas(1, "x", "1", "2", false, 11, math.MaxInt64),
+			get(2, "x", true, "1", 21, 30),
+			get(2, "x", true, "2", 31, 40),
+		}, true},
+	}...)
 	for _, tc := range cases {
 		res := porcupine.CheckOperationsTimeout(Model, tc.ops, 10*time.Second)
 		if (res == porcupine.Ok) != tc.ok {
@@ -98,6 +134,8 @@ func TestDescribe(t *testing.T) {
 		{Input{Put: true, Key: "k", Value: "v"}, Output{}, "put(k, v)"},
 		{Input{Key: "k"}, Output{}, "get(k) -> absent"},
 		{Input{Key: "k"}, Output{Found: true, Value: "v"}, "get(k) -> v"},
+		{Input{CAS: true, Key: "k", ExpectAbsent: true, Value: "v"}, Output{}, "cas(k, absent -> v) -> ok"},
+		{Input{CAS: true, Key: "k", Expect: "a", Value: "v"}, Output{Mismatch: true}, "cas(k, a -> v) -> mismatch"},
 	} {
 		if got := Model.DescribeOperation(tc.in, tc.out); got != tc.want {
 			t.Errorf("describe %+v %+v = %q, want %q", tc.in, tc.out, got, tc.want)
