@@ -46,9 +46,43 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// binDir holds the binaries TestMain and plantedKvnode built.
+var binDir string
+
+var (
+	plantOnce sync.Once
+	plantBin  string
+	plantErr  error
+)
+
+// plantedKvnode returns a kvnode built with the synod_plant tag (built once
+// per test process), whose SYNOD_PLANT variable turns on planted bugs
+// (cmd/kvnode/plant.go).
+func plantedKvnode(t testing.TB) string {
+	t.Helper()
+	plantOnce.Do(func() {
+		dir := binDir
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		plantBin = filepath.Join(dir, "kvnode-planted")
+		build := exec.Command("go", "build", "-tags", "synod_plant", "-o", plantBin, "./cmd/kvnode")
+		build.Dir = ".."
+		out, err := build.CombinedOutput()
+		if err != nil {
+			plantErr = fmt.Errorf("building the planted kvnode: %v\n%s", err, out)
+		}
+	})
+	if plantErr != nil {
+		t.Fatal(plantErr)
+	}
+	return plantBin
 }
 
 // Timeouts of the harness (not assertions about speed: a slow machine only
@@ -93,6 +127,10 @@ type cluster struct {
 	dir   string
 	pdir  string
 	nodes []*node
+	// bin is the kvnode binary start runs ("" is kvnodeBin) and env the
+	// extra environment of its processes (plantedCluster sets both).
+	bin string
+	env []string
 }
 
 // freePort finds a loopback port free for both TCP and UDP (the consensus
@@ -162,7 +200,14 @@ func ephemeralLow() int {
 
 func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir()}
+	return newClusterWith(t, n, "", nil)
+}
+
+// newClusterWith starts n nodes of kvnode binary bin ("" for kvnodeBin)
+// with env added to their environment.
+func newClusterWith(t testing.TB, n int, bin string, env []string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: t.TempDir(), bin: bin, env: env}
 	mode := c.pmemDir("synod-e2e-")
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, &node{
@@ -278,7 +323,15 @@ func tail(s string, n int) string {
 // start launches nd's process and waits until its admin endpoint answers.
 func (c *cluster) start(nd *node) {
 	c.t.Helper()
-	c.launch(nd, exec.Command(kvnodeBin, "--config", nd.cfgPath))
+	bin := c.bin
+	if bin == "" {
+		bin = kvnodeBin
+	}
+	cmd := exec.Command(bin, "--config", nd.cfgPath)
+	if len(c.env) > 0 {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
+	c.launch(nd, cmd)
 }
 
 // launch starts cmd as nd's process, its output appended to nd's log, and
