@@ -2,6 +2,7 @@ package pmem
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -17,8 +18,12 @@ func TestRegionSizeLimits(t *testing.T) {
 		{RegionBytesMin, true},
 		{RegionBytesMax, true},
 		{RegionBytesMax + regionAlignBytes, false},
-		{0, false},
 		{-4096, false},
+	}
+	// No size for a region that does not exist: "open an existing one",
+	// so the error says it is missing (a crash before creating it).
+	if _, _, err := Open(Options{Path: filepath.Join(dir, "missing"), Mode: ModeShm, ClusterID: 1, NodeID: 1}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing region, no size: %v, want os.ErrNotExist", err)
 	}
 	for i, c := range cases {
 		path := filepath.Join(dir, "log"+string(rune('a'+i)))

@@ -240,7 +240,9 @@ func openFile(opts Options) (f *os.File, size int64, created bool, err error) {
 		}
 		return f, size, false, nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if !errors.Is(err, os.ErrNotExist) || opts.SizeBytes == 0 {
+		// No size given: open an existing region only (a missing one
+		// is os.ErrNotExist, not a bad size).
 		return nil, 0, false, fmt.Errorf("pmem: opening log: %w", err)
 	}
 	if err := checkRegionSize(opts.SizeBytes); err != nil {
