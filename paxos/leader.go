@@ -25,6 +25,9 @@ const (
 	// retransmitEntriesPerPeerMax bounds the Accepts resent to one peer per
 	// heartbeat.
 	retransmitEntriesPerPeerMax = 256
+	// retransmitBackoffMax bounds the doublings of a slot's retransmission
+	// interval (retransmitInterval also caps it at half an election).
+	retransmitBackoffMax = 6
 	// hbHistoryMax is how many heartbeat send ticks the leader remembers to
 	// date a lease when a majority confirms a heartbeat.
 	hbHistoryMax = 64
@@ -69,6 +72,12 @@ type leader struct {
 
 type slotAcks struct {
 	from []NodeID
+	// sentTick is when the Accepts for the slot last went out (first send
+	// or retransmission); resends counts retransmissions. An unacked slot
+	// is resent once retransmitInterval has passed since sentTick, so a
+	// large entry still in flight is not sent again every heartbeat.
+	sentTick int64
+	resends  uint8
 }
 
 type peer struct {
@@ -160,7 +169,7 @@ func (n *Node) leaderAccept(e Entry) {
 	if e.Type == EntryConfChange {
 		l.ccSlots = append(l.ccSlots, e.Slot)
 	}
-	a := &slotAcks{}
+	a := &slotAcks{sentTick: n.now}
 	l.acks[e.Slot] = a
 	if slices.Contains(n.conf.at(e.Slot), n.id) {
 		n.countAck(e.Slot, a, n.id)
@@ -381,6 +390,7 @@ func (n *Node) retransmit() {
 	if lo > l.sentThrough {
 		return
 	}
+	due := func(a *slotAcks) bool { return a == nil || n.now-a.sentTick >= n.retransmitInterval(a) }
 	members := n.conf.at(lo)
 	for _, id := range members {
 		if id == n.id {
@@ -397,7 +407,7 @@ func (n *Node) retransmit() {
 		}
 		for s := lo; s <= l.sentThrough && budget > 0; s++ {
 			a := l.acks[s]
-			if a != nil && slices.Contains(a.from, id) {
+			if a != nil && (slices.Contains(a.from, id) || !due(a)) {
 				flushRun()
 				continue
 			}
@@ -411,6 +421,19 @@ func (n *Node) retransmit() {
 		}
 		flushRun()
 	}
+	for s := lo; s <= l.sentThrough; s++ {
+		if a := l.acks[s]; a != nil && due(a) {
+			a.sentTick = n.now
+			a.resends = min(a.resends+1, retransmitBackoffMax)
+		}
+	}
+}
+
+// retransmitInterval is how long an unacked slot waits before its Accepts
+// go out again: a heartbeat period, doubling with each resend up to half an
+// election timeout.
+func (n *Node) retransmitInterval(a *slotAcks) int64 {
+	return min(int64(n.cfg.HeartbeatTicks)<<a.resends, int64(max(n.cfg.ElectionTicks/2, n.cfg.HeartbeatTicks)))
 }
 
 func (n *Node) handleAccepted(m *Message) {

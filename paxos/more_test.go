@@ -434,3 +434,34 @@ func TestExternalElection(t *testing.T) {
 		t.Fatalf("node 3 follows %d", st.Leader)
 	}
 }
+
+// TestRetransmitBacksOff: an Accept still unacknowledged is sent again, but
+// not at every heartbeat: its interval doubles per resend, up to half an
+// election timeout, so a large entry in flight is not re-sent (and
+// re-persisted by its acceptor) while it is still on its way.
+func TestRetransmitBacksOff(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	f := others(nw, l)[0]
+	sent := 0
+	nw.dropNext = func(m Message) bool {
+		if m.Type != MsgAccept {
+			return false
+		}
+		if m.To == f {
+			sent++
+		}
+		return true // no Accept arrives: the slot stays unacknowledged
+	}
+	nw.propose(l, "x")
+	const ticks = 40 // HeartbeatTicks 1, ElectionTicks 10: intervals 1, 2, 4, then 5
+	nw.tick(ticks)
+	if nw.nodes[l].Status().Role != RoleLeader {
+		t.Fatal("the leader stepped down; heartbeats were not dropped")
+	}
+	// First send, then resends after 1, 2, 4 and every 5 ticks: about 10.
+	if sent < 5 || sent > 12 {
+		t.Fatalf("the unacknowledged Accept went to node %d %d times in %d heartbeats, want 5..12", f, sent, ticks)
+	}
+	t.Logf("unacknowledged Accept sent %d times in %d heartbeats", sent, ticks)
+}
