@@ -12,16 +12,15 @@ import (
 // are authoritative. Feed it the plane's outputs (Plane) and the paxos
 // Ready.AckEvents (Software), in any interleaving, then read Result.
 //
-// A mismatch is a slot whose set of committed ballots differs between the
-// two: one committed it and the other did not, or they committed different
-// ballots. A slot the plane handed up an Arm or Accepted for is excused
-// when only software committed it (the fast path declined it, which is
-// allowed); a plane commit that software never made is never excused.
+// Each slot is judged ballot by ballot (JudgeSlot): a ballot only
+// software committed is excused when the plane handed up an Arm or
+// Accepted of that slot at that ballot (declining is allowed); a plane
+// commit that software never made is never excused here.
 type Checker struct {
 	mu       sync.Mutex
 	plane    map[paxos.Slot][]paxos.Ballot
 	soft     map[paxos.Slot][]paxos.Ballot
-	handedUp map[paxos.Slot]bool
+	handedUp map[paxos.Slot][]paxos.Ballot
 	handUps  uint64
 }
 
@@ -30,7 +29,7 @@ type CheckResult struct {
 	Commits    int    // (slot, ballot) commits software made
 	Mismatches int    // slots where the two disagree
 	HandUps    uint64 // OutHandUp events seen
-	Excused    int    // slots only software committed, after the plane handed up an input for them
+	Excused    int    // (slot, ballot) commits one side made that the rules excuse
 	First      string // the first mismatching slot, described
 }
 
@@ -40,7 +39,7 @@ func (r CheckResult) String() string {
 
 // NewChecker returns an empty checker.
 func NewChecker() *Checker {
-	return &Checker{plane: map[paxos.Slot][]paxos.Ballot{}, soft: map[paxos.Slot][]paxos.Ballot{}, handedUp: map[paxos.Slot]bool{}}
+	return &Checker{plane: map[paxos.Slot][]paxos.Ballot{}, soft: map[paxos.Slot][]paxos.Ballot{}, handedUp: map[paxos.Slot][]paxos.Ballot{}}
 }
 
 func addBallot(m map[paxos.Slot][]paxos.Ballot, s paxos.Slot, b paxos.Ballot) {
@@ -63,7 +62,7 @@ func (c *Checker) Plane(evs []Event) {
 		case OutHandUp:
 			c.handUps++
 			if k := Kind(e.Len); k == InArm || k == InAccepted {
-				c.handedUp[e.Slot] = true
+				addBallot(c.handedUp, e.Slot, e.Ballot)
 			}
 		}
 	}
@@ -98,37 +97,14 @@ func (c *Checker) Result() CheckResult {
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i] < slots[j] })
 	for _, s := range slots {
-		p, sw := c.plane[s], c.soft[s]
-		if sameBallots(p, sw) {
-			continue
-		}
-		if len(p) == 0 && c.handedUp[s] {
-			r.Excused++
-			continue
-		}
-		r.Mismatches++
-		if r.First == "" {
-			r.First = fmt.Sprintf("slot %d: plane committed %v, software %v", s, p, sw)
+		excused, why := JudgeSlot(s, SlotCommits{Plane: c.plane[s], Soft: c.soft[s], HandedUp: c.handedUp[s]}, nil)
+		r.Excused += excused
+		if why != "" {
+			r.Mismatches++
+			if r.First == "" {
+				r.First = why
+			}
 		}
 	}
 	return r
-}
-
-func sameBallots(a, b []paxos.Ballot) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		found := false
-		for _, y := range b {
-			if x == y {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }

@@ -17,8 +17,8 @@ func TestSimCheckRules(t *testing.T) {
 	soft := func(s paxos.Slot, b paxos.Ballot) paxos.AckEvent {
 		return paxos.AckEvent{Slot: s, Ballot: b, Committed: true}
 	}
-	handUp := func(s paxos.Slot) accel.Event {
-		return accel.Event{Kind: accel.OutHandUp, Len: uint32(accel.InAccepted), Slot: s}
+	handUp := func(s paxos.Slot, b paxos.Ballot) accel.Event {
+		return accel.Event{Kind: accel.OutHandUp, Len: uint32(accel.InAccepted), Slot: s, Ballot: b}
 	}
 	noValue := func(paxos.Slot, paxos.Ballot) string { return "" }
 	cases := []struct {
@@ -33,7 +33,17 @@ func TestSimCheckRules(t *testing.T) {
 	}{
 		{"agree", []accel.Event{commit(1, b1)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 0, 0},
 		{"software only", nil, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 1, 0},
-		{"software only, handed up", []accel.Event{handUp(1)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 0, 1},
+		{"software only, handed up", []accel.Event{handUp(1, b1)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 0, 1},
+		{"software only, handed up at another ballot", []accel.Event{handUp(1, b2)}, []paxos.AckEvent{soft(1, b1)}, noValue, b1, false, 1, 0},
+		// One leader committed slot 1 at two of its ballots (it lost and
+		// regained leadership before the slot reached its commit index);
+		// the plane declined the first and counted the second (accel sim
+		// seed 8 after the retransmission backoff, seeds 3988 and 4219
+		// before): each ballot obeys the rules.
+		{"re-proposed at a second ballot, first handed up", []accel.Event{handUp(1, b1), commit(1, b2)},
+			[]paxos.AckEvent{soft(1, b1), soft(1, b2)}, noValue, b2, false, 0, 1},
+		{"re-proposed at a second ballot, first not handed up", []accel.Event{commit(1, b2)},
+			[]paxos.AckEvent{soft(1, b1), soft(1, b2)}, noValue, b2, false, 1, 0},
 		{"different ballots", []accel.Event{commit(1, b1)}, []paxos.AckEvent{soft(1, b2)}, noValue, b2, false, 1, 0},
 		{"plane only, still leading", []accel.Event{commit(1, b1)}, nil, noValue, b1, false, 1, 0},
 		{"plane only, crashed leading", []accel.Event{commit(1, b1)}, nil, noValue, b1, true, 0, 1},

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"fmt"
 	"sync"
 
 	"synod/accel"
@@ -32,11 +31,11 @@ const (
 // for months: it compares the plane's commit events with software's
 // committed AckEvents slot by slot, and judges a slot (counts it as agreeing,
 // excused or mismatching) once it falls checkLagSlotsMax below the commit
-// index, then forgets it. The verdict rules are accel.Checker's: a slot
-// mismatches when the sets of committed ballots differ, except that a slot
-// only software committed is excused when the plane handed up an Arm or
-// Accepted for it (declining is allowed; committing what software did not
-// never is).
+// index, then forgets it. The verdict rules are accel.JudgeSlot's, ballot
+// by ballot: a ballot only software committed is excused when the plane
+// handed up an Arm or Accepted of the slot at that ballot (declining is
+// allowed); a ballot only the plane committed is excused unless software,
+// leading at it, went on to commit a higher slot (see judgeLocked).
 type accelCheck struct {
 	mu    sync.Mutex
 	slots map[paxos.Slot]*checkSlot
@@ -53,8 +52,7 @@ type accelCheck struct {
 }
 
 type checkSlot struct {
-	plane, soft []paxos.Ballot
-	handedUp    bool
+	plane, soft, handedUp []paxos.Ballot
 }
 
 func newAccelCheck() *accelCheck {
@@ -97,7 +95,8 @@ func (c *accelCheck) plane(evs []accel.Event) {
 		case accel.OutHandUp:
 			c.res.HandUps++
 			if k := accel.Kind(e.Len); k == accel.InArm || k == accel.InAccepted {
-				c.slot(e.Slot).handedUp = true
+				cs := c.slot(e.Slot)
+				cs.handedUp = addCheckBallot(cs.handedUp, e.Ballot)
 			}
 		}
 	}
@@ -188,31 +187,21 @@ func (c *accelCheck) judgeLowestLocked() {
 
 func (c *accelCheck) judgeLocked(s paxos.Slot, cs *checkSlot, r *accel.CheckResult) {
 	r.Commits += len(cs.soft)
-	if sameCheckBallots(cs.plane, cs.soft) {
+	// A ballot only the plane committed: the plane counted a quorum
+	// software never counted. That is a disagreement only if software,
+	// leading at that ballot, went on to commit a higher slot; otherwise
+	// it stepped down or stopped before the Accepted reached it (the slot
+	// is committed by the next leader), which is timing, not a different
+	// decision.
+	excused, why := accel.JudgeSlot(s, accel.SlotCommits{Plane: cs.plane, Soft: cs.soft, HandedUp: cs.handedUp},
+		func(b paxos.Ballot) bool { return !c.softPassed(s, b) })
+	r.Excused += excused
+	if why == "" {
 		return
-	}
-	if len(cs.plane) == 0 && cs.handedUp {
-		r.Excused++
-		return
-	}
-	if len(cs.soft) == 0 {
-		// The plane counted a quorum software never counted. That is a
-		// disagreement only if software, leading at that ballot, went on
-		// to commit a higher slot; otherwise it stepped down or stopped
-		// before the Accepted reached it (the slot is committed by the
-		// next leader), which is timing, not a different decision.
-		disagree := false
-		for _, b := range cs.plane {
-			disagree = disagree || c.softPassed(s, b)
-		}
-		if !disagree {
-			r.Excused++
-			return
-		}
 	}
 	r.Mismatches++
 	if r.First == "" {
-		r.First = fmt.Sprintf("slot %d: plane committed %v, software %v", s, cs.plane, cs.soft)
+		r.First = why
 	}
 }
 
@@ -236,20 +225,4 @@ func (c *accelCheck) held() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.slots)
-}
-
-func sameCheckBallots(a, b []paxos.Ballot) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		found := false
-		for _, y := range b {
-			found = found || x == y
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
