@@ -46,6 +46,15 @@ const (
 	entryHeaderBytes   = 8*3 + 1 + 4
 )
 
+// Encoded sizes a caller needs to bound what one entry takes in its own
+// storage (kv/replica derives its command limit from them): an entry
+// encodes to EntryHeaderBytes plus, per command, CmdLenBytes and the
+// command's bytes (AppendEntry).
+const (
+	EntryHeaderBytes = entryHeaderBytes
+	CmdLenBytes      = 4
+)
+
 // entryBytes is the encoded size of e.
 func entryBytes(e *Entry) int {
 	n := entryHeaderBytes

@@ -31,6 +31,9 @@ const (
 	RecordBytesMax = 1 << 20
 	// RecordPayloadBytesMax is the largest payload of one record.
 	RecordPayloadBytesMax = RecordBytesMax - recordHeaderBytes
+	// RegionHeaderBytes is what a region holds before its data ring: a
+	// region of n bytes has a ring of n - RegionHeaderBytes.
+	RegionHeaderBytes = headerBytes
 	// RegionBytesMin is the smallest region Open accepts.
 	RegionBytesMin = 64 << 10
 	// RegionBytesMax is the largest region Open accepts.

@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp"
+	"synod/kv/replica"
+	"synod/pmem"
 )
 
 // Config is kvnode's configuration file (TOML). Every key is checked: an
@@ -149,9 +151,11 @@ const (
 	defaultLeaseTicks     = 100
 	defaultDriftTicks     = 10
 	defaultPMemSizeBytes  = 256 << 20
-	pmemSizeBytesMin      = 1 << 20
-	tickMin               = 100 * time.Microsecond
-	tickMax               = time.Second
+	// pmemSizeBytesMin: every node's ring must take any record a leader
+	// may send (replica.AcceptorLogBytesMin).
+	pmemSizeBytesMin = pmem.RegionHeaderBytes + replica.AcceptorLogBytesMin
+	tickMin          = 100 * time.Microsecond
+	tickMax          = time.Second
 )
 
 // loadConfig reads and validates a config file.

@@ -34,12 +34,55 @@ const Version uint16 = 1
 // HeaderBytes is the size of the fixed frame header.
 const HeaderBytes = 20
 
+// The size chain. Every size limit of a write is derived from the one below
+// it, down to the acceptor-log record a write must fit in, so that no write
+// a client may send can fail to fit on its way down:
+//
+//	pmem.RecordBytesMax                1,048,576  one acceptor-log record, header and padding included
+//	 - pmem record header (56)         1,048,520  record payload: one paxos entry (paxos.AppendEntry)
+//	 - paxos entry header (29)
+//	 - one command length (4)          1,048,487  one command envelope (kv/replica)
+//	 - envelope header (25)            1,048,462  CommandBytesMax: one state-machine command (kv/sm)
+//	 - command header (6)              1,048,456  RequestBodyBytesMax: one write request body
+//	 - write identity (24), key length (2), KeyBytesMax (1024),
+//	   value length (4)                1,047,402  ValueBytesMax: a PUT of the longest key
+//
+// CommandBytesMax is stated here, where clients can see it, and derived in
+// kv/replica/limits.go from pmem's and paxos's constants; a compile-time
+// check there fails if the two disagree (as does one in kv/sm for the
+// command header). A slot that batches several commands stays far below
+// the record (paxos.SlotBytesMax), which kv/replica checks the same way.
+//
+// Where a request enters: a frame whose body exceeds RequestBodyBytesMax is
+// answered TOO_LARGE without being buffered (the connection stays open), a
+// key or value over its limit is TOO_LARGE when decoded, and a CAS or BATCH
+// whose parts are each within limits but together exceed
+// RequestBodyBytesMax is TOO_LARGE by its frame length. The replica checks
+// the encoded command once more before proposing it.
+const (
+	CommandBytesMax     = 1048462
+	CommandHeaderBytes  = 6 // kv/sm: version u8, tenant u32, opcode u8
+	RequestBodyBytesMax = CommandBytesMax - CommandHeaderBytes
+	// writeIDBytes is a write's (client id, seq, first unacked).
+	writeIDBytes = 3 * 8
+)
+
 // Limits. They are part of the protocol contract: a peer that exceeds one
 // gets TOO_LARGE (sizes) or BAD_REQUEST (counts), never a partial result.
 const (
-	KeyBytesMax        = 1024    // longest key
-	ValueBytesMax      = 1 << 20 // longest value (1 MiB)
-	FrameBytesMax      = 4 << 20 // longest frame, header included (4 MiB)
+	KeyBytesMax = 1024 // longest key
+	// ValueBytesMax is the longest value: a PUT of it under a key of
+	// KeyBytesMax is exactly RequestBodyBytesMax (1 MiB less 1,174 bytes
+	// of headers down to the acceptor-log record).
+	ValueBytesMax = RequestBodyBytesMax - writeIDBytes - 2 - KeyBytesMax - 4
+	// RequestFrameBytesMax is the longest request frame, header included
+	// (HELLO reports it).
+	RequestFrameBytesMax = HeaderBytes + RequestBodyBytesMax
+	// FrameBytesMax is the longest frame a peer may announce at all,
+	// header included (4 MiB); a request frame between RequestFrameBytesMax
+	// and it is skipped and answered TOO_LARGE, a longer one ends the
+	// connection. Responses (SCAN) stay below it.
+	FrameBytesMax      = 4 << 20
 	InflightPerConnMax = 256     // requests outstanding on one connection
 	ScanLimitMax       = 1000    // most pairs one SCAN returns
 	ScanReplyBytesMax  = 2 << 20 // a SCAN stops early (More=true) past this many key+value bytes

@@ -131,6 +131,9 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 	if h.Flags&FlagStaleOK != 0 && h.Op != OpGet && h.Op != OpScan {
 		return nil, fmt.Errorf("%w: stale-ok flag on %v", ErrMalformed, h.Op)
 	}
+	if len(body) > RequestBodyBytesMax {
+		return nil, fmt.Errorf("%w: request body of %d bytes exceeds %d (RequestBodyBytesMax)", ErrTooLarge, len(body), RequestBodyBytesMax)
+	}
 	req := &Request{Op: h.Op, Flags: h.Flags, Tenant: h.Tenant, ID: h.ID}
 	r := &reader{b: body}
 	switch h.Op {

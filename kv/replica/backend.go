@@ -76,6 +76,8 @@ func (b *Backend) errResponse(err error) *proto.Response {
 		r := proto.Errorf(proto.StatusNotLeader, "%v", err)
 		r.Leader = nl.ClientAddr
 		return r
+	case errors.Is(err, ErrTooLarge):
+		return proto.Errorf(proto.StatusTooLarge, "%v", err)
 	case errors.Is(err, ErrBusy):
 		r := proto.Errorf(proto.StatusThrottled, "%v", err)
 		r.RetryAfter = busyRetryAfter

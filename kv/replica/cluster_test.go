@@ -110,6 +110,9 @@ func newTestClusterOpts(t testing.TB, n int, snapEvery uint64, pmemBytes, usedPc
 	return c
 }
 
+// minLogBytes is the smallest acceptor-log region New accepts.
+const minLogBytes = pmem.RegionHeaderBytes + AcceptorLogBytesMin
+
 // testLeaseTicks is the test clusters' LeaseTicks (1 ms ticks).
 const testLeaseTicks = 60
 
@@ -470,9 +473,9 @@ func counterValue(c prometheus.Counter) float64 {
 // log refuses writes (UNAVAILABLE) and triggers snapshots that let it
 // truncate; nothing crashes and every write eventually succeeds.
 func TestLogFullIsBackpressure(t *testing.T) {
-	c := newTestClusterSized(t, 3, 0, 256<<10, 101) // compaction only when full
-	val := string(make([]byte, 2048))
-	for i := 0; i < 400; i++ { // ~800 KiB through a 256 KiB ring
+	c := newTestClusterSized(t, 3, 0, minLogBytes, 101) // compaction only when full
+	val := string(make([]byte, 16<<10))
+	for i := 0; i < 400; i++ { // ~6.4 MiB through a 2 MiB ring
 		c.put(fmt.Sprintf("f%03d", i), val)
 	}
 	full := 0.0
@@ -495,8 +498,8 @@ func TestLogFullIsBackpressure(t *testing.T) {
 // TestLogCompactsBeforeFull: with the default threshold a replica asks for
 // a snapshot once its log is half full, before it fills.
 func TestLogCompactsBeforeFull(t *testing.T) {
-	c := newTestClusterSized(t, 3, 0, 1<<20)
-	val := string(make([]byte, 2048))
+	c := newTestClusterSized(t, 3, 0, 2*minLogBytes)
+	val := string(make([]byte, 8<<10))
 	for i := 0; i < 400; i++ {
 		c.put(fmt.Sprintf("g%03d", i), val)
 	}

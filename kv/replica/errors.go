@@ -22,6 +22,9 @@ var (
 	ErrLogFull = errors.New("replica: acceptor log full")
 	// ErrStopped: the replica is shutting down.
 	ErrStopped = errors.New("replica: stopped")
+	// ErrTooLarge: a command exceeds CommandBytesMax; nothing was
+	// proposed (TOO_LARGE).
+	ErrTooLarge = errors.New("replica: command too large")
 )
 
 // ErrStateBehindLog: New refuses a state machine that is behind the acceptor

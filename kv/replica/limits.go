@@ -1,6 +1,43 @@
 package replica
 
-import "time"
+import (
+	"time"
+
+	"synod/kv/proto"
+	"synod/paxos"
+	"synod/pmem"
+)
+
+// The size chain, derived from the acceptor-log record up (kv/proto states
+// the result for clients and walks it down):
+const (
+	// entryCmdBytesMax is the largest command one paxos entry may carry
+	// alone and still fit in one acceptor-log record.
+	entryCmdBytesMax = pmem.RecordPayloadBytesMax - paxos.EntryHeaderBytes - paxos.CmdLenBytes
+	// CommandBytesMax is the largest state-machine command a write may
+	// encode to: its envelope fills entryCmdBytesMax exactly.
+	CommandBytesMax = entryCmdBytesMax - envelopeHeaderBytes
+	// slotBatchBytesMax is what a slot batching several commands encodes
+	// to at most (paxos cuts a slot at SlotBytesMax of command bytes).
+	slotBatchBytesMax = paxos.EntryHeaderBytes + paxos.SlotCmdsMax*paxos.CmdLenBytes + paxos.SlotBytesMax
+	// AcceptorLogBytesMin is the smallest acceptor-log ring New accepts:
+	// pmem refuses a record larger than half the ring, and every node
+	// must take every record the leader may send, whatever its own size.
+	AcceptorLogBytesMin = 2 * pmem.RecordBytesMax
+)
+
+// Compile-time checks of the chain: each line stops compiling if the
+// relation in its comment breaks (an index other than 0 into a [1]array,
+// or a negative array length, is a compile error).
+var (
+	// kv/proto's CommandBytesMax is the one derived here.
+	_ = [1]struct{}{}[proto.CommandBytesMax-CommandBytesMax]
+	// A batched slot fits in a record: slotBatchBytesMax <= record payload.
+	_ = [pmem.RecordPayloadBytesMax - slotBatchBytesMax]struct{}{}
+	// paxos takes and decodes every command the runtime may propose:
+	// entryCmdBytesMax <= paxos.CmdBytesMax.
+	_ = [paxos.CmdBytesMax - entryCmdBytesMax]struct{}{}
+)
 
 // Limits of the runtime. Every queue and retry is bounded by one of these.
 const (

@@ -240,6 +240,10 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		}
 	}
 
+	if _, ring := alog.Usage(); ring < AcceptorLogBytesMin {
+		return nil, fmt.Errorf("replica: the acceptor log's ring holds %d bytes, below AcceptorLogBytesMin (%d): "+
+			"it could not take every record a leader may send", ring, AcceptorLogBytesMin)
+	}
 	applied := paxos.Slot(stm.Applied())
 	if tb := alog.TruncatedBelow(); applied+1 < tb {
 		// The log was truncated below slots this state machine has not
@@ -349,10 +353,15 @@ func (r *Replica) notLeader(s *paxos.Status) error {
 }
 
 // Write proposes cmd and waits until it is applied, returning the state
-// machine's result. Errors: *NotLeaderError, ErrBusy, ErrLogFull,
-// ErrUnavailable, ErrStopped or ctx's error (for the last three the outcome
-// is unknown).
+// machine's result. Errors: ErrTooLarge (cmd exceeds CommandBytesMax;
+// nothing proposed), *NotLeaderError, ErrBusy, ErrLogFull, ErrUnavailable,
+// ErrStopped or ctx's error (for the last three the outcome is unknown).
 func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.Result, error) {
+	if len(cmd) > CommandBytesMax {
+		// No acceptor log could hold it: refused here, before it can
+		// reach paxos or the log (the size chain, limits.go).
+		return sm.Result{}, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(cmd), CommandBytesMax)
+	}
 	if r.stopped.Load() {
 		return sm.Result{}, ErrStopped
 	}

@@ -279,7 +279,7 @@ func (c *conn) handshake(br *bufio.Reader, hb []byte) bool {
 	c.tenant, c.spec = spec.ID, spec
 	c.log = c.log.With().Uint32("tenant", uint32(spec.ID)).Logger()
 	c.send(&proto.Response{Op: proto.OpHello, ID: h.ID, Tenant: spec.ID, Version: proto.Version,
-		InflightPerConnMax: proto.InflightPerConnMax, FrameBytesMax: proto.FrameBytesMax}, false)
+		InflightPerConnMax: proto.InflightPerConnMax, FrameBytesMax: proto.RequestFrameBytesMax}, false)
 	return true
 }
 
@@ -300,6 +300,11 @@ func (c *conn) frame(br *bufio.Reader, hb []byte) bool {
 	frameBytes := proto.HeaderBytes + int(h.Length)
 	if h.Op == proto.OpHello {
 		return c.skip(br, h, proto.StatusBadRequest, "HELLO after the handshake")
+	}
+	if h.Length > proto.RequestBodyBytesMax {
+		// Checked before anything is buffered: no request this long can
+		// fit in an acceptor-log record (the size chain, kv/proto).
+		return c.skip(br, h, proto.StatusTooLarge, fmt.Sprintf("request body of %d bytes exceeds %d (RequestBodyBytesMax)", h.Length, proto.RequestBodyBytesMax))
 	}
 	if a := c.s.cfg.Admitter; a != nil {
 		if ok, retry := a.Admit(c.tenant, h.Op, frameBytes); !ok {

@@ -369,3 +369,47 @@ func TestConnsMax(t *testing.T) {
 	second.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tokenA}))
 	second.expectClosed()
 }
+
+// TestOversizedRequestSkipped walks the request-body limit byte by byte: a
+// frame at RequestBodyBytesMax is decoded and served, one or two bytes
+// over it is answered TOO_LARGE without its body being buffered, and the
+// connection stays usable.
+func TestOversizedRequestSkipped(t *testing.T) {
+	_, addr := start(t, &echoBackend{}, Config{})
+	c := dialRaw(t, addr)
+	hello := c.hello(tokenA)
+	for over := -1; over <= 2; over++ {
+		put := &proto.Request{Op: proto.OpPut, Tenant: hello.Tenant, ID: uint64(10 + over), ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k")}
+		base := len(proto.AppendRequestBody(nil, put))
+		if over <= 0 {
+			put.Value = make([]byte, proto.RequestBodyBytesMax-base+over)
+			if len(put.Value) > proto.ValueBytesMax { // a 1-byte key leaves room above ValueBytesMax: fill with the key
+				put.Key = make([]byte, proto.RequestBodyBytesMax-base+over-proto.ValueBytesMax+1)
+				put.Value = put.Value[:proto.ValueBytesMax]
+			}
+		} else {
+			put.Key = make([]byte, proto.KeyBytesMax)
+			put.Value = make([]byte, proto.ValueBytesMax)
+			put.Value = append(put.Value, make([]byte, over)...) // the body is over by `over` bytes
+		}
+		frame := proto.AppendRequest(nil, put)
+		if got := len(frame) - proto.HeaderBytes - proto.RequestBodyBytesMax; got != over && over > 0 {
+			t.Fatalf("built a body %d bytes over, want %d", got, over)
+		}
+		c.send(frame)
+		resp := c.mustRecv()
+		switch {
+		case over <= 0 && resp.Status != proto.StatusOK:
+			t.Fatalf("body %+d bytes from the limit: %v %s", over, resp.Status, resp.Message)
+		case over > 0 && resp.Status != proto.StatusTooLarge:
+			t.Fatalf("body %+d bytes over the limit: %v, want TOO_LARGE", over, resp.Status)
+		}
+	}
+	c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: hello.Tenant, ID: 99}))
+	if resp := c.mustRecv(); resp.Status != proto.StatusOK || resp.ID != 99 {
+		t.Fatalf("the connection did not survive: %+v", resp)
+	}
+	if int(hello.FrameBytesMax) != proto.RequestFrameBytesMax {
+		t.Fatalf("HELLO reports frame bytes max %d, want %d", hello.FrameBytesMax, proto.RequestFrameBytesMax)
+	}
+}

@@ -14,6 +14,10 @@ const commandVersion = 1
 // commandHeaderBytes: version u8, tenant u32, opcode u8.
 const commandHeaderBytes = 6
 
+// The protocol's size chain counts on this header size (kv/proto); this
+// line stops compiling if the two differ.
+var _ = [1]struct{}{}[commandHeaderBytes-proto.CommandHeaderBytes]
+
 // EncodeCommand encodes a write request of tenant as a command for the
 // consensus log:
 //
