@@ -79,6 +79,24 @@ type ConfChange struct {
 type ReadState struct {
 	ID    uint64 // the id passed to ReadIndex
 	Index Slot   // the commit index to wait for
+	// ByLease says the read point came from the leader's lease (no
+	// quorum round); otherwise a read barrier confirmed it.
+	ByLease bool
+}
+
+// LeaseState is a node's lease bookkeeping, in its own ticks (see "Which
+// clock each lease decision uses" in the package doc). It is for checkers
+// (the simulators' lease oracle); nothing in the protocol reads it.
+type LeaseState struct {
+	Now int64 // ticks since NewNode
+	// LeaderUntil: as leader, the lease is valid while Now < LeaderUntil
+	// (0 when not leading or no lease was ever confirmed).
+	LeaderUntil int64
+	// As acceptor: until GrantedUntil this node refuses to promise or
+	// accept a higher ballot from any node but GrantedTo (GrantedTo 0:
+	// from every node, as after a restart).
+	GrantedTo    NodeID
+	GrantedUntil int64
 }
 
 // AckEvent records that the leader counted an Accepted for (Slot, Ballot).

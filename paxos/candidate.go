@@ -104,6 +104,9 @@ func (n *Node) checkPhase1() {
 		}
 	}
 	slices.Sort(ccSlots)
+	if TestingPhase1IgnoresAdoptedConfChange {
+		ccSlots = nil // planted: only the membership at the commit point counts
+	}
 	for _, s := range ccSlots {
 		v := c.values[s]
 		if cc, ok := entryConfChange(&v.e); ok {

@@ -25,6 +25,9 @@ import (
 //	stabilize               process Readys and deliver until quiet; prints
 //	                        every delivered message and what nodes applied
 //	status                  one line per node
+//	lease                   one line per node: its clock and lease bookkeeping
+//	hold a b type           hold back messages of type (e.g. HeartbeatResp) a -> b
+//	release                 deliver everything held back (at the next stabilize)
 //	log id                  id's accepted entries
 func TestInteraction(t *testing.T) {
 	// Only the scripts: testdata also holds the fuzz corpus.
@@ -56,6 +59,15 @@ type interaction struct {
 	t   *testing.T
 	nw  *network
 	out strings.Builder
+	// holds: messages of these (from, to, type) are held back; held keeps
+	// them until release.
+	holds map[holdKey]bool
+	held  []Message
+}
+
+type holdKey struct {
+	from, to NodeID
+	typ      string
 }
 
 func newInteraction(t *testing.T, td *datadriven.TestData) *interaction {
@@ -190,6 +202,25 @@ func (it *interaction) run(td *datadriven.TestData) string {
 			fmt.Fprintf(&it.out, "%d: %s leader=%d promised=%s commit=%d first=%d last=%d members=%v lease=%v\n",
 				id, st.Role, st.Leader, fmtBallot(st.Promised), st.Commit, st.FirstSlot, st.LastSlot, st.Members, st.LeaseValid)
 		}
+	case "lease":
+		for _, id := range nw.ids {
+			if nw.down[id] {
+				fmt.Fprintf(&it.out, "%d: down\n", id)
+				continue
+			}
+			ls := nw.nodes[id].LeaseState()
+			fmt.Fprintf(&it.out, "%d: now=%d leader_until=%d granted_to=%d granted_until=%d\n", id, ls.Now, ls.LeaderUntil, ls.GrantedTo, ls.GrantedUntil)
+		}
+	case "hold":
+		if it.holds == nil {
+			it.holds = map[holdKey]bool{}
+		}
+		it.holds[holdKey{it.arg(td, 0), it.arg(td, 1), td.CmdArgs[2].Key}] = true
+	case "release":
+		clear(it.holds)
+		fmt.Fprintf(&it.out, "released %d\n", len(it.held))
+		nw.queue = append(nw.queue, it.held...)
+		it.held = nil
 	case "log":
 		n := nw.nodes[it.arg(td, 0)]
 		for s := n.log.first; s <= n.log.last(); s++ {
@@ -229,6 +260,11 @@ func (it *interaction) stabilize() {
 			moved = true
 			if nw.down[m.To] || nw.cut[[2]NodeID{m.From, m.To}] {
 				fmt.Fprintf(&it.out, "dropped %s\n", fmtMsg(&m))
+				continue
+			}
+			if it.holds[holdKey{m.From, m.To, m.Type.String()}] {
+				fmt.Fprintf(&it.out, "held %s\n", fmtMsg(&m))
+				it.held = append(it.held, m)
 				continue
 			}
 			fmt.Fprintf(&it.out, "%s\n", fmtMsg(&m))

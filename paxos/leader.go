@@ -247,7 +247,7 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 // canAssign reports whether the leader may fill a new slot now.
 func (n *Node) canAssign() bool {
 	l := n.lead
-	return len(l.ccSlots) == 0 && l.nextSlot <= n.commit+inflightSlotsMax
+	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax
 }
 
 // flush turns queued proposals into slots and sends the Accepts the
@@ -289,7 +289,7 @@ func (n *Node) flush() {
 		}
 	}
 	limit := min(n.log.last(), n.commit+inflightSlotsMax)
-	if len(l.ccSlots) > 0 {
+	if len(l.ccSlots) > 0 && !TestingAssignPastConfChange {
 		limit = min(limit, l.ccSlots[0])
 	}
 	if l.sentThrough < limit {
@@ -556,7 +556,14 @@ func (n *Node) confirmHeartbeats() {
 			// Every acceptor that acked round c granted the lease on
 			// receipt, no earlier than r.tick; DriftTicks covers clocks
 			// that run at different rates over the lease.
-			l.leaseUntil = max(l.leaseUntil, r.tick+int64(n.cfg.LeaseTicks-n.cfg.DriftTicks))
+			from, drift := r.tick, int64(n.cfg.DriftTicks)
+			if TestingLeaseFromAckArrival {
+				from = n.now // planted: dated from the ack's arrival
+			}
+			if TestingLeaseIgnoresDrift {
+				drift = 0 // planted: the drift bound is not subtracted
+			}
+			l.leaseUntil = max(l.leaseUntil, from+int64(n.cfg.LeaseTicks)-drift)
 		}
 	}
 	n.releaseReads()
@@ -574,7 +581,7 @@ func (n *Node) leaseValid() bool {
 func (n *Node) readIndex(id uint64) error {
 	l := n.lead
 	if n.ownCommitted() && n.leaseValid() {
-		n.readStates = append(n.readStates, ReadState{ID: id, Index: n.commit})
+		n.readStates = append(n.readStates, ReadState{ID: id, Index: n.commit, ByLease: true})
 		return nil
 	}
 	if len(l.reads) >= ReadsPendingMax {

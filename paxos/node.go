@@ -273,11 +273,24 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 	// The lease promises of the previous life were not durable: refuse
 	// every new ballot for one lease period, so a lease granted just before
 	// a crash is still honoured.
-	if cfg.LeaseTicks > 0 {
+	if cfg.LeaseTicks > 0 && !TestingNoRestartRefusal {
 		n.leaseHolder, n.leaseUntil = 0, int64(cfg.LeaseTicks)
 	}
 	n.resetElectionTimer()
 	return n, nil
+}
+
+// AddKnown adds id to the nodes whose messages this node accepts (its
+// address book: Config.Members and KnownNodes, and every node a
+// ConfChange it holds names). A runtime calls it when its peer table
+// learns of a node about to join, so that a member that has not yet seen
+// the ConfChange adding id does not drop id's messages (id may be the
+// next leader). Unbounded growth is bounded by MembersMax-sized peer
+// tables in the caller; id 0 is ignored.
+func (n *Node) AddKnown(id NodeID) {
+	if id != 0 {
+		n.known[id] = true
+	}
 }
 
 // noteKnown remembers the nodes a ConfChange entry names, so their
@@ -508,6 +521,15 @@ func (n *Node) Advance(rd Ready) {
 	if n.applied > n.delivered {
 		n.invariantf("applied %d beyond delivered %d", n.applied, n.delivered)
 	}
+}
+
+// LeaseState returns the node's lease bookkeeping (for checkers).
+func (n *Node) LeaseState() LeaseState {
+	ls := LeaseState{Now: n.now, GrantedTo: n.leaseHolder, GrantedUntil: n.leaseUntil}
+	if n.role == RoleLeader {
+		ls.LeaderUntil = n.lead.leaseUntil
+	}
+	return ls
 }
 
 // Status returns a copy of the node's state.

@@ -5,6 +5,35 @@ package paxos
 // a planted safety bug. Production code never sets it.
 var TestingQuorumOffByOne bool
 
+// Planted lease bugs, test only: each makes one lease rule wrong so that
+// the simulators' lease oracle can show it catches it (paxossim's planted
+// tests). Production code never sets them.
+var (
+	// TestingLeaseFromAckArrival dates the leader's lease from the
+	// arrival of the majority's heartbeat acks instead of the heartbeat's
+	// send tick.
+	TestingLeaseFromAckArrival bool
+	// TestingNoRestartRefusal makes a restarted node forget to refuse new
+	// ballots for LeaseTicks.
+	TestingNoRestartRefusal bool
+	// TestingLeaseIgnoresDrift does not subtract DriftTicks from the
+	// leader's lease.
+	TestingLeaseIgnoresDrift bool
+)
+
+// Planted membership bugs, test only (paxossim's membership-heavy profile
+// must catch them):
+var (
+	// TestingPhase1IgnoresAdoptedConfChange makes a candidate need
+	// promises from a majority of the membership at its commit point only,
+	// ignoring the memberships adopted but uncommitted ConfChanges produce.
+	TestingPhase1IgnoresAdoptedConfChange bool
+	// TestingAssignPastConfChange lets the leader assign and send slots
+	// above a ConfChange that is not committed yet (the pipeline stop and
+	// the send cap both removed).
+	TestingAssignPastConfChange bool
+)
+
 // quorum returns the number of acceptors out of n that form a majority.
 func quorum(n int) int {
 	if TestingQuorumOffByOne {

@@ -19,21 +19,24 @@ type Summary struct {
 	Covered          FaultSet  // union of the fault kinds the batch ran
 	Counts           Counts
 	Net              netStats
+	// LeaseChecks and LeaseViolations are the lease oracle's (lease.go).
+	LeaseChecks, LeaseViolations int
 }
 
 // Detail describes what the batch exercised, one line.
 func (s *Summary) Detail() string {
 	c := s.Counts
 	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d, all-at-once %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
-		"compactions=%d snapshot-installs=%d reads=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
+		"pauses=%d compactions=%d snapshot-installs=%d reads=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
 		s.Covered, c.Crashes, c.MidReadyCrashes, c.TotalCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
-		c.Compactions, c.SnapshotsInstalled, c.LeaseOrBarrierReads,
+		c.Pauses, c.Compactions, c.SnapshotsInstalled, c.LeaseOrBarrierReads,
 		s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
 }
 
 // String is the one summary line the test prints.
 func (s *Summary) String() string {
-	return fmt.Sprintf("paxossim: seeds=%d ops=%d faults=%d violations=%d", s.Seeds, s.Ops, s.Faults, s.Violations)
+	return fmt.Sprintf("paxossim: seeds=%d ops=%d faults=%d violations=%d lease_checks=%d lease_violations=%d",
+		s.Seeds, s.Ops, s.Faults, s.Violations, s.LeaseChecks, s.LeaseViolations)
 }
 
 // RunBatch runs seeds first, first+1, ... first+count-1 on workers
@@ -71,6 +74,8 @@ func RunBatch(first uint64, count int, opts Options, workers int, onResult func(
 		sum.Covered |= r.Faults
 		sum.Counts.add(r.Counts)
 		sum.Net.add(r.Net)
+		sum.LeaseChecks += r.LeaseChecks
+		sum.LeaseViolations += r.LeaseViolations
 		if r.Failed() {
 			sum.Failed = append(sum.Failed, r)
 		}

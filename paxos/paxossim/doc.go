@@ -16,9 +16,21 @@
 // Safety checks run all the time: at most one value chosen per slot, every
 // replica applies the same entry and reaches the same state at every slot,
 // committed entries are delivered gapless and in order, the leader reports
-// at most one Committed AckEvent per (slot, ballot), and at the end every
+// at most one Committed AckEvent per (slot, ballot), no leader sends an
+// Accept above a ConfChange it has not committed, the lease oracle
+// (lease.go: a leader's lease is always backed, in simulated real time, by
+// refusal windows that block every phase 1 until it ends, and no lease
+// read is answered after a higher ballot committed), and at the end every
 // client history is checked for linearizability with porcupine against a KV
 // model.
+//
+// Fault kinds include lease stress (heartbeat acks held back close to the
+// lease's end, node pauses of about LeaseTicks during which inputs queue
+// and after which the owed ticks come first, restarts within LeaseTicks),
+// and Options.MembershipHeavy runs many quick remove/add cycles, fresh node
+// ids among them, under partitions and crashes (TestSimulationMembershipHeavy,
+// 500 seeds in the default run). planted_test.go turns on each planted bug
+// of the paxos package's test hooks and requires a safety oracle to catch it.
 //
 // Running it:
 //

@@ -15,13 +15,14 @@ const (
 	FaultDrift                           // node clocks tick at different rates, within DriftTicks
 	FaultMembership                      // remove a member, later add it back
 	FaultSnapshot                        // frequent Compact, so lagging nodes get snapshots
+	FaultLease                           // lease stress: heartbeat acks late near the lease's end, pauses and restarts around LeaseTicks
 
 	faultKinds = iota
 	// FaultAll enables every fault kind.
 	FaultAll FaultSet = 1<<faultKinds - 1
 )
 
-var faultNames = [faultKinds]string{"drop", "dup", "reorder", "partition", "oneway", "crash", "drift", "membership", "snapshot"}
+var faultNames = [faultKinds]string{"drop", "dup", "reorder", "partition", "oneway", "crash", "drift", "membership", "snapshot", "lease"}
 
 func (f FaultSet) String() string {
 	var parts []string
@@ -82,6 +83,10 @@ const (
 	confChangePerTick    = 20_000
 	compactTicksMin      = 15
 	compactTicksMax      = 60
+	// Lease stress (FaultLease).
+	leaseAckLatePPM     = 100_000 // heartbeat acks held back close to the lease's end
+	leasePausePerTick   = 20_000  // chance per tick that a node (the leader one time in two) pauses
+	leaseRestartPerTick = 8_000   // chance per tick of a crash with a restart within LeaseTicks
 )
 
 // randomFaults picks the fault profile of a seed: each kind with

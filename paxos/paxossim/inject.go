@@ -48,6 +48,9 @@ func (s *sim) faultStep(tick int64) {
 			}
 		}
 	}
+	if f.Has(FaultLease) {
+		s.leaseFaults()
+	}
 	for _, sn := range s.nodes {
 		if !sn.up() && tick >= sn.downUntil {
 			s.tracef("node %d: restart", sn.id)
@@ -86,6 +89,51 @@ func (s *sim) faultStep(tick int64) {
 		s.result.FaultCount++
 		s.result.Counts.OneWays++
 	}
+}
+
+// leaseFaults injects this tick's lease-stress faults: a node (the leader
+// half the time) stops for LeaseTicks-2..LeaseTicks+3 ticks, or crashes
+// and restarts within LeaseTicks.
+func (s *sim) leaseFaults() {
+	var ups []*simNode
+	var leader *simNode
+	for _, sn := range s.nodes {
+		if sn.up() && !sn.paused() {
+			ups = append(ups, sn)
+			if sn.n.Status().Role == paxos.RoleLeader {
+				leader = sn
+			}
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	pick := func() *simNode {
+		if leader != nil && s.r.chance(1, 2) {
+			return leader
+		}
+		return ups[s.r.intn(len(ups))]
+	}
+	if s.r.ppm(s.rate(leasePausePerTick)) {
+		sn := pick()
+		d := s.r.between(leaseTicks-2, leaseTicks+3)
+		sn.pausedUntil = s.now + d*microsPerTick + s.r.between(0, microsPerTick-1)
+		s.result.FaultCount++
+		s.result.Counts.Pauses++
+		s.tracef("node %d: pause for ~%d ticks", sn.id, d)
+	}
+	if s.r.ppm(s.rate(leaseRestartPerTick)) {
+		s.crash(pick(), s.r.between(1, leaseTicks))
+	}
+}
+
+// leaseStressDelay is the extra delay, in micro-ticks, of a heartbeat ack
+// under lease stress: held back to arrive close to the lease's end.
+func (s *sim) leaseStressDelay(m *paxos.Message) int64 {
+	if !s.faults.Has(FaultLease) || s.liveness || m.Type != paxos.MsgHeartbeatResp || !s.r.ppm(leaseAckLatePPM) {
+		return 0
+	}
+	return s.r.between((leaseTicks-2)*microsPerTick, (leaseTicks+1)*microsPerTick)
 }
 
 // maintenance is the application's periodic work: snapshots.

@@ -41,7 +41,29 @@ const (
 	confMembersMin     = 3 // never remove below this many members
 	freshNodesMax      = 1 // fresh node ids added per run
 	confRefusedRetryIn = 3
+	// The membership-heavy profile (Options.MembershipHeavy): many quick
+	// remove/add cycles, under partitions, crashes and lost messages.
+	heavyConfCyclesMax   = 12
+	heavyConfGapTicksMax = 8
+	heavyConfPerTick     = 300_000
+	heavyFreshNodesMax   = 3
+	heavyConfRetryTicks  = 6
+	// heavyConfMembersMin keeps at least three members after a removal.
+	// Known liveness limit (not safety): when a leader removes itself and
+	// leaves two members that both lag behind its commit index (neither
+	// has applied the changes that made it a member, so neither thinks it
+	// is one), nobody campaigns; the heavy profile hit that in about one
+	// seed in 250 when it allowed two-member groups.
+	heavyConfMembersMin = 4
 )
+
+// confLimits are the membership schedule's bounds of this run.
+func (s *sim) confLimits() (cycles int, gapMin, gapMax int64, perTick uint32, fresh int, retry int64) {
+	if s.opts.MembershipHeavy {
+		return heavyConfCyclesMax, 1, heavyConfGapTicksMax, heavyConfPerTick, heavyFreshNodesMax, heavyConfRetryTicks
+	}
+	return confCyclesMax, confGapTicksMin, confGapTicksMax, confChangePerTick, freshNodesMax, confRetryTicks
+}
 
 type confPhase uint8
 
@@ -68,9 +90,14 @@ type confChanger struct {
 func (s *sim) confStep(tick int64) {
 	c := &s.conf
 	members := s.currentMembers()
+	cyclesMax, gapMin, gapMax, perTick, freshMax, _ := s.confLimits()
 	switch c.phase {
 	case confIdle:
-		if s.liveness || c.cycles >= confCyclesMax || tick < c.nextAt || len(members) < confMembersMin || !s.r.ppm(s.rate(confChangePerTick)) {
+		minMembers := confMembersMin
+		if s.opts.MembershipHeavy {
+			minMembers = heavyConfMembersMin
+		}
+		if s.liveness || c.cycles >= cyclesMax || tick < c.nextAt || len(members) < minMembers || !s.r.ppm(s.rate(perTick)) {
 			return
 		}
 		c.phase = confRemoving
@@ -82,7 +109,7 @@ func (s *sim) confStep(tick int64) {
 		if !slices.Contains(members, c.target) {
 			s.tracef("membership: %d removed, members %v", c.target, members)
 			c.phase = confRemoved
-			c.nextAt = tick + s.r.between(confGapTicksMin, confGapTicksMax)
+			c.nextAt = tick + s.r.between(gapMin, gapMax)
 			return
 		}
 		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfRemoveNode, Node: c.target})
@@ -92,13 +119,20 @@ func (s *sim) confStep(tick int64) {
 		}
 		c.phase = confAdding
 		c.proposedAt = -1
-		if c.fresh < freshNodesMax && s.r.chance(1, 2) {
+		if c.fresh < freshMax && s.r.chance(1, 2) {
 			// A node id never seen before joins with an empty store.
 			c.fresh++
 			s.result.Counts.FreshNodes++
 			c.target = c.nextFresh
 			c.nextFresh++
 			s.tracef("membership: add fresh node %d", c.target)
+			// The operator's step: every running node's address book
+			// learns the new node (a restarted one gets it in Config).
+			for _, sn := range s.nodes {
+				if sn.up() {
+					sn.n.AddKnown(c.target)
+				}
+			}
 			s.start(s.addNode(c.target))
 		} else {
 			s.tracef("membership: add %d back", c.target)
@@ -109,7 +143,7 @@ func (s *sim) confStep(tick int64) {
 			s.tracef("membership: %d added, members %v", c.target, members)
 			c.phase = confIdle
 			c.cycles++
-			c.nextAt = tick + s.r.between(confGapTicksMin, confGapTicksMax)
+			c.nextAt = tick + s.r.between(gapMin, gapMax)
 			return
 		}
 		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfAddNode, Node: c.target})
@@ -120,7 +154,8 @@ func (s *sim) confStep(tick int64) {
 // still young.
 func (s *sim) confPropose(tick int64, cc paxos.ConfChange) {
 	c := &s.conf
-	if c.proposedAt >= 0 && tick-c.proposedAt < confRetryTicks {
+	_, _, _, _, _, retry := s.confLimits()
+	if c.proposedAt >= 0 && tick-c.proposedAt < retry {
 		return
 	}
 	var leader *simNode
@@ -136,11 +171,47 @@ func (s *sim) confPropose(tick int64, cc paxos.ConfChange) {
 	s.process(leader)
 	if err != nil {
 		s.tracef("membership: node %d refused %v: %v", leader.id, cc, err)
-		c.proposedAt = tick - confRetryTicks + confRefusedRetryIn
+		c.proposedAt = tick - retry + confRefusedRetryIn
 		return
 	}
 	s.tracef("membership: node %d proposed %v", leader.id, cc)
 	c.proposedAt = tick
 	s.result.FaultCount++
 	s.result.Counts.ConfChanges++
+}
+
+// The pipeline rule of ProposeConfChange, checked from outside: no leader
+// sends an Accept for a slot above a ConfChange it proposed (or re-proposed
+// after phase 1) that its commit index has not reached. Memberships are
+// only safe to switch at a committed change: an Accept above an
+// uncommitted one is counted under a membership that may never be chosen.
+
+// noteLeaderConfChanges records the ConfChange entries sn accepted under
+// its own ballot (as leader) in this Ready.
+func (s *sim) noteLeaderConfChanges(sn *simNode, rd *paxos.Ready) {
+	for i := range rd.Accepted {
+		e := &rd.Accepted[i]
+		if e.Type == paxos.EntryConfChange && e.Ballot.Node == sn.id {
+			sn.leaderCC = append(sn.leaderCC, slotBallot{e.Slot, e.Ballot})
+		}
+	}
+}
+
+// checkAcceptPastConfChange checks one message sn is about to send.
+func (s *sim) checkAcceptPastConfChange(sn *simNode, m *paxos.Message) {
+	if m.Type != paxos.MsgAccept || m.Reject || len(sn.leaderCC) == 0 || len(m.Entries) == 0 {
+		return
+	}
+	commit := sn.n.Status().Commit
+	// Changes at or below the commit index are decided; those proposed
+	// under an older ballot of this node were re-proposed (and recorded
+	// again) by phase 1 if they still matter.
+	sn.leaderCC = slices.DeleteFunc(sn.leaderCC, func(c slotBallot) bool { return c.slot <= commit || c.ballot.Less(m.Ballot) })
+	top := m.Entries[len(m.Entries)-1].Slot
+	for _, c := range sn.leaderCC {
+		if c.ballot == m.Ballot && top > c.slot {
+			s.chk.violateSafety("node %d sent an Accept for slot %d above its uncommitted ConfChange at slot %d (commit %d)", sn.id, top, c.slot, commit)
+			return
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package paxossim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -69,5 +70,90 @@ func TestPlantedStaleReadsAreCaught(t *testing.T) {
 	t.Logf("with stale reads: %s, %d non-linearizable histories", sum.String(), lin)
 	if lin == 0 {
 		t.Fatalf("stale reads went unnoticed in %d seeds", plantedSeeds)
+	}
+}
+
+// plantedLeaseSeeds is the batch of default-profile seeds (random fault
+// kinds, as the CI run draws them, the lease-stress profile among them) a
+// planted lease bug must be caught in by the lease oracle.
+const plantedLeaseSeeds = 300
+
+// TestPlantedLeaseBugsAreCaught plants each lease rule bug through the
+// core's test hooks and requires the lease oracle (a safety oracle, not a
+// golden trace) to report it in the default profile's seeds:
+//   - the leader's lease dated from the arrival of the heartbeat acks
+//     instead of the heartbeat's send tick;
+//   - a restarted node that does not refuse new ballots for LeaseTicks;
+//   - the leader's lease not reduced by DriftTicks.
+func TestPlantedLeaseBugsAreCaught(t *testing.T) {
+	for _, bug := range []struct {
+		name string
+		hook *bool
+	}{
+		{"lease-from-ack-arrival", &paxos.TestingLeaseFromAckArrival},
+		{"no-restart-refusal", &paxos.TestingNoRestartRefusal},
+		{"lease-ignores-drift", &paxos.TestingLeaseIgnoresDrift},
+	} {
+		t.Run(bug.name, func(t *testing.T) {
+			*bug.hook = true
+			defer func() { *bug.hook = false }()
+			sum := RunBatch(1, plantedLeaseSeeds, Options{}, 0, nil)
+			seeds := 0
+			for _, r := range sum.Failed {
+				if r.LeaseViolations > 0 {
+					seeds++
+				}
+			}
+			fmt.Printf("paxossim planted %s: seeds=%d lease_checks=%d lease_violations=%d failing_seeds=%d caught=%v\n",
+				bug.name, plantedLeaseSeeds, sum.LeaseChecks, sum.LeaseViolations, seeds, sum.LeaseViolations > 0)
+			if sum.LeaseViolations == 0 {
+				t.Fatalf("the lease oracle missed %s in %d seeds", bug.name, plantedLeaseSeeds)
+			}
+			for _, r := range sum.Failed[:min(2, len(sum.Failed))] {
+				t.Logf("caught: %s", r)
+			}
+		})
+	}
+}
+
+// TestPlantedMembershipBugsAreCaught plants each membership bug mutation
+// testing left alive and requires a safety violation (not a liveness
+// failure) in the membership-heavy batch of the default run:
+//   - phase 1 ignoring the memberships adopted but uncommitted
+//     ConfChanges produce (end to end: two values in a slot, diverged
+//     replicas);
+//   - the leader assigning and sending slots past a pending ConfChange
+//     (the pipeline rule, checked on every Accept a leader sends).
+func TestPlantedMembershipBugsAreCaught(t *testing.T) {
+	n := seedsMembershipHeavy
+	for _, bug := range []struct {
+		name string
+		hook *bool
+	}{
+		{"phase1-ignores-adopted-confchange", &paxos.TestingPhase1IgnoresAdoptedConfChange},
+		{"assign-past-pending-confchange", &paxos.TestingAssignPastConfChange},
+	} {
+		t.Run(bug.name, func(t *testing.T) {
+			*bug.hook = true
+			defer func() { *bug.hook = false }()
+			sum := RunBatch(1, n, Options{MembershipHeavy: true}, 0, nil)
+			seeds := 0
+			for _, r := range sum.Failed {
+				if r.SafetyViolations > 0 {
+					seeds++
+				}
+			}
+			fmt.Printf("paxossim planted %s: seeds=%d safety_violations=%d failing_seeds=%d caught=%v\n",
+				bug.name, n, sum.SafetyViolations, seeds, sum.SafetyViolations > 0)
+			if sum.SafetyViolations == 0 {
+				t.Fatalf("no safety oracle caught %s in %d membership-heavy seeds", bug.name, n)
+			}
+			for _, r := range sum.Failed {
+				if r.SafetyViolations > 0 {
+					t.Logf("caught: %s", r)
+					break
+				}
+			}
+		})
 	}
 }

@@ -21,6 +21,9 @@ func (s *sim) process(sn *simNode) {
 		}
 		sn.n.Advance(rd)
 	}
+	if sn.up() {
+		s.checkLeases()
+	}
 	if (s.opts.Trace != nil || s.opts.OnStatus != nil) && sn.up() {
 		st := sn.n.Status()
 		if s.opts.OnStatus != nil {
@@ -53,13 +56,15 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 		s.crash(sn, s.r.between(downTicksMin, downTicksMax))
 		return
 	}
+	s.noteLeaderConfChanges(sn, rd)
 	// 2. Then send.
 	for i := range rd.Messages {
 		m := &rd.Messages[i]
 		if m.From != sn.id {
 			s.chk.violate("node %d sent a message claiming to be from %d", sn.id, m.From)
 		}
-		s.net.send(s.r, s.now, m.From, m.To, paxos.AppendMessage(nil, m))
+		s.checkAcceptPastConfChange(sn, m)
+		s.net.send(s.r, s.now+s.leaseStressDelay(m), m.From, m.To, paxos.AppendMessage(nil, m))
 	}
 	// 3. Install the snapshot, then apply.
 	if rd.Snapshot != nil {
@@ -73,11 +78,13 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 			sn.store.appState = sn.app.encode()
 		}
 	}
-	for _, rs := range rd.ReadStates {
-		s.readState(sn, rs)
-	}
 	for i := range rd.AckEvents {
 		s.chk.ack(sn.id, &rd.AckEvents[i])
+		s.noteCommit(&rd.AckEvents[i])
+	}
+	for _, rs := range rd.ReadStates {
+		s.leaseRead(sn, rs)
+		s.readState(sn, rs)
 	}
 	if s.opts.OnReady != nil {
 		s.opts.OnReady(sn.id, rd)

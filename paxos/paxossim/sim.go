@@ -47,6 +47,11 @@ type Options struct {
 	// Intensity multiplies the per-tick rates of crashes, partitions and
 	// membership changes (0 and 1: the default rates).
 	Intensity int
+	// MembershipHeavy runs the membership-heavy profile: many quick
+	// remove/add cycles (fresh node ids among them) under partitions,
+	// one-way links, crashes, drops, duplicates and reordering (unless
+	// Faults names the kinds).
+	MembershipHeavy bool
 
 	// Trace, when set, receives a line for every notable event.
 	Trace func(string)
@@ -93,6 +98,9 @@ type Result struct {
 	Net      netStats
 	Commit   paxos.Slot // highest slot applied anywhere
 	Counts   Counts
+	// LeaseChecks counts the lease oracle's checks (lease.go); its
+	// violations, LeaseViolations, are among SafetyViolations too.
+	LeaseChecks, LeaseViolations int
 }
 
 // Counts tallies the discrete events of a run, so a batch can show that
@@ -100,6 +108,7 @@ type Result struct {
 type Counts struct {
 	Crashes, MidReadyCrashes, TotalCrashes, Partitions, OneWays, ConfChanges, FreshNodes int
 	SnapshotsInstalled, Compactions, LeaseOrBarrierReads                                 int
+	Pauses                                                                               int
 }
 
 func (c *Counts) add(o Counts) {
@@ -113,6 +122,7 @@ func (c *Counts) add(o Counts) {
 	c.SnapshotsInstalled += o.SnapshotsInstalled
 	c.Compactions += o.Compactions
 	c.LeaseOrBarrierReads += o.LeaseOrBarrierReads
+	c.Pauses += o.Pauses
 }
 
 // Failed reports whether the run found a violation.
@@ -140,7 +150,19 @@ type simNode struct {
 
 	periodMicros int64 // tick period of this node's clock
 	nextTickAt   int64
-	downUntil    int64 // tick at which a crashed node restarts
+	// startedAt and firstTickAt date this incarnation's clock: its tick k
+	// (k >= 1) falls at firstTickAt + (k-1)*periodMicros (global).
+	startedAt, firstTickAt int64
+	// pausedUntil: while now < pausedUntil the node takes no input (a
+	// stopped process); its messages wait in pausedQ, and when it resumes
+	// it gets every tick owed first, then the queued messages in order
+	// (the runtime's clock contract).
+	pausedUntil int64
+	pausedQ     []packet
+	// leaderCC holds the slots of ConfChanges this incarnation accepted
+	// under its own ballot and has not seen committed (membership.go).
+	leaderCC  []slotBallot
+	downUntil int64 // tick at which a crashed node restarts
 	// crashMidReady arms a crash inside the next Ready: after its durable
 	// part is recorded and before its messages are sent.
 	crashMidReady bool
@@ -151,6 +173,8 @@ type simNode struct {
 }
 
 func (sn *simNode) up() bool { return sn.n != nil }
+
+func (sn *simNode) paused() bool { return sn.pausedUntil > 0 }
 
 type sim struct {
 	opts   Options
@@ -171,6 +195,7 @@ type sim struct {
 	conf        confChanger
 	net         *network
 	chk         *checker
+	lease       leaseOracle
 
 	clients     []*client
 	history     []porcupine.Operation
@@ -215,12 +240,18 @@ func newSim(seed uint64, opts Options) *sim {
 	n := opts.Nodes
 	if n == 0 {
 		n = 3 + 2*s.r.intn(2)
+		if opts.MembershipHeavy {
+			n = 4 + s.r.intn(2) // room to remove one and keep three
+		}
 	}
 	nc := opts.Clients
 	if nc == 0 {
 		nc = 2 + s.r.intn(5)
 	}
 	s.faults = opts.Faults
+	if s.faults == 0 && opts.MembershipHeavy {
+		s.faults = FaultMembership | FaultPartition | FaultOneWay | FaultCrash | FaultDrop | FaultDuplicate | FaultReorder
+	}
 	if s.faults == 0 {
 		s.faults = randomFaults(s.r)
 	}
@@ -283,15 +314,29 @@ func (s *sim) tracef(format string, args ...any) {
 
 func (s *sim) baseConfig(id paxos.NodeID) paxos.Config {
 	return paxos.Config{
-		ID:             id,
-		ClusterID:      clusterID,
-		Members:        slices.Clone(s.genesis),
+		ID:        id,
+		ClusterID: clusterID,
+		Members:   slices.Clone(s.genesis),
+		// The address book: every node the group has had so far, as an
+		// operator's config lists the current members when a node
+		// (re)starts or joins. Without it a joining node would drop the
+		// messages of members that joined after genesis.
+		KnownNodes:     s.nodeIDs(),
 		ElectionTicks:  electionTicks,
 		HeartbeatTicks: heartbeatTicks,
 		LeaseTicks:     leaseTicks,
 		DriftTicks:     driftTicks,
 		Seed:           int64(s.r.u64()),
 	}
+}
+
+// nodeIDs lists every simulated node created so far.
+func (s *sim) nodeIDs() []paxos.NodeID {
+	ids := make([]paxos.NodeID, len(s.nodes))
+	for i, sn := range s.nodes {
+		ids[i] = sn.id
+	}
+	return ids
 }
 
 // start (re)creates the node of sn from its durable store.
@@ -325,6 +370,7 @@ func (s *sim) start(sn *simNode) {
 		s.opts.OnStart(sn.id)
 	}
 	sn.nextTickAt = s.now + s.r.between(1, sn.periodMicros)
+	sn.startedAt, sn.firstTickAt = s.now, sn.nextTickAt
 	s.process(sn)
 }
 
@@ -335,6 +381,7 @@ func (s *sim) crash(sn *simNode, downTicks int64) {
 		s.result.Counts.MidReadyCrashes++
 	}
 	sn.crashMidReady = false
+	sn.pausedUntil, sn.pausedQ = 0, nil
 	sn.n = nil
 	sn.app = nil
 	sn.downUntil = s.now/microsPerTick + downTicks
@@ -372,10 +419,21 @@ func (s *sim) run() {
 			}
 		}
 		for _, sn := range s.nodes {
+			if sn.paused() {
+				if s.now < sn.pausedUntil {
+					continue
+				}
+				sn.pausedUntil = 0 // resumes: owed ticks first, then the queue
+			}
 			for sn.up() && sn.nextTickAt <= s.now {
 				sn.nextTickAt += sn.periodMicros
 				sn.n.Tick()
 				s.process(sn)
+			}
+			for len(sn.pausedQ) > 0 && sn.up() {
+				p := sn.pausedQ[0]
+				sn.pausedQ = sn.pausedQ[1:]
+				s.deliver(p)
 			}
 		}
 		for {
@@ -391,6 +449,10 @@ func (s *sim) run() {
 func (s *sim) deliver(p packet) {
 	sn := s.byID[p.to]
 	if sn == nil || !sn.up() {
+		return
+	}
+	if sn.paused() {
+		sn.pausedQ = append(sn.pausedQ, p)
 		return
 	}
 	m, err := paxos.UnmarshalMessage(p.data)
@@ -419,5 +481,6 @@ func (s *sim) finish(checkHistory bool) *Result {
 	r.Violations = s.chk.count
 	r.SafetyViolations = s.chk.safety
 	r.Messages = s.chk.violations
+	r.LeaseChecks, r.LeaseViolations = s.lease.checks, s.lease.violations
 	return &r
 }

@@ -168,3 +168,31 @@ func TestHooks(t *testing.T) {
 			readies, delivered, r.Net.delivered, committedAcks, committedEntries)
 	}
 }
+
+// seedsMembershipHeavy is the membership-heavy batch of the default run.
+const seedsMembershipHeavy = 500
+
+// TestSimulationMembershipHeavy runs the membership-heavy profile (many
+// quick remove/add cycles under partitions, crashes and lost messages), so
+// membership bugs fail at the default seed count rather than only at
+// thousands of seeds at raised intensity.
+func TestSimulationMembershipHeavy(t *testing.T) {
+	n := seedsMembershipHeavy
+	if testing.Short() {
+		n = seedsShort
+	}
+	sum := RunBatch(1, n, Options{MembershipHeavy: true}, 0, nil)
+	fmt.Printf("paxossim membership-heavy: seeds=%d ops=%d conf_changes=%d fresh_nodes=%d violations=%d lease_checks=%d lease_violations=%d\n",
+		sum.Seeds, sum.Ops, sum.Counts.ConfChanges, sum.Counts.FreshNodes, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	t.Log(sum.Detail())
+	for i, r := range sum.Failed {
+		if i == 10 {
+			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
+			break
+		}
+		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with Options.MembershipHeavy)")
+	}
+	if sum.Counts.ConfChanges < n {
+		t.Errorf("only %d membership changes in %d seeds", sum.Counts.ConfChanges, n)
+	}
+}
