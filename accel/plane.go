@@ -39,6 +39,11 @@ type state struct {
 	selfValid  bool
 	base       paxos.Slot // window is [base, base+WindowSlots)
 
+	// removed[i] is the NodeID entry i held before software cleared it;
+	// written and read only under TestingCountRemovedMembers (a planted
+	// bug, testhooks.go), all zero otherwise.
+	removed [ReplicasMax]paxos.NodeID
+
 	now uint64 // plane clock: the largest Now seen
 
 	// Quorum aggregator.
@@ -158,6 +163,7 @@ func (s *state) apply(in Event, out []Event) []Event {
 		if int(in.Index) >= s.spec.Replicas {
 			return handUp(out, &in, s.now, ReasonBadIndex)
 		}
+		s.noteMemberWrite(in.Index, in.Node)
 		s.members[in.Index] = in.Node
 		bit := uint16(1) << in.Index
 		if in.Node != 0 {
@@ -295,7 +301,7 @@ func (s *state) arm(in Event, out []Event) []Event {
 }
 
 func (s *state) maybeCommit(e *slotEntry, in *Event, out []Event) []Event {
-	if !e.committed && uint32(bits.OnesCount16(e.mask&s.memberMask)) >= s.quorum {
+	if !e.committed && uint32(bits.OnesCount16(e.mask&s.aggMemberMask())) >= s.quorum {
 		e.committed = true
 		out = append(out, Event{Seq: in.Seq, Kind: OutCommit, Now: s.now, Slot: e.tag, Ballot: e.ballot})
 	}
@@ -325,7 +331,7 @@ func (s *state) accepted(in Event, out []Event) []Event {
 	if e.ballot != in.Ballot || in.Ballot != s.ballot {
 		return handUp(out, &in, s.now, ReasonBallot)
 	}
-	idx, ok := s.memberIndex(in.Node)
+	idx, ok := s.aggMemberIndex(in.Node)
 	if !ok {
 		return handUp(out, &in, s.now, ReasonMember)
 	}

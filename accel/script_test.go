@@ -1,7 +1,9 @@
 package accel
 
 import (
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,61 +22,115 @@ import (
 //	arm now=5 slot=3 ballot=1.1
 //	accepted slot=3 ballot=1.1 node=2
 func TestScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata/script", func(t *testing.T, path string) {
-		var p *Plane
-		var now uint64 // the script's clock, for the typed methods
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			if d.Cmd == "new" {
-				spec := DefaultSpec()
-				spec.ElectionJitterTicks = 0
-				for _, a := range d.CmdArgs {
-					v, _ := strconv.Atoi(a.Vals[0])
-					switch a.Key {
-					case "replicas":
-						spec.Replicas = v
-					case "quorum":
-						spec.Quorum = v
-					case "window":
-						spec.WindowSlots = v
-					case "tenants":
-						spec.TenantsMax = v
-					case "heartbeat":
-						spec.HeartbeatPeriodTicks = uint32(v)
-					case "lease":
-						spec.LeaseTicks = uint32(v)
-					case "drift":
-						spec.LeaseDriftTicks = uint32(v)
-					case "election":
-						spec.ElectionTicks = uint32(v)
-					default:
-						t.Fatalf("new: unknown arg %s", a.Key)
+	datadriven.Walk(t, scriptDir, func(t *testing.T, path string) {
+		var sp scriptPlane
+		datadriven.RunTest(t, path, sp.run)
+	})
+}
+
+const scriptDir = "testdata/script"
+
+// scriptPlane is the plane one script file drives, and the script's clock
+// (for the typed methods).
+type scriptPlane struct {
+	p   *Plane
+	now uint64
+}
+
+// run executes one directive and returns the plane's outputs, one per line.
+func (sp *scriptPlane) run(t *testing.T, d *datadriven.TestData) string {
+	if d.Cmd == "new" {
+		spec := DefaultSpec()
+		spec.ElectionJitterTicks = 0
+		for _, a := range d.CmdArgs {
+			v, _ := strconv.Atoi(a.Vals[0])
+			switch a.Key {
+			case "replicas":
+				spec.Replicas = v
+			case "quorum":
+				spec.Quorum = v
+			case "window":
+				spec.WindowSlots = v
+			case "tenants":
+				spec.TenantsMax = v
+			case "heartbeat":
+				spec.HeartbeatPeriodTicks = uint32(v)
+			case "lease":
+				spec.LeaseTicks = uint32(v)
+			case "drift":
+				spec.LeaseDriftTicks = uint32(v)
+			case "election":
+				spec.ElectionTicks = uint32(v)
+			default:
+				t.Fatalf("new: unknown arg %s", a.Key)
+			}
+		}
+		var err error
+		if sp.p, err = New(spec, WithWAL(&fakeWAL{}), WithClock(func() uint64 { return sp.now })); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	in, err := parseInput(d)
+	if err != nil {
+		t.Fatalf("%s: %v", d.Pos, err)
+	}
+	var out []Event
+	sp.now = in.Now
+	if in.Kind == InAccept {
+		out = sp.p.OnAccept(nil, in.Slot, in.Ballot, in.Node, nil)
+	} else {
+		out = sp.p.Apply(nil, in)
+	}
+	var sb strings.Builder
+	for _, e := range out {
+		sb.WriteString(formatOutput(e))
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+// TestScriptsPlantedRemovedMember runs the removed-member script with the
+// aggregator still counting removed members (TestingCountRemovedMembers):
+// the script must fail, and on the safety-relevant line, a COMMIT the
+// correct plane does not emit there (the removed node's ack counted).
+func TestScriptsPlantedRemovedMember(t *testing.T) {
+	if f := flag.Lookup("rewrite"); f != nil && f.Value.String() == "true" {
+		t.Skip("-rewrite regenerates the expectations this test compares with")
+	}
+	const path = scriptDir + "/removed-member"
+	script, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	TestingCountRemovedMembers = true
+	defer func() { TestingCountRemovedMembers = false }()
+	var sp scriptPlane
+	directives, differing, extraCommits := 0, 0, 0
+	first := ""
+	datadriven.RunTestFromString(t, string(script), func(t *testing.T, d *datadriven.TestData) string {
+		directives++
+		got := sp.run(t, d)
+		if got != d.Expected {
+			differing++
+			for _, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+				if strings.HasPrefix(line, "COMMIT ") && !strings.Contains(d.Expected, line) {
+					extraCommits++
+					if first == "" {
+						first = fmt.Sprintf("%s%s: %s\n  got:  %q\n  want: %q", path, strings.TrimPrefix(d.Pos, "<string>"), d.FullCmd(), got, d.Expected)
 					}
 				}
-				var err error
-				if p, err = New(spec, WithWAL(&fakeWAL{}), WithClock(func() uint64 { return now })); err != nil {
-					return err.Error()
-				}
-				return ""
 			}
-			in, err := parseInput(d)
-			if err != nil {
-				t.Fatalf("%s: %v", d.Pos, err)
-			}
-			var out []Event
-			now = in.Now
-			if in.Kind == InAccept {
-				out = p.OnAccept(nil, in.Slot, in.Ballot, in.Node, nil)
-			} else {
-				out = p.Apply(nil, in)
-			}
-			var sb strings.Builder
-			for _, e := range out {
-				sb.WriteString(formatOutput(e))
-				sb.WriteByte('\n')
-			}
-			return sb.String()
-		})
+		}
+		return d.Expected // the differences are the finding, not a failure here
 	})
+	caught := extraCommits > 0
+	fmt.Printf("accel: script planted removed-member: directives=%d differing=%d unexpected-commits=%d caught=%v\n",
+		directives, differing, extraCommits, caught)
+	if !caught {
+		t.Fatalf("%s passes (%d of %d directives differ, no unexpected COMMIT) with TestingCountRemovedMembers set", path, differing, directives)
+	}
+	t.Logf("first unexpected commit: %s", first)
 }
 
 var kindByName = func() map[string]Kind {

@@ -61,4 +61,31 @@ func TestSimCheckRules(t *testing.T) {
 			t.Errorf("%s: mismatches=%d excused=%d, want %d and %d (%s)", c.name, r.Mismatches, r.Excused, c.mismatch, c.excused, r.First)
 		}
 	}
+
+	// The prompt rule: a plane commit that software, still leading at its
+	// ballot after the same input, has not made is a mismatch, even when
+	// software commits the same (slot, ballot) later (an early commit).
+	prompts := []struct {
+		name                  string
+		softBefore, softAfter bool
+		mismatch              int
+	}{
+		{"prompt, software committed first", true, false, 0},
+		{"prompt, software never committed", false, false, 1},
+		{"prompt, software committed later", false, true, 1},
+	}
+	for _, c := range prompts {
+		chk := newSimCheck()
+		chk.plane([]accel.Event{commit(1, b1)})
+		if c.softBefore {
+			chk.software([]paxos.AckEvent{soft(1, b1)})
+		}
+		chk.prompt(1, b1)
+		if c.softAfter {
+			chk.software([]paxos.AckEvent{soft(1, b1)})
+		}
+		if r := chk.result(noValue, b1, false); r.Mismatches != c.mismatch {
+			t.Errorf("%s: mismatches=%d, want %d (%s)", c.name, r.Mismatches, c.mismatch, r.First)
+		}
+	}
 }

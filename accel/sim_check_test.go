@@ -1,6 +1,7 @@
 package accel_test
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 
@@ -10,13 +11,17 @@ import (
 
 // simCheck is the runtime's plane-versus-software commit check
 // (kv/replica/accel_check.go) without its memory bound (a simulator run is
-// short): per slot, the ballots the plane and software committed and
-// whether the plane handed up an Arm or Accepted for it; per ballot, the
-// highest slot software committed at it.
+// short), plus the simulator's prompt rule (prompt): per slot, the ballots
+// the plane and software committed and whether the plane handed up an Arm
+// or Accepted for it; per ballot, the highest slot software committed at
+// it.
 type simCheck struct {
 	slots   map[paxos.Slot]*simCheckSlot
 	handUps uint64
 	softTop map[paxos.Ballot]paxos.Slot
+	// early holds, per slot, the first plane commit the prompt rule found
+	// software had not made (simCheck.prompt), described.
+	early map[paxos.Slot]string
 }
 
 type simCheckSlot struct {
@@ -24,7 +29,7 @@ type simCheckSlot struct {
 }
 
 func newSimCheck() *simCheck {
-	return &simCheck{slots: map[paxos.Slot]*simCheckSlot{}, softTop: map[paxos.Ballot]paxos.Slot{}}
+	return &simCheck{slots: map[paxos.Slot]*simCheckSlot{}, softTop: map[paxos.Ballot]paxos.Slot{}, early: map[paxos.Slot]string{}}
 }
 
 func (c *simCheck) slot(s paxos.Slot) *simCheckSlot {
@@ -69,11 +74,27 @@ func (c *simCheck) software(acks []paxos.AckEvent) {
 	}
 }
 
+// prompt applies the simulator's prompt rule to a plane commit of (s, b):
+// the caller has handed software the input whose plane inputs made the
+// commit, drained its Ready rounds, and found it still leading at b, so
+// software has counted every ack the plane counted; if it has not
+// committed (s, b) the plane committed on acks software did not count as
+// a quorum (early, or on an ack software ignores): a mismatch that no
+// later software commit excuses.
+func (c *simCheck) prompt(s paxos.Slot, b paxos.Ballot) {
+	if cs := c.slots[s]; (cs != nil && slices.Contains(cs.soft, b)) || c.early[s] != "" {
+		return
+	}
+	c.slot(s) // judged with the others, even if nothing else names s
+	c.early[s] = fmt.Sprintf("slot %d: plane committed at %v before software did (software still leading at %v after the same input)", s, b, b)
+}
+
 // result judges every slot. value is asked about every plane commit and
 // returns a description when the committed (slot, ballot) names a value
 // other than the chosen one: that is a mismatch whatever the other rules
-// say. endBallot is the ballot the incarnation led with when it ended
-// (zero if it was not leading then); crashed says it ended by a crash.
+// say, and so is a commit the prompt rule found early. endBallot is the
+// ballot the incarnation led with when it ended (zero if it was not
+// leading then); crashed says it ended by a crash.
 //
 // A plane-only commit at ballot b is judged as follows. Software still
 // leading at b when the run ended had every ack the plane had and never
@@ -108,6 +129,10 @@ func (c *simCheck) result(value func(paxos.Slot, paxos.Ballot) string, endBallot
 		}
 		if wrong != "" {
 			mismatch(wrong)
+			continue
+		}
+		if early := c.early[s]; early != "" {
+			mismatch(early)
 			continue
 		}
 		excused, why := accel.JudgeSlot(s, accel.SlotCommits{Plane: cs.plane, Soft: cs.soft, HandedUp: cs.handedUp},

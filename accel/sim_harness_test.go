@@ -2,6 +2,7 @@ package accel_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -23,7 +24,9 @@ import (
 //   - OnReady (after the Ready's durable part, before its messages go
 //     out): a durable Promised is written to the promised register; the
 //     leader arms every entry of every MsgAccept it sends; the leader's
-//     AckEvents go to the checker.
+//     AckEvents go to the checker. Then, beyond what the runtime does, the
+//     leader's plane gets a ghost ack (ghostAcks) for every slot it just
+//     armed from every node its member table held and software removed.
 //   - OnDeliver (before Step, as the receive loop does): a MsgAccepted
 //     goes to OnAcceptedRange, a MsgAccept to the follower fast path
 //     (OnAccept per entry). The fast path's own Accepted is not sent: the
@@ -36,6 +39,18 @@ import (
 //     entry: setMembers), self and quorum (doc.go; the simulator changes
 //     membership, the runtime's tests do not).
 //
+// Ghost acks: the protocol itself never makes a removed node ack a slot
+// armed after its removal (paxos sends it no Accept, and a leader assigns
+// no slot while a membership change is in flight, so a removed node's late
+// Accepted only ever names slots that committed before the removal), so
+// without them the simulator would never show the aggregator an Accepted
+// from a removed node for a live row. An Accepted from a non-member is
+// something the plane must not count whatever sent it (a stale node, a
+// misdirected or replayed packet); software ignores it (the sender is not
+// a peer), so it goes to the plane only, and its hand-ups are kept from
+// the checker: a handed-up Accepted excuses a software-only commit of its
+// slot, and these say nothing about the real acks.
+//
 // Verdicts (simCheck, per plane incarnation): the runtime's rules
 // (kv/replica/accel_check.go): a slot whose committed ballots differ
 // mismatches, except that a software-only commit is excused when the plane
@@ -45,7 +60,16 @@ import (
 // truth: every plane commit of (slot, ballot) must name the value the
 // system finally chose at slot (the value the leader proposed at that
 // ballot, which the runtime's early apply path would apply). A plane
-// commit of any other value is a mismatch, excused or not.
+// commit of any other value is a mismatch, excused or not. And the
+// simulator knows when: it hands a node one input (a message, a tick, a
+// proposal), and the plane's inputs from it, and drains the node's Ready
+// rounds before OnStatus, so software that is still leading at b at that
+// OnStatus has counted every ack the plane counted for the input; a plane
+// commit of (slot, b) that software has not made by then is a commit
+// software never made on those acks: a mismatch, excused or not (the
+// prompt rule, simCheck.prompt). Early commits are what the runtime's
+// early apply path would act on, and the end-of-incarnation rules cannot
+// see them once software commits the same (slot, ballot) later.
 
 // simWindowSlots is the aggregator window of the simulated planes: the
 // runtime's 1024 (accelWindowSlots) on most seeds, and a small one on
@@ -76,6 +100,13 @@ type simPlane struct {
 	table    [simReplicasMax]paxos.NodeID // the member table as written
 	commit   paxos.Slot
 	crashed  bool // this incarnation ended by a crash
+	// gone lists the nodes this plane's member table held and software
+	// removed since (not added back): the senders of its ghost acks.
+	gone []paxos.NodeID
+	// pending holds the plane's commits since the node's last OnStatus,
+	// for the prompt rule.
+	pending  []slotBallotKey
+	armedNow []slotBallotKey // scratch: what one Ready armed
 }
 
 // simHarness holds the planes of one simulator run.
@@ -91,6 +122,7 @@ type simHarness struct {
 	// every replica applies the same one).
 	chosen map[paxos.Slot]string
 	fast   uint64
+	ghosts uint64 // ghost acks fed (one per slot and sender)
 }
 
 func newSimHarness(seed uint64, plantQuorum, tracing bool) *simHarness {
@@ -140,6 +172,11 @@ func (h *simHarness) start(id paxos.NodeID) {
 func (sp *simPlane) flush() {
 	if len(sp.buf) > 0 {
 		sp.chk.plane(sp.buf)
+		for _, e := range sp.buf {
+			if e.Kind == accel.OutCommit {
+				sp.pending = append(sp.pending, slotBallotKey{e.Slot, e.Ballot})
+			}
+		}
 		sp.buf = sp.buf[:0]
 	}
 }
@@ -162,6 +199,7 @@ func (h *simHarness) ready(id paxos.NodeID, rd *paxos.Ready) {
 		sp.buf = sp.p.SetPromised(sp.buf, *rd.Promised)
 		sp.promised = *rd.Promised
 	}
+	sp.armedNow = sp.armedNow[:0]
 	for i := range rd.Messages {
 		m := &rd.Messages[i]
 		if m.Type != paxos.MsgAccept || m.Reject || m.From != id {
@@ -171,9 +209,13 @@ func (h *simHarness) ready(id paxos.NodeID, rd *paxos.Ready) {
 			e := &m.Entries[j]
 			h.armed[slotBallotKey{e.Slot, m.Ballot}] = entryValue(e)
 			sp.buf = sp.p.Arm(sp.buf, e.Slot, m.Ballot)
+			if len(sp.gone) > 0 {
+				sp.armedNow = append(sp.armedNow, slotBallotKey{e.Slot, m.Ballot})
+			}
 		}
 	}
 	sp.flush()
+	h.ghostAcks(sp)
 	sp.chk.software(rd.AckEvents)
 	for i := range rd.Committed {
 		e := &rd.Committed[i]
@@ -205,8 +247,44 @@ func (h *simHarness) deliver(m *paxos.Message) {
 	sp.flush()
 }
 
+// ghostAcks feeds the leader's plane an Accepted for every slot the Ready
+// just armed from every node in sp.gone (the file comment says why). Only
+// the commits they cause reach the checker (a correct plane makes none).
+func (h *simHarness) ghostAcks(sp *simPlane) {
+	if len(sp.armedNow) == 0 {
+		return
+	}
+	// The leader sends each entry to every peer: arm once, ack once.
+	slices.SortFunc(sp.armedNow, func(a, b slotBallotKey) int { return cmp.Compare(a.slot, b.slot) })
+	sp.armedNow = slices.Compact(sp.armedNow)
+	for _, from := range sp.gone {
+		for _, k := range sp.armedNow {
+			n := len(sp.buf)
+			sp.buf = sp.p.OnAccepted(sp.buf, k.slot, k.ballot, from)
+			h.ghosts++
+			kept := n
+			for _, e := range sp.buf[n:] {
+				if e.Kind == accel.OutCommit {
+					sp.buf[kept] = e
+					kept++
+				}
+			}
+			sp.buf = sp.buf[:kept]
+		}
+	}
+	sp.flush()
+}
+
 func (h *simHarness) status(id paxos.NodeID, st *paxos.Status) {
 	sp := h.cur[id]
+	// The prompt rule: software has handled the input whose plane
+	// inputs made these commits (and drained its Ready rounds).
+	for _, k := range sp.pending {
+		if st.Role == paxos.RoleLeader && st.Ballot == k.ballot {
+			sp.chk.prompt(k.slot, k.ballot)
+		}
+	}
+	sp.pending = sp.pending[:0]
 	sp.commit = st.Commit
 	if !slices.Equal(st.Members, sp.members) {
 		sp.setMembers(st.Members, h.plantQuorum)
@@ -243,6 +321,7 @@ type simVerdict struct {
 	WrongValue int // plane commits of a value other than the chosen one
 	Unknown    int // plane commits of a slot no replica applied (not judged by value)
 	Fast       uint64
+	Ghosts     uint64 // ghost acks fed to the planes
 	Incs       int
 	Traces     []traceOf // the planes' traces, when tracing
 }
@@ -263,6 +342,7 @@ func (v *simVerdict) add(o simVerdict) {
 	v.WrongValue += o.WrongValue
 	v.Unknown += o.Unknown
 	v.Fast += o.Fast
+	v.Ghosts += o.Ghosts
 	v.Incs += o.Incs
 }
 
@@ -270,6 +350,7 @@ func (v *simVerdict) add(o simVerdict) {
 func (h *simHarness) verdict() simVerdict {
 	var v simVerdict
 	v.Fast = h.fast
+	v.Ghosts = h.ghosts
 	for _, sp := range h.incs {
 		if err := sp.p.Close(); err != nil {
 			panic(err) // a bytes.Buffer does not fail
@@ -313,12 +394,14 @@ func (sp *simPlane) setMembers(members []paxos.NodeID, plantQuorum bool) {
 		if m != 0 && !slices.Contains(members, m) {
 			sp.table[i] = 0
 			sp.buf = sp.p.SetMember(sp.buf, i, 0)
+			sp.gone = append(sp.gone, m)
 		}
 	}
 	for _, m := range members {
 		if slices.Contains(sp.table[:], m) {
 			continue
 		}
+		sp.gone = slices.DeleteFunc(sp.gone, func(g paxos.NodeID) bool { return g == m })
 		if i := slices.Index(sp.table[:], 0); i >= 0 {
 			sp.table[i] = m
 			sp.buf = sp.p.SetMember(sp.buf, i, m)
