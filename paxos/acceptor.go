@@ -98,6 +98,16 @@ func (n *Node) handlePrepare(m *Message) {
 		Commit: n.commit, Entries: ents})
 }
 
+// holds reports whether the log already holds e's slot at e's ballot. A
+// proposer sends one value per (slot, ballot), so the entry is the same,
+// and it is durable or in the pending Ready: a resent Accept is answered
+// without persisting the entry again (a retransmitted megabyte entry would
+// otherwise fill the acceptor log with copies).
+func (n *Node) holds(e *Entry) bool {
+	old := n.log.get(e.Slot)
+	return old != nil && old.Ballot == e.Ballot && old.Type == e.Type
+}
+
 func (n *Node) handleAccept(m *Message) {
 	if !n.admitProposer(m) {
 		n.send(Message{Type: MsgAccepted, To: m.From, Ballot: n.promised, Slot: 1, Index: 1, Commit: n.commit, Reject: true})
@@ -110,7 +120,7 @@ func (n *Node) handleAccept(m *Message) {
 		if e.Slot > n.commit+acceptAheadSlotsMax {
 			break
 		}
-		if e.Slot > n.commit {
+		if e.Slot > n.commit && !n.holds(&e) {
 			n.log.set(e)
 			n.accepted = append(n.accepted, e)
 			n.noteKnown(&e)
@@ -159,9 +169,11 @@ func (n *Node) handleCatchup(m *Message) {
 		// at least the ballot it was chosen under, so a later phase 1 that
 		// sees this entry still finds the chosen value at the top.
 		e.Ballot = m.Ballot
-		n.log.set(e)
-		n.accepted = append(n.accepted, e)
-		n.noteKnown(&e)
+		if !n.holds(&e) {
+			n.log.set(e)
+			n.accepted = append(n.accepted, e)
+			n.noteKnown(&e)
+		}
 		n.advanceCommit()
 	}
 	n.learnCommit(m.Commit, m.Ballot)

@@ -20,8 +20,10 @@ const (
 	ProposalQueueMax = 8192
 	// ReadsPendingMax bounds ReadIndex calls waiting for a read barrier.
 	ReadsPendingMax = 4096
-	// catchupEntriesMax bounds the chosen entries one catch-up message carries.
+	// catchupEntriesMax and catchupBytesMax bound the chosen entries one
+	// catch-up message carries.
 	catchupEntriesMax = 256
+	catchupBytesMax   = 4 << 20
 	// retransmitEntriesPerPeerMax bounds the Accepts resent to one peer per
 	// heartbeat.
 	retransmitEntriesPerPeerMax = 256
@@ -85,6 +87,11 @@ type peer struct {
 	hbAcked      uint64
 	active       bool
 	lastSnapTick int64
+	// catchupTick is when the last catch-up went to this peer: a
+	// heartbeat answer that still shows it lagging sends the next one only
+	// catchupResendTicks later (its answer, showing progress, sends the
+	// next at once), so one slow acceptor is fed at the pace it answers.
+	catchupTick int64
 }
 
 type leavingPeer struct {
@@ -314,6 +321,12 @@ func (n *Node) flush() {
 // logRange copies the entries from lo on, through hi at most, as many as one
 // message may carry (at least one). They must all be held.
 func (n *Node) logRange(lo, hi Slot) []Entry {
+	return n.logRangeBytes(lo, hi, messageEntryBytesMax)
+}
+
+// logRangeBytes is logRange with at most bytesMax encoded entry bytes
+// (one entry at least).
+func (n *Node) logRangeBytes(lo, hi Slot, bytesMax int) []Entry {
 	hi = min(hi, lo+EntriesPerMessageMax-1)
 	out := make([]Entry, 0, hi-lo+1)
 	size := 0
@@ -322,7 +335,7 @@ func (n *Node) logRange(lo, hi Slot) []Entry {
 		if e == nil {
 			n.invariantf("leader holds no entry at slot %d in [%d, %d]", s, lo, hi)
 		}
-		if size += entryBytes(e); size > messageEntryBytesMax && len(out) > 0 {
+		if size += entryBytes(e); size > bytesMax && len(out) > 0 {
 			break
 		}
 		out = append(out, *e)
@@ -501,11 +514,13 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 	lagging := false
 	if m.Context != 0 {
 		r := l.hbSent[m.Context%hbHistoryMax]
-		lagging = r.seq == m.Context && m.Commit < r.commit
+		lagging = r.seq == m.Context && m.Commit < r.commit &&
+			(p.catchupTick == 0 || m.Commit > prev || n.now-p.catchupTick >= n.catchupResendTicks())
 	} else {
 		lagging = m.Commit > prev && m.Commit < n.commit
 	}
 	if lagging {
+		p.catchupTick = n.now
 		n.sendCatchup(m.From, p)
 	}
 }
@@ -524,7 +539,14 @@ func (n *Node) sendCatchup(to NodeID, p *peer) {
 		return
 	}
 	hi := min(n.commit, from+catchupEntriesMax-1)
-	n.send(Message{Type: MsgCatchup, To: to, Ballot: l.ballot, Commit: n.commit, Entries: n.logRange(from, hi)})
+	n.send(Message{Type: MsgCatchup, To: to, Ballot: l.ballot, Commit: n.commit, Entries: n.logRangeBytes(from, hi, catchupBytesMax)})
+}
+
+// catchupResendTicks is how long a catch-up may go unanswered before a
+// heartbeat answer that shows the peer still lagging sends another: two
+// heartbeat periods, or a quarter of an election timeout if longer.
+func (n *Node) catchupResendTicks() int64 {
+	return int64(max(2*n.cfg.HeartbeatTicks, n.cfg.ElectionTicks/4))
 }
 
 // confirmHeartbeats finds the newest heartbeat round a majority acked; it
