@@ -152,6 +152,15 @@ func (a *accelMirror) accept(m *paxos.Message) bool {
 	a.wal.deferPersist = true
 	for i := range m.Entries {
 		e := &m.Entries[i]
+		if f.persisted[e.Slot&(accelWindowSlots-1)] == (slotBallot{e.Slot, m.Ballot}) {
+			// A resent Accept: durable already (one value per slot and
+			// ballot), so it is answered without a second copy in the log.
+			if first == 0 {
+				first = e.Slot
+			}
+			last = e.Slot
+			continue
+		}
 		f.payload = paxos.AppendEntry(f.payload[:0], e)
 		n := len(evs)
 		evs = a.plane.OnAccept(evs, e.Slot, m.Ballot, m.From, f.payload)
