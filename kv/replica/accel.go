@@ -121,7 +121,7 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 	if cfg.Tenants != nil {
 		spec.TenantsMax = min(max(spec.TenantsMax, len(cfg.Tenants.All())), accel.TenantsMax)
 	}
-	a := &accelMirror{r: r, check: newAccelCheck(), epoch: time.Now(), mask: accelWindowSlots - 1,
+	a := &accelMirror{r: r, check: newAccelCheck(), epoch: r.cfg.Now(), mask: accelWindowSlots - 1,
 		props: make([]proposedRow, accelWindowSlots)}
 	a.fast.init(promised)
 	a.wal = &accelWAL{log: r.alog}
@@ -151,7 +151,7 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 	return a, nil
 }
 
-func (a *accelMirror) now() uint64 { return uint64(time.Since(a.epoch) / accel.TickDuration) }
+func (a *accelMirror) now() uint64 { return uint64(a.r.cfg.Now().Sub(a.epoch) / accel.TickDuration) }
 
 // flushLocked hands the plane's outputs to the checker.
 func (a *accelMirror) flushLocked() {

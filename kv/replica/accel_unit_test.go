@@ -62,7 +62,7 @@ func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
 	}
 	r := &Replica{
 		cfg: Config{ID: 2, ClusterID: 9, Peers: peers, Tick: time.Millisecond, ElectionTicks: 100, HeartbeatTicks: 10,
-			Accel: &AccelConfig{}},
+			Accel: &AccelConfig{}, Now: time.Now},
 		peers:    map[paxos.NodeID]Peer{},
 		outbound: make(chan []outMsg, 16),
 		metrics:  NewMetrics(nil),

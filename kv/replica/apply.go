@@ -12,106 +12,134 @@ import (
 // applyLoop applies snapshots and committed entries in order, answers the
 // writers waiting on this node, wakes reads, and takes periodic snapshots.
 // It runs until applyC is closed (after the consensus loop stopped), so what
-// was committed and queued is applied before Close returns.
+// was committed and queued is applied before Close returns. The loop only
+// receives; applyInput and snapshotNow do the work, so that the
+// deterministic simulator can drive the same code.
 func (r *Replica) applyLoop() {
 	defer r.applyWG.Done()
 	if err := pinCPU(r.cfg.Cores.Apply); err != nil {
 		r.reportFatal(err)
 		return
 	}
-	every := r.cfg.SnapshotEverySlots
-	if every == 0 {
-		every = snapshotEverySlots
-	}
-	lastSnap := r.sm.Applied()
-	cmds := make([][]byte, 0, proposeBatchCmdsMax)
-	type origin struct {
-		idx int
-		id  uint64
-		env []byte
-	}
-	mine := make([]origin, 0, proposeBatchCmdsMax)
-	broken := false // the state machine failed: apply nothing more
-
 	for {
-		var (
-			it applyItem
-			ok bool
-		)
 		select {
-		case it, ok = <-r.applyC:
-		case <-r.snapNow:
-			if !broken {
-				r.snapshot(&lastSnap)
+		case it, ok := <-r.applyC:
+			if !ok {
+				return
 			}
-			continue
+			r.applyInput(it)
+		case <-r.snapNow:
+			r.snapshotNow()
 		}
-		if !ok {
+	}
+}
+
+// applyState is the apply loop's own bookkeeping (apply loop only).
+type applyState struct {
+	started  bool
+	lastSnap uint64
+	every    uint64
+	cmds     [][]byte
+	mine     []applyOrigin
+	broken   bool // the state machine failed: apply nothing more
+}
+
+// applyOrigin is a command of this node's: which result answers which
+// writer.
+type applyOrigin struct {
+	idx int
+	id  uint64
+	env []byte
+}
+
+func (r *Replica) applyInit() *applyState {
+	as := &r.apply
+	if !as.started {
+		as.started = true
+		as.every = r.cfg.SnapshotEverySlots
+		if as.every == 0 {
+			as.every = snapshotEverySlots
+		}
+		as.lastSnap = r.sm.Applied()
+		as.cmds = make([][]byte, 0, proposeBatchCmdsMax)
+		as.mine = make([]applyOrigin, 0, proposeBatchCmdsMax)
+	}
+	return as
+}
+
+// snapshotNow takes a snapshot on request (apply loop).
+func (r *Replica) snapshotNow() {
+	as := r.applyInit()
+	if !as.broken {
+		r.snapshot(&as.lastSnap)
+	}
+}
+
+// applyInput installs a snapshot or applies committed entries (apply loop).
+func (r *Replica) applyInput(it applyItem) {
+	as := r.applyInit()
+	if as.broken {
+		return
+	}
+	if it.snap != nil {
+		if uint64(it.snap.Meta.Slot) <= r.sm.Applied() {
+			return // already past it
+		}
+		r.restoreMu.Lock()
+		err := r.sm.Restore(bytes.NewReader(it.snap.Data))
+		r.restoreMu.Unlock()
+		if err != nil {
+			as.broken = true
+			r.die(fmt.Errorf("restoring snapshot at slot %d: %w", it.snap.Meta.Slot, err))
 			return
 		}
-		if broken {
-			continue
-		}
-		if it.snap != nil {
-			if uint64(it.snap.Meta.Slot) <= r.sm.Applied() {
-				continue // already past it
-			}
-			r.restoreMu.Lock()
-			err := r.sm.Restore(bytes.NewReader(it.snap.Data))
-			r.restoreMu.Unlock()
-			if err != nil {
-				broken = true
-				r.die(fmt.Errorf("restoring snapshot at slot %d: %w", it.snap.Meta.Slot, err))
-				continue
-			}
-			applied := r.sm.Applied()
-			r.metrics.Installed.Inc()
-			r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
-			r.applied.Store(applied)
-			lastSnap = applied
-			r.reads.release(paxos.Slot(applied))
-			continue
-		}
-		for _, e := range it.entries {
-			if uint64(e.Slot) <= r.sm.Applied() {
-				continue // applied before a restart or covered by a snapshot
-			}
-			cmds, mine = cmds[:0], mine[:0]
-			if e.Type == paxos.EntryNormal {
-				for _, c := range e.Cmds {
-					id, cmd, err := parseEnvelope(c)
-					if err != nil {
-						// Every replica skips the same bytes: still deterministic.
-						r.log.Warn().Uint64("slot", uint64(e.Slot)).Msg("skipping a command with a malformed envelope")
-						continue
-					}
-					if id.origin == r.cfg.ID && id.boot == r.boot {
-						mine = append(mine, origin{idx: len(cmds), id: id.seq, env: c})
-					}
-					cmds = append(cmds, cmd)
-				}
-			}
-			results, err := r.sm.Apply(uint64(e.Slot), cmds)
-			if err != nil {
-				broken = true
-				r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
-				break
-			}
-			for _, m := range mine {
-				var res sm.Result
-				if m.idx < len(results) {
-					res = results[m.idx]
-				}
-				r.answer(m.id, m.env, writeResult{res: res})
-			}
-			r.applied.Store(uint64(e.Slot))
-		}
 		applied := r.sm.Applied()
-		r.metrics.Applied.Set(float64(applied))
+		r.metrics.Installed.Inc()
+		r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
+		r.applied.Store(applied)
+		as.lastSnap = applied
 		r.reads.release(paxos.Slot(applied))
-		if !broken && applied >= lastSnap+every {
-			r.snapshot(&lastSnap)
+		return
+	}
+	for _, e := range it.entries {
+		if uint64(e.Slot) <= r.sm.Applied() {
+			continue // applied before a restart or covered by a snapshot
 		}
+		cmds, mine := as.cmds[:0], as.mine[:0]
+		if e.Type == paxos.EntryNormal {
+			for _, c := range e.Cmds {
+				id, cmd, err := parseEnvelope(c)
+				if err != nil {
+					// Every replica skips the same bytes: still deterministic.
+					r.log.Warn().Uint64("slot", uint64(e.Slot)).Msg("skipping a command with a malformed envelope")
+					continue
+				}
+				if id.origin == r.cfg.ID && id.boot == r.boot {
+					mine = append(mine, applyOrigin{idx: len(cmds), id: id.seq, env: c})
+				}
+				cmds = append(cmds, cmd)
+			}
+		}
+		results, err := r.sm.Apply(uint64(e.Slot), cmds)
+		if err != nil {
+			as.broken = true
+			r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
+			break
+		}
+		for _, m := range mine {
+			var res sm.Result
+			if m.idx < len(results) {
+				res = results[m.idx]
+			}
+			r.answer(m.id, m.env, writeResult{res: res})
+		}
+		r.applied.Store(uint64(e.Slot))
+	}
+	applied := r.sm.Applied()
+	r.metrics.Applied.Set(float64(applied))
+	r.reads.release(paxos.Slot(applied))
+	if !as.broken && applied >= as.lastSnap+as.every {
+		r.snapshot(&as.lastSnap)
 	}
 }
 

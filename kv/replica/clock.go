@@ -31,6 +31,7 @@ import (
 // while the process is stopped, so a SIGSTOP shows up as owed ticks.
 type loopClock struct {
 	epoch     time.Time // set in New, with the node; read-only after
+	now       func() time.Time
 	period    time.Duration
 	delivered uint64 // ticks given to the node (consensus loop only); <= ticks due
 	// alive is when (ns since epoch) the consensus loop last began an
@@ -38,17 +39,23 @@ type loopClock struct {
 	alive atomic.Int64
 }
 
-func (c *loopClock) init(period time.Duration) {
-	c.epoch, c.period = time.Now(), period
+func (c *loopClock) init(period time.Duration, now func() time.Time) {
+	c.epoch, c.period, c.now = now(), period, now
 }
+
+// since is how long ago the epoch was.
+func (c *loopClock) since() time.Duration { return c.now().Sub(c.epoch) }
+
+// markAlive records that the consensus loop began an iteration.
+func (c *loopClock) markAlive() { c.alive.Store(int64(c.since())) }
 
 // sinceAlive is how long ago the consensus loop last began an iteration.
 func (c *loopClock) sinceAlive() time.Duration {
-	return time.Since(c.epoch) - time.Duration(c.alive.Load())
+	return c.since() - time.Duration(c.alive.Load())
 }
 
 // due is the number of whole tick periods since the epoch.
-func (c *loopClock) due() uint64 { return uint64(time.Since(c.epoch) / c.period) }
+func (c *loopClock) due() uint64 { return uint64(c.since() / c.period) }
 
 // syncClock delivers to the node every tick owed up to now and returns the
 // current tick (consensus loop only). Call it after receiving an input and

@@ -36,7 +36,9 @@ type testCluster struct {
 	usedPct   int64
 	accelOn   map[paxos.NodeID]bool
 	drr       bool // a tenant scheduler in front of the proposer
-	nodes     map[paxos.NodeID]*testNode
+	// electionTicks overrides the default 100 (1 ms ticks) when > 0.
+	electionTicks int
+	nodes         map[paxos.NodeID]*testNode
 }
 
 type testNode struct {
@@ -125,6 +127,14 @@ func (c *testCluster) pmemMode() pmem.Mode {
 	return pmem.ModeShm
 }
 
+// election is the cluster's ElectionTicks.
+func (c *testCluster) election() int {
+	if c.electionTicks > 0 {
+		return c.electionTicks
+	}
+	return 100
+}
+
 func (c *testCluster) start(id paxos.NodeID) {
 	c.t.Helper()
 	plog, _, err := OpenPMemLog(pmem.Options{Path: filepath.Join(c.pmemDir, fmt.Sprintf("n%d.pmem", id)),
@@ -161,7 +171,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 	}
 	r, err := New(Config{
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
-		ElectionTicks: 100, HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
+		ElectionTicks: c.election(), HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
 		Accel: accelCfg, Tenants: reg,
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
@@ -252,7 +262,10 @@ func (c *testCluster) waitApplied(id paxos.NodeID, slot paxos.Slot) {
 	deadline := time.Now().Add(20 * time.Second)
 	for c.nodes[id].r.Applied() < slot {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d applied %d, want >= %d", id, c.nodes[id].r.Applied(), slot)
+			r := c.nodes[id].r
+			used, ring := r.alog.Usage()
+			c.t.Fatalf("node %d applied %d, want >= %d (status %+v, log full %v, log %d/%d bytes)",
+				id, r.Applied(), slot, r.Status(), r.logFull.Load(), used, ring)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -12,7 +12,9 @@ import (
 //
 // Every input is handed to the node only after syncClock delivered the
 // ticks owed up to a clock reading taken after the input was received
-// (clock.go): the node's lease decisions always use a current clock.
+// (clock.go): the node's lease decisions always use a current clock. The
+// loop itself only selects; consensusInput does the work, so that the
+// deterministic simulator can drive the same code one input at a time.
 func (r *Replica) consensusLoop() {
 	defer r.loopsWG.Done()
 	if err := pinCPU(r.cfg.Cores.Consensus); err != nil {
@@ -21,146 +23,207 @@ func (r *Replica) consensusLoop() {
 	}
 	ticker := time.NewTicker(r.cfg.Tick)
 	defer ticker.Stop()
-
-	var (
-		tick       uint64 // the current tick at the last ticker event
-		stalledAt  uint64
-		lastLeader paxos.NodeID
-		lastRole   paxos.Role
-		batch      = make([][]byte, 0, proposeBatchCmdsMax)
-		batchIDs   = make([]uint64, 0, proposeBatchCmdsMax)
-		// readExpiryTicks fails reads whose read index never came back
-		// (a leader cut off from its quorum); their clients retry.
-		readExpiryTicks = uint64(4 * r.cfg.ElectionTicks)
-		mirrorC         = r.mirrors()
-	)
-	s := r.node.Status()
-	lastLeader, lastRole = s.Leader, s.Role
-	// The node's clock (r.clk, started with the node in New) follows the
-	// monotonic clock, not the number of ticker events: a time.Ticker
-	// drops events when this loop falls behind, and a leader whose ticks
-	// lagged real time would believe its lease longer than the acceptors
-	// that granted it.
+	mirrorC := r.mirrors()
 	for {
-		r.clk.alive.Store(int64(time.Since(r.clk.epoch)))
+		var in consensusInput
 		if r.stalled != nil {
 			// Only ticks (to retry) and control (compaction frees room)
-			// are served while a Ready waits for log space. The node is
-			// between Ready and Advance: ticks and control functions may
-			// add output (kept for the next Ready), never change rd.
+			// are served while a Ready waits for log space.
 			select {
 			case <-r.stop:
 				return
 			case <-ticker.C:
-				tick = r.deliverTicks()
-				if tick-stalledAt >= logFullRetryTicks {
-					stalledAt = tick
-					if r.finishReady(r.stalled) {
-						r.stalled = nil
-					}
-				}
-			case f := <-r.controlC:
-				r.syncClock()
-				f()
+				in.kind = inTick
+			case in.fn = <-r.controlC:
+				in.kind = inControl
 			}
-			continue
-		}
-
-		select {
-		case <-r.stop:
-			return
-		case <-ticker.C:
-			due := r.deliverTicks()
-			if due/uint64(r.cfg.ElectionTicks) != tick/uint64(r.cfg.ElectionTicks) && due > readExpiryTicks {
-				r.reads.expire(due-readExpiryTicks, ErrUnavailable)
-			}
-			tick = due
-		case m := <-r.inbound:
-			r.stepInbound(m)
-			for i := 0; i < inboundMsgsMax; i++ {
-				select {
-				case m = <-r.inbound:
-					r.stepInbound(m)
-					continue
-				default:
-				}
-				break
-			}
-		case p := <-r.proposeC:
-			batch, batchIDs = batch[:0], batchIDs[:0]
-			bytes := 0
-			for {
-				batch = append(batch, p.env)
-				batchIDs = append(batchIDs, p.id)
-				bytes += len(p.env)
-				if len(batch) >= proposeBatchCmdsMax || bytes >= proposeBatchBytesMax {
-					break
-				}
-				select {
-				case p = <-r.proposeC:
-					continue
-				default:
-				}
-				break
-			}
-			r.propose(batch, batchIDs)
-		case <-r.drrKick: // nil channel without a scheduler: never ready
-			batch, batchIDs = batch[:0], batchIDs[:0]
-			bytes := 0
-			for len(batch) < proposeBatchCmdsMax && bytes < proposeBatchBytesMax {
-				p, _, ok := r.drr.Dequeue()
-				if !ok {
-					break
-				}
-				batch = append(batch, p.env)
-				batchIDs = append(batchIDs, p.id)
-				bytes += len(p.env)
-			}
-			if r.drr.Len() > 0 {
-				// More waits: come back after serving what else is ready
-				// (consensus messages stay ahead of client work).
-				r.kickProposer()
-			}
-			if len(batch) > 0 {
-				r.propose(batch, batchIDs)
-			}
-		case m := <-mirrorC: // accepts the accel fast path already answered
-			r.step(m)
-		case w := <-r.readC:
-			r.readIndex(w)
-		case f := <-r.controlC:
-			r.syncClock()
-			f()
-		}
-
-		for r.node.HasReady() {
-			rd := r.node.Ready()
-			if !r.finishReady(&rd) {
-				r.stalled, stalledAt = &rd, r.clk.delivered
-				break
+		} else {
+			select {
+			case <-r.stop:
+				return
+			case <-ticker.C:
+				in.kind = inTick
+			case in.msg = <-r.inbound:
+				in.kind = inInbound
+			case in.prop = <-r.proposeC:
+				in.kind = inPropose
+			case <-r.drrKick: // nil channel without a scheduler: never ready
+				in.kind = inDRR
+			case in.msg = <-mirrorC: // accepts the accel fast path already answered
+				in.kind = inMirror
+			case in.read = <-r.readC:
+				in.kind = inRead
+			case in.fn = <-r.controlC:
+				in.kind = inControl
 			}
 		}
+		r.consensusInput(in)
+	}
+}
 
+// inputKind names what the consensus loop received.
+type inputKind uint8
+
+const (
+	inTick inputKind = iota + 1
+	inInbound
+	inPropose
+	inDRR
+	inMirror
+	inRead
+	inControl
+)
+
+// consensusInput is one input the consensus loop received: a tick, the
+// first of a run of inbound messages, proposals or reads (the handler
+// drains the rest of the run from the same queue), a mirror, or a control
+// function.
+type consensusInput struct {
+	kind inputKind
+	msg  paxos.Message
+	prop proposal
+	read *readWaiter
+	fn   func()
+}
+
+// loopState is the consensus loop's own bookkeeping (consensus loop only).
+type loopState struct {
+	started    bool
+	tick       uint64 // the current tick at the last ticker event
+	stalledAt  uint64
+	lastLeader paxos.NodeID
+	lastRole   paxos.Role
+	batch      [][]byte
+	batchIDs   []uint64
+}
+
+// consensusInput handles one input, then (unless a Ready is stalled on a
+// full log) carries out the node's Readys and publishes its status.
+func (r *Replica) consensusInput(in consensusInput) {
+	ls := &r.loop
+	if !ls.started {
 		s := r.node.Status()
-		r.status.Store(&s)
-		if r.accel != nil {
-			r.accel.registers(&s)
-		}
-		r.metrics.Commit.Set(float64(s.Commit))
-		if s.Leader != lastLeader {
-			r.metrics.LeaderChanges.Inc()
-			r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
-			lastLeader = s.Leader
-		}
-		if s.Role != lastRole {
-			if lastRole == paxos.RoleLeader {
-				// Proposals in flight may or may not commit under the
-				// next leader: their writers learn "unknown outcome".
-				r.failAllWrites(ErrUnavailable)
-				r.reads.failPending(r.notLeader(&s))
+		ls.lastLeader, ls.lastRole, ls.started = s.Leader, s.Role, true
+		ls.batch = make([][]byte, 0, proposeBatchCmdsMax)
+		ls.batchIDs = make([]uint64, 0, proposeBatchCmdsMax)
+	}
+	r.clk.markAlive()
+	if r.stalled != nil {
+		// The node is between Ready and Advance: ticks and control
+		// functions may add output (kept for the next Ready), never
+		// change the stalled Ready.
+		switch in.kind {
+		case inTick:
+			ls.tick = r.deliverTicks()
+			if ls.tick-ls.stalledAt >= logFullRetryTicks {
+				ls.stalledAt = ls.tick
+				if r.finishReady(r.stalled) {
+					r.stalled = nil
+				}
 			}
-			lastRole = s.Role
+		case inControl:
+			r.syncClock()
+			in.fn()
 		}
+		return
+	}
+	switch in.kind {
+	case inTick:
+		// readExpiryTicks fails reads whose read index never came back
+		// (a leader cut off from its quorum); their clients retry.
+		readExpiryTicks := uint64(4 * r.cfg.ElectionTicks)
+		due := r.deliverTicks()
+		if due/uint64(r.cfg.ElectionTicks) != ls.tick/uint64(r.cfg.ElectionTicks) && due > readExpiryTicks {
+			r.reads.expire(due-readExpiryTicks, ErrUnavailable)
+		}
+		ls.tick = due
+	case inInbound:
+		m := in.msg
+		r.stepInbound(m)
+		for i := 0; i < inboundMsgsMax; i++ {
+			select {
+			case m = <-r.inbound:
+				r.stepInbound(m)
+				continue
+			default:
+			}
+			break
+		}
+	case inPropose:
+		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
+		bytes := 0
+		p := in.prop
+		for {
+			batch = append(batch, p.env)
+			batchIDs = append(batchIDs, p.id)
+			bytes += len(p.env)
+			if len(batch) >= proposeBatchCmdsMax || bytes >= proposeBatchBytesMax {
+				break
+			}
+			select {
+			case p = <-r.proposeC:
+				continue
+			default:
+			}
+			break
+		}
+		r.propose(batch, batchIDs)
+	case inDRR:
+		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
+		bytes := 0
+		for len(batch) < proposeBatchCmdsMax && bytes < proposeBatchBytesMax {
+			p, _, ok := r.drr.Dequeue()
+			if !ok {
+				break
+			}
+			batch = append(batch, p.env)
+			batchIDs = append(batchIDs, p.id)
+			bytes += len(p.env)
+		}
+		if r.drr.Len() > 0 {
+			// More waits: come back after serving what else is ready
+			// (consensus messages stay ahead of client work).
+			r.kickProposer()
+		}
+		if len(batch) > 0 {
+			r.propose(batch, batchIDs)
+		}
+	case inMirror:
+		r.step(in.msg)
+	case inRead:
+		r.readIndex(in.read)
+	case inControl:
+		r.syncClock()
+		in.fn()
+	}
+
+	for r.node.HasReady() {
+		rd := r.node.Ready()
+		if !r.finishReady(&rd) {
+			r.stalled, ls.stalledAt = &rd, r.clk.delivered
+			break
+		}
+	}
+
+	s := r.node.Status()
+	r.status.Store(&s)
+	if r.accel != nil {
+		r.accel.registers(&s)
+	}
+	r.metrics.Commit.Set(float64(s.Commit))
+	if s.Leader != ls.lastLeader {
+		r.metrics.LeaderChanges.Inc()
+		r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
+		ls.lastLeader = s.Leader
+	}
+	if s.Role != ls.lastRole {
+		if ls.lastRole == paxos.RoleLeader {
+			// Proposals in flight may or may not commit under the
+			// next leader: their writers learn "unknown outcome".
+			r.failAllWrites(ErrUnavailable)
+			r.reads.failPending(r.notLeader(&s))
+		}
+		ls.lastRole = s.Role
 	}
 }
 
@@ -387,7 +450,7 @@ func (r *Replica) checkLogUsage() {
 	if capacity <= 0 || used*100 < capacity*pct {
 		return
 	}
-	if now := time.Now(); now.After(r.nextUsageSnap) {
+	if now := r.cfg.Now(); now.After(r.nextUsageSnap) {
 		r.nextUsageSnap = now.Add(time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick)
 		r.requestSnapshot()
 	}

@@ -21,7 +21,11 @@
 //	apply loop      apply queue -> StateMachine.Apply in slot order -> answers writers, wakes readers,
 //	                takes a snapshot every snapshotEverySlots applied slots
 //
-// The receive, send, consensus and apply loops can be pinned to CPUs.
+// The receive, send, consensus and apply loops can be pinned to CPUs. Each
+// loop only receives; the work is in step functions (consensusInput,
+// applyInput, snapshotNow, deliver), so that the deterministic replica
+// simulator (replicasim_test.go) drives the same code one input at a time,
+// in an order its seed chooses, on a simulated clock (Config.Now).
 //
 // The node's clock follows the monotonic clock: before any input (a
 // message, a read, a proposal, a control function such as a campaign) is

@@ -54,8 +54,13 @@ func TestSizeChainArithmetic(t *testing.T) {
 // (a 1-byte key and a value of 1,048,480 bytes) made every leader it
 // reached exit with "pmem: record too large".
 func TestSizeBoundariesWholePath(t *testing.T) {
-	c := newTestClusterOpts(t, 3, 0, 48<<20, 0, func(tc *testCluster) {
+	// Megabyte entries on two shared cores can stall a loop past a 100 ms
+	// election timeout, and each leader change re-proposes the entries in
+	// flight under a new ballot (new log records): a wider timeout and a
+	// roomier log keep this test about sizes, not about the tail.
+	c := newTestClusterOpts(t, 3, 0, 128<<20, 0, func(tc *testCluster) {
 		tc.accelOn = map[paxos.NodeID]bool{1: true, 2: true}
+		tc.electionTicks = 500
 	})
 	c.put("warm", "1")
 	l := c.leader()

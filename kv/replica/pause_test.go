@@ -274,7 +274,7 @@ func TestAccelClosedPathMirrorsReachPromise(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.node = node
-	r.clk.init(time.Millisecond)
+	r.clk.init(time.Millisecond, time.Now)
 	m := acceptMsg(b, 1, 2)
 	if !r.accel.received(&m, true) {
 		t.Fatal("the fast path declined an Accept at the promised ballot")

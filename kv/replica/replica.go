@@ -63,6 +63,15 @@ type Config struct {
 	Tenants *tenants.Registry
 	// TenantMetrics receives the scheduler's queueing delays (may be nil).
 	TenantMetrics *tenants.Metrics
+	// Now is the runtime's clock (nil: time.Now). The deterministic
+	// simulator (replicasim_test.go) gives every node a simulated one.
+	Now func() time.Time
+	// Seed seeds paxos's election timer jitter (0: from the clock).
+	Seed int64
+
+	// simulated: no goroutines, no side channel; the simulator drives
+	// the loops one step at a time (replicasim_test.go).
+	simulated bool
 }
 
 func (c *Config) validate() error {
@@ -135,7 +144,9 @@ type Replica struct {
 	reads readTracker
 	accel *accelMirror // nil when accel is off
 
-	clk     loopClock // the node's clock (clock.go)
+	clk     loopClock  // the node's clock (clock.go)
+	loop    loopState  // consensus loop only
+	apply   applyState // apply loop only
 	status  atomic.Pointer[paxos.Status]
 	applied atomic.Uint64
 	logFull atomic.Bool
@@ -198,6 +209,9 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	if cfg.Faults == nil {
 		cfg.Faults = &Faults{}
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	r := &Replica{
 		cfg:      cfg,
 		log:      cfg.Log,
@@ -226,7 +240,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	r.boot = boot
 	if cfg.Tenants != nil {
-		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, time.Now, cfg.TenantMetrics)
+		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, cfg.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
 	}
 	members := make([]paxos.NodeID, 0, len(cfg.Peers))
@@ -271,7 +285,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		LeaseTicks:     cfg.LeaseTicks,
 		DriftTicks:     cfg.DriftTicks,
-		Seed:           time.Now().UnixNano() ^ int64(cfg.ID),
+		Seed:           paxosSeed(cfg),
 		// With accel the plane's timer loop decides when to campaign
 		// (accel_heartbeat.go), so a busy consensus loop does not.
 		ExternalElection: cfg.Accel != nil,
@@ -280,7 +294,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, fmt.Errorf("creating the paxos node: %w", err)
 	}
 	r.node = node
-	r.clk.init(cfg.Tick) // the node's tick 0 is now
+	r.clk.init(cfg.Tick, cfg.Now) // the node's tick 0 is now
 	if cfg.Accel != nil {
 		if r.accel, err = newAccelMirror(r, members, promised); err != nil {
 			return nil, err
@@ -294,12 +308,23 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		Uint64("promised_round", promised.Round).Uint64("promised_node", uint64(promised.Node)).
 		Str("durability", alog.Mode()).Msg("replica recovered")
 
+	if cfg.simulated {
+		return r, nil
+	}
 	self := r.peers[cfg.ID]
 	r.side, err = newSideChannel(self.ConsensusAddr.String(), sidePeers, r.deliverSide, r.log.With().Str("loop", "side").Logger())
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// paxosSeed is the election jitter seed: Config.Seed, or one from the clock.
+func paxosSeed(cfg Config) int64 {
+	if cfg.Seed != 0 {
+		return cfg.Seed ^ int64(cfg.ID)
+	}
+	return cfg.Now().UnixNano() ^ int64(cfg.ID)
 }
 
 // Start runs the loops. If the state machine holds applied state, a
@@ -357,22 +382,45 @@ func (r *Replica) notLeader(s *paxos.Status) error {
 // nothing proposed), *NotLeaderError, ErrBusy, ErrLogFull, ErrUnavailable,
 // ErrStopped or ctx's error (for the last three the outcome is unknown).
 func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.Result, error) {
+	start := r.cfg.Now()
+	w, id, err := r.submitWrite(tenant, cmd)
+	if err != nil {
+		return sm.Result{}, err
+	}
+	select {
+	case res := <-w.ch:
+		if res.err == nil {
+			r.metrics.CommitLatency.Observe(r.cfg.Now().Sub(start).Seconds())
+		}
+		return res.res, res.err
+	case <-ctx.Done():
+		r.forget(id)
+		return sm.Result{}, ctx.Err()
+	case <-r.stop:
+		r.forget(id)
+		return sm.Result{}, ErrStopped
+	}
+}
+
+// submitWrite wraps cmd in its envelope, registers its writer and queues
+// the proposal; the writer's channel receives the answer (Write waits on
+// it; the simulator polls it). It never blocks.
+func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint64, error) {
 	if len(cmd) > CommandBytesMax {
 		// No acceptor log could hold it: refused here, before it can
 		// reach paxos or the log (the size chain, limits.go).
-		return sm.Result{}, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(cmd), CommandBytesMax)
+		return nil, 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, len(cmd), CommandBytesMax)
 	}
 	if r.stopped.Load() {
-		return sm.Result{}, ErrStopped
+		return nil, 0, ErrStopped
 	}
 	s := r.status.Load()
 	if s.Role != paxos.RoleLeader {
-		return sm.Result{}, r.notLeader(s)
+		return nil, 0, r.notLeader(s)
 	}
 	if r.logFull.Load() {
-		return sm.Result{}, ErrLogFull
+		return nil, 0, ErrLogFull
 	}
-	start := time.Now()
 	id := r.nextProposal.Add(1)
 	env := appendEnvelope(nil, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id}, cmd)
 	w := &writeWaiter{ch: make(chan writeResult, 1), env: env}
@@ -384,31 +432,19 @@ func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
 			if errors.Is(err, tenants.ErrQueueFull) {
-				return sm.Result{}, ErrBusy
+				return nil, 0, ErrBusy
 			}
-			return sm.Result{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		r.kickProposer()
-	} else {
-		select {
-		case r.proposeC <- p:
-		default:
-			r.forget(id)
-			return sm.Result{}, ErrBusy
-		}
+		return w, id, nil
 	}
 	select {
-	case res := <-w.ch:
-		if res.err == nil {
-			r.metrics.CommitLatency.Observe(time.Since(start).Seconds())
-		}
-		return res.res, res.err
-	case <-ctx.Done():
+	case r.proposeC <- p:
+		return w, id, nil
+	default:
 		r.forget(id)
-		return sm.Result{}, ctx.Err()
-	case <-r.stop:
-		r.forget(id)
-		return sm.Result{}, ErrStopped
+		return nil, 0, ErrBusy
 	}
 }
 
@@ -466,30 +502,40 @@ func (r *Replica) failAllWrites(err error) {
 // the call began, and has applied through it. Errors: *NotLeaderError,
 // ErrBusy, ErrUnavailable, ErrStopped or ctx's error.
 func (r *Replica) ReadBarrier(ctx context.Context) error {
-	if r.stopped.Load() {
-		return ErrStopped
-	}
-	s := r.status.Load()
-	if s.Role != paxos.RoleLeader {
-		return r.notLeader(s)
-	}
-	start := time.Now()
-	w := &readWaiter{ch: make(chan error, 1)}
-	select {
-	case r.readC <- w:
-	default:
-		return ErrBusy
+	start := r.cfg.Now()
+	w, err := r.submitRead()
+	if err != nil {
+		return err
 	}
 	select {
 	case err := <-w.ch:
 		if err == nil {
-			r.metrics.ReadLatency.Observe(time.Since(start).Seconds())
+			r.metrics.ReadLatency.Observe(r.cfg.Now().Sub(start).Seconds())
 		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.stop:
 		return ErrStopped
+	}
+}
+
+// submitRead queues a read barrier; the waiter's channel receives nil once
+// the state machine may be read. It never blocks.
+func (r *Replica) submitRead() (*readWaiter, error) {
+	if r.stopped.Load() {
+		return nil, ErrStopped
+	}
+	s := r.status.Load()
+	if s.Role != paxos.RoleLeader {
+		return nil, r.notLeader(s)
+	}
+	w := &readWaiter{ch: make(chan error, 1)}
+	select {
+	case r.readC <- w:
+		return w, nil
+	default:
+		return nil, ErrBusy
 	}
 }
 
@@ -504,7 +550,9 @@ func (r *Replica) Close() error {
 		close(r.stop)
 		r.conn.Close() // unblocks the receive loop
 		r.loopsWG.Wait()
-		r.side.close()
+		if r.side != nil { // nil in the simulator
+			r.side.close()
+		}
 		close(r.applyC)
 		r.applyWG.Wait()
 		r.failAllWrites(ErrStopped)

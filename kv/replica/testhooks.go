@@ -17,4 +17,8 @@ var (
 	// command is its own, so an entry of an earlier life re-applied after
 	// a restart answers a new writer with another command's result.
 	TestingReusedProposalIDs bool
+	// TestingReadBeforeApplied plants the early read: a linearizable read
+	// is released as soon as its read index is known, before the apply
+	// loop has reached it.
+	TestingReadBeforeApplied bool
 )

@@ -211,6 +211,28 @@ func (s *SM) Flush() (uint64, error) {
 	return slot, nil
 }
 
+// Abandon closes Pebble without flushing, leaving the directory as a
+// process crash would: only what Flush (or Pebble's own flushes) made
+// durable remains, and a reopen finds Applied() at that point. It is for
+// crash tests and simulators; a real node calls Close.
+func (s *SM) Abandon() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.abortSnapshots()
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.dbClosed {
+		return nil
+	}
+	s.dbClosed = true
+	return s.db.Close()
+}
+
 // Close flushes (so that a clean shutdown needs no log replay), aborts open
 // snapshot streams and closes Pebble.
 func (s *SM) Close() error {
