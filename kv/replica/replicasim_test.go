@@ -137,6 +137,7 @@ type rsimClient struct {
 type rsimResult struct {
 	seed                                  uint64
 	ops, pauses, restarts, stalls, lagged int
+	leaseChecks                           int
 	violations                            []string
 }
 
@@ -476,12 +477,56 @@ func (s *rsim) nodeSteps(n *rsimNode) {
 	}
 	s.planeTimers(n)
 	s.send(n)
+	s.checkLeaseCover(n)
 	st := n.r.Status()
 	if st.Role == paxos.RoleLeader && n.lastRole != paxos.RoleLeader && s.faults && s.chance(1, 3) {
 		n.applyLagUntil = s.now + s.between(1_000, 30_000) // the apply loop lags just after the change
 		s.res.lagged++
 	}
 	n.lastRole = st.Role
+}
+
+// The lease oracle, as in paxossim (lease.go there): while node n leads
+// with a valid lease, until simulated time E (when n's own clock reaches
+// its LeaderUntil), the nodes that refuse every other ballot until E or
+// later leave too few others for a majority. A node refuses if it is n, is
+// down, or holds a refusal window (granted to n, or to nobody after a
+// restart) that its clock ends no earlier than E. Pauses make this bite:
+// a paused node's clock keeps running while its inputs wait.
+
+// tickAt is when node n's paxos clock reads k ticks, in simulated
+// microseconds (n's clock runs fast or slow by its drift).
+func (s *rsim) tickAt(n *rsimNode, k int64) int64 {
+	nodeMicros := n.r.clk.epoch.Sub(s.base).Microseconds() + k*int64(rsimTick/time.Microsecond)
+	return nodeMicros * 1_000_000 / (1_000_000 + n.driftPPM)
+}
+
+func (s *rsim) checkLeaseCover(n *rsimNode) {
+	ls := n.r.node.LeaseState()
+	if ls.LeaderUntil <= ls.Now {
+		return
+	}
+	end := s.tickAt(n, ls.LeaderUntil)
+	if end <= s.now {
+		// Over in real time: the node's clock only lags (it delivers the
+		// owed ticks before it decides anything).
+		return
+	}
+	s.res.leaseChecks++
+	free := 0
+	for _, o := range s.nodes {
+		if o == n || !s.up(o) {
+			continue
+		}
+		g := o.r.node.LeaseState()
+		if (g.GrantedTo == n.id || g.GrantedTo == 0) && s.tickAt(o, g.GrantedUntil) >= end {
+			continue
+		}
+		free++
+	}
+	if free >= rsimNodes/2+1 {
+		s.violate("lease cover: node %d leads with a lease until t=%dus, but %d nodes could promise another ballot before then", n.id, end, free)
+	}
 }
 
 func (s *rsim) checkFatal(n *rsimNode) {
@@ -786,8 +831,8 @@ func TestReplicaSim(t *testing.T) {
 		n = 50
 	}
 	sum := runReplicaSims(t, first, n, false)
-	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d violations=%d\n",
-		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, len(sum.failed))
+	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d lease_checks=%d violations=%d\n",
+		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	for i, r := range sum.failed {
 		if i == 5 {
 			t.Errorf("... and %d more failing seeds", len(sum.failed)-i)
@@ -801,7 +846,7 @@ func TestReplicaSim(t *testing.T) {
 }
 
 type rsimSummary struct {
-	seeds, ops, pauses, restarts, stalls, lagged int
+	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
 	failed                                       []rsimResult
 }
 
@@ -856,6 +901,7 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.restarts += r.restarts
 		sum.stalls += r.stalls
 		sum.lagged += r.lagged
+		sum.leaseChecks += r.leaseChecks
 		if len(r.violations) > 0 {
 			sum.failed = append(sum.failed, *r)
 		}
