@@ -847,7 +847,7 @@ func TestReplicaSim(t *testing.T) {
 
 type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
-	failed                                       []rsimResult
+	failed                                                    []rsimResult
 }
 
 // runReplicaSims runs seeds [first, first+n) on GOMAXPROCS workers (each
