@@ -59,6 +59,15 @@ type Config struct {
 	// see raft.go and its [raft] table).
 	Replication string     `toml:"replication"`
 	Raft        RaftConfig `toml:"raft"`
+
+	// Security authenticates consensus traffic ([security], config_security.go).
+	Security SecurityConfig `toml:"security"`
+	// Admin secures the admin endpoint ([admin], config_admin.go).
+	Admin AdminConfig `toml:"admin"`
+	// TLS serves the client port over TLS ([tls], config_tls.go).
+	TLS TLSConfig `toml:"tls"`
+	// Limits bounds client connections and responses ([limits], config_limits.go).
+	Limits LimitsConfig `toml:"limits"`
 }
 
 // PeerConfig is one member of the group.
@@ -140,6 +149,9 @@ type TenantConfig struct {
 	MaxKeyBytes   int     `toml:"max_key_bytes"`
 	MaxValueBytes int     `toml:"max_value_bytes"`
 	QuotaBytes    int64   `toml:"quota_bytes"`
+	// ClientsMax is the tenant's share of the exactly-once client table
+	// (0: the default share; see kv/sm).
+	ClientsMax int `toml:"clients_max"`
 }
 
 // Defaults and limits of the configuration.
@@ -194,6 +206,11 @@ func parseConfig(b []byte) (*Config, error) {
 	c.fillDefaults()
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	for _, v := range []func() error{c.Security.validate, c.Admin.validate, c.TLS.validate, c.Limits.validate} {
+		if err := v(); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
 	}
 	return &c, nil
 }
