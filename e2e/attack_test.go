@@ -66,7 +66,21 @@ func (c *cluster) harmAfterAttack(cl *client.Client, name string) string {
 	return ""
 }
 
+// attackSets are the attack lists of the suite's files (each registers its
+// own in an init function), run in file-name order after sizeAttacks.
+var attackSets []func() []attack
+
 func attacks() []attack {
+	all := sizeAttacks()
+	for _, set := range attackSets {
+		all = append(all, set()...)
+	}
+	return all
+}
+
+// sizeAttacks: oversized writes (the size chain, item 1 of the
+// hostile-input review).
+func sizeAttacks() []attack {
 	return []attack{
 		// Item 1 of the hostile-input review: one legal-looking PUT made
 		// every leader it reached exit ("pmem: record too large").
