@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,11 +89,25 @@ type Config struct {
 	// otherwise the node listens on its own peer address.
 	Listener net.Listener
 	Log      zerolog.Logger
+
+	// fs holds the WAL and the received snapshot files; nil is the
+	// operating system's (osFS). Tests put simulated media here.
+	fs fileSystem
+	// testingAckBeforeSync plants a durability bug, for the power-loss
+	// test to prove it catches one: the Ready loop writes entries and
+	// hard state to the WAL without fdatasync (they reach the page cache
+	// only) and then sends, applies and acknowledges as usual, so
+	// acknowledged entries become durable only at the WAL's next sync for
+	// another reason (a snapshot, a new segment, Close). That breaks
+	// raft's contract: a SIGKILL keeps the page cache and cannot see it;
+	// a power loss does. Never set outside tests.
+	testingAckBeforeSync bool
 }
 
 // Node is one raft replica of the kv state machine.
 type Node struct {
 	cfg   Config
+	fs    fileSystem
 	sm    *sm.SM
 	wal   *WAL
 	store *storage
@@ -147,6 +162,10 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.WALDir == "" {
 		cfg.WALDir = filepath.Join(cfg.DataDir, "raft")
 	}
+	fs := cfg.fs
+	if fs == nil {
+		fs = osFS{}
+	}
 	var self *Peer
 	voters := make([]uint64, 0, len(cfg.Peers))
 	for i := range cfg.Peers {
@@ -158,7 +177,7 @@ func Open(cfg Config) (*Node, error) {
 	if self == nil {
 		return nil, fmt.Errorf("raftpath: node %d is not among the peers", cfg.ID)
 	}
-	wal, rec, err := OpenWAL(cfg.WALDir)
+	wal, rec, err := openWAL(fs, cfg.WALDir)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +194,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	store, err := openSM(filepath.Join(cfg.DataDir, "sm"), cfg.WALDir, rec.Snapshot.GetIndex())
+	store, err := openSM(fs, filepath.Join(cfg.DataDir, "sm"), cfg.WALDir, rec.Snapshot.GetIndex())
 	if err != nil {
 		wal.Close()
 		return nil, err
@@ -203,7 +222,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{
-		cfg: cfg, sm: store, wal: wal, store: &storage{MemoryStorage: ms, sm: store},
+		cfg: cfg, fs: fs, sm: store, wal: wal, store: &storage{MemoryStorage: ms, sm: store},
 		cs:        rec.Snapshot.GetConfState(),
 		appliedCh: make(chan struct{}), pending: map[uint64]chan sm.Result{},
 		readKick: make(chan struct{}, 1), readStates: make(chan raft.ReadState, readStatesQueue),
@@ -233,7 +252,7 @@ func Open(cfg Config) (*Node, error) {
 // openSM opens the state machine; when it is behind the WAL's snapshot (a
 // crash during a received snapshot's restore), it restores the saved
 // snapshot file.
-func openSM(dir, walDir string, snapIndex uint64) (*sm.SM, error) {
+func openSM(fs fileSystem, dir, walDir string, snapIndex uint64) (*sm.SM, error) {
 	s, err := sm.Open(dir, sm.Options{})
 	if errors.Is(err, sm.ErrRestoreUnfinish) {
 		if err := os.RemoveAll(dir); err != nil {
@@ -247,7 +266,7 @@ func openSM(dir, walDir string, snapIndex uint64) (*sm.SM, error) {
 		return nil, fmt.Errorf("raftpath: opening the state machine: %w", err)
 	}
 	if s.Applied() < snapIndex {
-		f, ferr := os.Open(snapFile(walDir, snapIndex))
+		f, ferr := fs.Open(snapFile(walDir, snapIndex))
 		if errors.Is(ferr, os.ErrNotExist) && snapIndex == 1 {
 			return s, nil // the bootstrap snapshot holds no state
 		}
@@ -351,7 +370,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if !raft.IsEmptySnap(snap) {
 		// As etcd: the snapshot's data is durable before the WAL says
 		// the log starts there.
-		if err := writeFileSync(snapFile(n.cfg.WALDir, snap.GetMetadata().GetIndex()), snap.GetData()); err != nil {
+		if err := writeFileSync(n.fs, snapFile(n.cfg.WALDir, snap.GetMetadata().GetIndex()), snap.GetData()); err != nil {
 			return err
 		}
 		if err := n.wal.SaveSnapshot(snap.GetMetadata()); err != nil {
@@ -362,7 +381,11 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	if raft.IsEmptyHardState(hs) {
 		hs = nil
 	}
-	if err := n.wal.Save(hs, rd.Entries, rd.MustSync); err != nil {
+	mustSync := rd.MustSync
+	if n.cfg.testingAckBeforeSync {
+		mustSync = false // the planted bug: see Config.testingAckBeforeSync
+	}
+	if err := n.wal.Save(hs, rd.Entries, mustSync); err != nil {
 		return err
 	}
 	if !raft.IsEmptySnap(snap) {
@@ -520,18 +543,18 @@ func (n *Node) maybeSnapshot() error {
 // removeSnapFiles drops received snapshot files older than index: the
 // state machine is at or past it.
 func (n *Node) removeSnapFiles(index uint64) {
-	names, _ := filepath.Glob(filepath.Join(n.cfg.WALDir, "snap-*.bin"))
-	keep := snapFile(n.cfg.WALDir, index)
-	for _, p := range names {
-		if p < keep {
-			os.Remove(p)
+	names, _ := n.fs.ReadDir(n.cfg.WALDir)
+	keep := filepath.Base(snapFile(n.cfg.WALDir, index))
+	for _, name := range names {
+		if strings.HasPrefix(name, "snap-") && strings.HasSuffix(name, ".bin") && name < keep {
+			n.fs.Remove(filepath.Join(n.cfg.WALDir, name))
 		}
 	}
 }
 
-func writeFileSync(path string, data []byte) error {
+func writeFileSync(fs fileSystem, path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	f, err := fs.Create(tmp, false)
 	if err != nil {
 		return fmt.Errorf("writing snapshot file: %w", err)
 	}
@@ -539,17 +562,17 @@ func writeFileSync(path string, data []byte) error {
 		f.Close()
 		return fmt.Errorf("writing snapshot file: %w", err)
 	}
-	if err := fdatasync(f); err != nil {
+	if err := f.Datasync(); err != nil {
 		f.Close()
 		return fmt.Errorf("syncing snapshot file: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fs.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return fs.SyncDir(filepath.Dir(path))
 }
 
 // Write proposes cmd (an sm command) and returns its result once applied

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -75,9 +74,10 @@ type walSegment struct {
 // WAL is the raft write-ahead log. It is used by one goroutine (the Ready
 // loop).
 type WAL struct {
+	fs   fileSystem
 	dir  string
 	segs []walSegment // in order; the last is open for appends
-	f    *os.File
+	f    writeFile
 	w    *bufio.Writer
 	size int64
 
@@ -97,17 +97,19 @@ type Recovered struct {
 }
 
 // OpenWAL opens (or creates) the WAL in dir and returns what it holds.
-func OpenWAL(dir string) (*WAL, *Recovered, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+func OpenWAL(dir string) (*WAL, *Recovered, error) { return openWAL(osFS{}, dir) }
+
+// openWAL is OpenWAL on the file system fs.
+func openWAL(fs fileSystem, dir string) (*WAL, *Recovered, error) {
+	if err := fs.MkdirAll(dir); err != nil {
 		return nil, nil, fmt.Errorf("creating wal dir: %w", err)
 	}
-	names, err := os.ReadDir(dir)
+	names, err := fs.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing wal dir: %w", err)
 	}
-	w := &WAL{dir: dir}
-	for _, de := range names {
-		n := de.Name()
+	w := &WAL{fs: fs, dir: dir}
+	for _, n := range names {
 		if !strings.HasSuffix(n, walSuffix) {
 			continue
 		}
@@ -144,6 +146,17 @@ func OpenWAL(dir string) (*WAL, *Recovered, error) {
 			return nil, nil, fmt.Errorf("%w: first entry %d does not follow snapshot %d", ErrWALCorrupt, rec.Entries[0].GetIndex(), want-1)
 		}
 	}
+	if rec.Snapshot != nil && rec.HardState != nil && rec.HardState.GetCommit() < rec.Snapshot.GetIndex() {
+		// A snapshot holds only committed entries, so its index is a
+		// lower bound of the commit. A snapshot received from the leader
+		// is followed by the hard state raising the commit to it, which
+		// raft does not ask to sync (a commit change alone): a power
+		// loss can keep the synced snapshot record and lose that hard
+		// state, and raft refuses to restart with its commit below the
+		// snapshot. (etcd's WAL instead falls back to an older snapshot,
+		// ValidSnapshotEntries.)
+		rec.HardState.Commit = proto.Uint64(rec.Snapshot.GetIndex())
+	}
 	w.snap, w.hs = rec.Snapshot, rec.HardState
 	if len(w.segs) == 0 {
 		if err := w.newSegment(1); err != nil {
@@ -151,11 +164,11 @@ func OpenWAL(dir string) (*WAL, *Recovered, error) {
 		}
 	} else {
 		s := w.segs[len(w.segs)-1]
-		f, err := os.OpenFile(s.path, os.O_WRONLY, 0)
+		f, err := fs.OpenWrite(s.path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("opening wal segment: %w", err)
 		}
-		if err := preallocate(f, walSegmentBytesMax); err != nil {
+		if err := f.Preallocate(walSegmentBytesMax); err != nil {
 			f.Close()
 			return nil, nil, err
 		}
@@ -171,12 +184,12 @@ func OpenWAL(dir string) (*WAL, *Recovered, error) {
 // replay reads one segment into rec and returns the offset where its log
 // ends; in the last segment a bad record cuts the file there.
 func (w *WAL) replay(s *walSegment, rec *Recovered, last bool) (end, cut int64, err error) {
-	f, err := os.Open(s.path)
+	f, err := w.fs.Open(s.path)
 	if err != nil {
 		return 0, 0, fmt.Errorf("opening wal segment: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	size, err := f.Size()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -196,10 +209,10 @@ func (w *WAL) replay(s *walSegment, rec *Recovered, last bool) (end, cut int64, 
 			}
 			// Cut the bad tail (zeroing it keeps the preallocation, and
 			// a later append overwrites it from off).
-			if err := os.Truncate(s.path, off); err != nil {
+			if err := w.fs.Truncate(s.path, off); err != nil {
 				return 0, 0, fmt.Errorf("cutting the wal tail: %w", err)
 			}
-			return off, st.Size() - off, nil
+			return off, size - off, nil
 		}
 		off += n
 	}
@@ -299,11 +312,11 @@ func (w *WAL) newSegment(seq uint64) error {
 		}
 	}
 	path := filepath.Join(w.dir, fmt.Sprintf("%016d%s", seq, walSuffix))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	f, err := w.fs.Create(path, true)
 	if err != nil {
 		return fmt.Errorf("creating wal segment: %w", err)
 	}
-	if err := preallocate(f, walSegmentBytesMax); err != nil {
+	if err := f.Preallocate(walSegmentBytesMax); err != nil {
 		f.Close()
 		return err
 	}
@@ -323,7 +336,7 @@ func (w *WAL) newSegment(seq uint64) error {
 		return err
 	}
 	// The new file's directory entry must be durable too.
-	return syncDir(w.dir)
+	return w.fs.SyncDir(w.dir)
 }
 
 func (w *WAL) write(typ byte, m proto.Message) error {
@@ -353,7 +366,7 @@ func (w *WAL) sync() error {
 	if err := w.w.Flush(); err != nil {
 		return fmt.Errorf("writing wal: %w", err)
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := w.f.Datasync(); err != nil {
 		return fmt.Errorf("fdatasync of the wal: %w", err)
 	}
 	return nil
@@ -402,7 +415,7 @@ func (w *WAL) SaveSnapshot(meta *pb.SnapshotMetadata) error {
 	keep := w.segs[:0]
 	for i, s := range w.segs {
 		if i < len(w.segs)-1 && s.maxIndex <= meta.GetIndex() {
-			if err := os.Remove(s.path); err != nil {
+			if err := w.fs.Remove(s.path); err != nil {
 				return fmt.Errorf("removing wal segment: %w", err)
 			}
 			continue
@@ -430,16 +443,4 @@ func (w *WAL) Close() error {
 	}
 	w.f = nil
 	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
 }

@@ -203,3 +203,23 @@ func TestWALPreallocatedAppendsReopen(t *testing.T) {
 		t.Fatalf("entries %s", got)
 	}
 }
+
+// TestWALCommitNotBelowSnapshot: a snapshot record received from the
+// leader is synced, the hard state raising the commit to it is not (raft
+// asks no sync for a commit change); after a power loss that kept only
+// the first, recovery must not hand raft a commit below the snapshot
+// (raft.RestartNode panics on it). TestWALPowerLoss found this.
+func TestWALCommitNotBelowSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	w, _, err := OpenWAL(dir)
+	must(t, err)
+	must(t, w.Save(hs(1, 1, 2), []*pb.Entry{ent(1, 1, "a"), ent(2, 1, "b")}, true))
+	// The power loss ate the hard state that followed this record.
+	must(t, w.SaveSnapshot(&pb.SnapshotMetadata{Index: proto.Uint64(9), Term: proto.Uint64(1)}))
+	must(t, w.Close())
+	_, rec, err := OpenWAL(dir)
+	must(t, err)
+	if rec.Snapshot.GetIndex() != 9 || rec.HardState.GetCommit() != 9 || len(rec.Entries) != 0 {
+		t.Fatalf("recovered snapshot %d, commit %d, %d entries; want 9, 9, 0", rec.Snapshot.GetIndex(), rec.HardState.GetCommit(), len(rec.Entries))
+	}
+}
