@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,6 +96,10 @@ const (
 	statusPollEvery = 20 * time.Millisecond
 )
 
+// e2eClusterSecret authenticates the consensus traffic of the test
+// clusters (kv/replica/auth.go).
+const e2eClusterSecret = "e2e0c3a7b9d1f2e4a6c8b0d2f4e6a8c0b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1"
+
 // tenant is one tenant in the generated configs.
 type tenant struct {
 	id    uint32
@@ -111,6 +116,9 @@ var (
 )
 
 type node struct {
+	// rewrite renders nd's config again with the arguments of the last
+	// writeConfig (after the cluster's secrets changed).
+	rewrite   func()
 	id        int
 	cfgPath   string
 	logPath   string
@@ -131,6 +139,19 @@ type cluster struct {
 	// extra environment of its processes (plantedCluster sets both).
 	bin string
 	env []string
+	// secrets and accepted override a node's [security] cluster_secret
+	// (default e2eClusterSecret) and accepted_secrets; writeConfig reads
+	// them.
+	secrets  map[int]string
+	accepted map[int][]string
+}
+
+// secretOf is nd's cluster secret.
+func (c *cluster) secretOf(nd *node) string {
+	if s, ok := c.secrets[nd.id]; ok {
+		return s
+	}
+	return e2eClusterSecret
 }
 
 // freePort finds a loopback port free for both TCP and UDP (the consensus
@@ -205,9 +226,12 @@ func newCluster(t testing.TB, n int) *cluster {
 
 // newClusterWith starts n nodes of kvnode binary bin ("" for kvnodeBin)
 // with env added to their environment.
-func newClusterWith(t testing.TB, n int, bin string, env []string) *cluster {
+func newClusterWith(t testing.TB, n int, bin string, env []string, edits ...func(*cluster)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), bin: bin, env: env}
+	for _, edit := range edits {
+		edit(c)
+	}
 	mode := c.pmemDir("synod-e2e-")
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, &node{
@@ -253,12 +277,21 @@ func (c *cluster) pmemDir(prefix string) string {
 // or ends in a newline.
 func (c *cluster) writeConfig(nd *node, clusterID int, pmemMode, top, tables string, tenants []tenant) {
 	c.t.Helper()
+	nd.rewrite = func() { c.writeConfig(nd, clusterID, pmemMode, top, tables, tenants) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "node_id = %d\ncluster_id = %d\ndata_dir = %q\n", nd.id, clusterID, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
 	fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
 	fmt.Fprintf(&b, "log_level = \"info\"\n%s", top)
 	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, pmemMode)
 	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
+	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n", c.secretOf(nd))
+	if acc := c.accepted[nd.id]; len(acc) > 0 {
+		quoted := make([]string, len(acc))
+		for i, a := range acc {
+			quoted[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&b, "accepted_secrets = [%s]\n", strings.Join(quoted, ", "))
+	}
 	b.WriteString(tables)
 	for _, p := range c.nodes {
 		fmt.Fprintf(&b, "[[peers]]\nid = %d\nconsensus_addr = %q\nclient_addr = %q\n", p.id, p.consensus, p.client)

@@ -465,3 +465,31 @@ func TestRetransmitBacksOff(t *testing.T) {
 	}
 	t.Logf("unacknowledged Accept sent %d times in %d heartbeats", sent, ticks)
 }
+
+// TestRoundJumpBounded walks the round-jump bound: a Prepare whose round is
+// RoundJumpMax above the highest seen is stepped, one round more is dropped
+// as bad input and changes nothing (a forged Prepare with round 2^62-1 once
+// left every node a candidate forever, even across restarts).
+func TestRoundJumpBounded(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	f := others(nw, l)[0]
+	n := nw.nodes[f]
+	top := n.maxRound
+	before := n.Status().Promised
+	over := Message{Type: MsgPrepare, Cluster: 7, From: l, To: f, Ballot: Ballot{Round: top + RoundJumpMax + 1, Node: l}, Slot: 1}
+	if err := n.Step(over); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("a round %d above the highest seen: %v", RoundJumpMax+1, err)
+	}
+	if n.Status().Promised != before {
+		t.Fatal("a dropped Prepare changed the promise")
+	}
+	at := over
+	at.Ballot.Round = top + RoundJumpMax
+	if err := n.Step(at); err != nil {
+		t.Fatalf("a round exactly RoundJumpMax above: %v", err)
+	}
+	if n.Status().Promised != at.Ballot {
+		t.Fatalf("promised %v, want %v", n.Status().Promised, at.Ballot)
+	}
+}

@@ -5,6 +5,12 @@ import (
 	"fmt"
 )
 
+// RoundJumpMax bounds how far above the highest round a node has seen a
+// message's ballot round may be. Rounds grow by one per election, so a
+// correct peer is never near it (a node that slept through a million
+// elections rejoins as a new member).
+const RoundJumpMax = 1 << 20
+
 // slotMax bounds every slot number on the wire: no real log reaches it, so
 // a larger value is an impossible slot (and arithmetic on slots never wraps).
 const slotMax = Slot(1) << 62
@@ -24,6 +30,11 @@ func (n *Node) validate(m *Message) error {
 		return fmt.Errorf("unknown type %d", m.Type)
 	case m.Ballot.Round >= 1<<62:
 		return fmt.Errorf("impossible ballot %v", m.Ballot)
+	case m.Ballot.Round > n.maxRound+RoundJumpMax:
+		// Defence in depth against a buggy or hostile member: a round far
+		// above any seen would make every node's next ballot outbid it
+		// forever (and a promise of it is durable).
+		return fmt.Errorf("ballot round %d jumps more than %d above the highest seen (%d)", m.Ballot.Round, RoundJumpMax, n.maxRound)
 	case m.Type.fromProposer() && (m.Ballot.Round == 0 || m.Ballot.Node != m.From):
 		return fmt.Errorf("ballot %v is not the sender's", m.Ballot)
 	case m.Type == MsgSnapshot && !m.Ballot.IsZero() && (m.Ballot.Round == 0 || m.Ballot.Node != m.From):

@@ -58,6 +58,11 @@ const monitorToken = "kvbench-monitor"
 
 // nodeConfig renders kvnode's TOML for node i of path p; addrs[j-1] is
 // node j's IP address (127.0.0.1 for all on loopback).
+//
+// benchClusterSecret authenticates the bench clusters' consensus traffic,
+// as a production cluster's would be (the MAC is part of every path's cost).
+const benchClusterSecret = "be0c3a7b9d1f2e4a6c8b0d2f4e6a8c0b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1a"
+
 func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) string {
 	var b strings.Builder
 	base := o.BasePort
@@ -90,6 +95,7 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 		fmt.Fprintf(&b, "interface = %q\npoll = \"adaptive\"\nframe_count = %d\nattach = \"auto\"\n", lanIfName, lanFrameCount)
 	}
 	fmt.Fprintf(&b, "\n[consensus]\ntick = \"1ms\"\n\n")
+	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n\n", benchClusterSecret)
 	if p.Replication == "raft" {
 		walDir := filepath.Join(dir, fmt.Sprintf("node%d", i), "raft")
 		if p.walOnShm {

@@ -212,6 +212,10 @@ func parseConfig(b []byte) (*Config, error) {
 			return nil, fmt.Errorf("config: %w", err)
 		}
 	}
+	if c.Replication != "raft" && len(c.Peers) > 1 && !c.Security.set() {
+		return nil, errors.New("config: security.cluster_secret: a Paxos cluster of more than one node needs a cluster secret " +
+			"(every member the same; e.g. `openssl rand -hex 32`): it authenticates every consensus packet")
+	}
 	return &c, nil
 }
 

@@ -26,7 +26,7 @@ func TestExampleConfigsParse(t *testing.T) {
 
 func TestDevConfigParses(t *testing.T) {
 	for i := 1; i <= devNodes; i++ {
-		c, err := parseConfig([]byte(devConfig(devPortDefault, i, "/tmp/x", "/dev/shm/x.pmem", "shm")))
+		c, err := parseConfig([]byte(devConfig(devPortDefault, i, "/tmp/x", "/dev/shm/x.pmem", "shm", strings.Repeat("ab", 32))))
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)
 		}
@@ -76,6 +76,11 @@ func TestInvalidConfigs(t *testing.T) {
 		{"accel = \"off\"", "accel = \"hard\"", "accel"},
 		{"accel = \"off\"", "accel_trace = \"/tmp/x\"", "accel_trace"},
 		{"node_id = 1", "node_id = \"one\"", "line"},
+		{"cluster_secret = \"5e0c", "cluster_secret = \"zz0c", "security.cluster_secret: not hex"},
+		{"cluster_secret = \"5e0c3a7b9d1f2e4a6c8b0d2f4e6a8c0b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1a\"", "cluster_secret = \"5e0c3a\"", "want at least 16"},
+		{"cluster_secret = \"5e0c3a7b9d1f2e4a6c8b0d2f4e6a8c0b1d3f5e7a9c1b3d5f7e9a1c3b5d7f9e1a\"", "", "security.cluster_secret: a Paxos cluster"},
+		{"# accepted_secrets = []", "accepted_secrets = [\"00\"]", "security.accepted_secrets[0]"},
+		{"# accepted_secrets = []", "cluster_secret_file = \"/nonexistent\"", "not both"},
 	} {
 		if !strings.Contains(base, tc.old) {
 			t.Fatalf("example lacks %q", tc.old)

@@ -114,9 +114,22 @@ func runNode(cfg *Config) error {
 			rcfg.Accel.Trace = traceFile
 		}
 	}
+	var memberIDs []paxos.NodeID
 	for _, p := range cfg.Peers {
 		ap, _ := netip.ParseAddrPort(p.ConsensusAddr)
 		rcfg.Peers = append(rcfg.Peers, replica.Peer{ID: paxos.NodeID(p.ID), ConsensusAddr: ap, ClientAddr: p.ClientAddr})
+		memberIDs = append(memberIDs, paxos.NodeID(p.ID))
+	}
+	if secrets, _ := cfg.Security.secrets(); secrets != nil {
+		// Every consensus packet is sealed and checked (kv/replica/auth.go).
+		if rcfg.Auth, err = replica.NewAuth(cfg.ClusterID, paxos.NodeID(cfg.NodeID), memberIDs, secrets, time.Now()); err != nil {
+			conn.Close()
+			plog.Close()
+			store.Close()
+			return fmt.Errorf("security: %w", err)
+		}
+	} else {
+		log.Warn().Msg("no [security] cluster_secret: consensus traffic is not authenticated (a single-node cluster only)")
 	}
 	rep, err := replica.New(rcfg, conn, plog, store)
 	if err != nil {

@@ -72,9 +72,19 @@ const (
 	// exceeds it; larger messages travel on the side channel).
 	recvBufferBytes = 65536
 
-	// sideFrameBytesMax is the largest side-channel frame (a snapshot of a
-	// dev-sized store fits; a larger one is refused with an error).
-	sideFrameBytesMax = 256 << 20
+	// sideFrameBytesMax is the largest side-channel frame: the largest
+	// consensus message (paxos.MessageBytesMax, a snapshot included) and
+	// its seal. A peer that announces more is disconnected.
+	sideFrameBytesMax = paxos.MessageBytesMax + authOverheadBytes
+	// sideBufferedBytesMax bounds the frame bodies buffered at once across
+	// every side-channel connection of a node (two of the largest); a
+	// receiver waits for room before reading a body.
+	sideBufferedBytesMax = 2 * sideFrameBytesMax
+	// sideBudgetUnitBytes is the grain of that budget.
+	sideBudgetUnitBytes = 64 << 10
+	// sideBodyTimeout bounds how long an authenticated frame's body may
+	// take to arrive (a slow sender cannot hold the budget).
+	sideBodyTimeout = 30 * time.Second
 	// sideQueueMsgsMax is how many messages wait per peer for the side
 	// channel; more are dropped (Paxos retransmits).
 	sideQueueMsgsMax = 64

@@ -23,6 +23,10 @@ type Metrics struct {
 	// writer of this boot but were not its command (never answered; a
 	// non-zero value is a bug).
 	AnswerMismatches prometheus.Counter
+	// AuthRefused counts consensus datagrams refused by authentication
+	// (auth.go): forged, from a node without the cluster secret, from
+	// another cluster, or replayed.
+	AuthRefused prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -54,10 +58,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_log_full_total", Help: "Appends refused because the acceptor log was full."}),
 		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_answer_mismatches_total", Help: "Committed commands that named a waiting writer but were not its command (a bug if non-zero)."}),
+		AuthRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams refused by authentication (forged, wrong secret, other cluster, replayed)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches)
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused)
 	}
 	return m
 }

@@ -63,6 +63,11 @@ type Config struct {
 	Tenants *tenants.Registry
 	// TenantMetrics receives the scheduler's queueing delays (may be nil).
 	TenantMetrics *tenants.Metrics
+	// Auth, when non-nil, seals every consensus datagram and side-channel
+	// frame this node sends and refuses every one it receives that does
+	// not open (auth.go); kvnode always sets it. Nil: no authentication
+	// (in-process tests and the simulator).
+	Auth *Auth
 	// Now is the runtime's clock (nil: time.Now). The deterministic
 	// simulator (replicasim_test.go) gives every node a simulated one.
 	Now func() time.Time
@@ -312,7 +317,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return r, nil
 	}
 	self := r.peers[cfg.ID]
-	r.side, err = newSideChannel(self.ConsensusAddr.String(), sidePeers, r.deliverSide, r.log.With().Str("loop", "side").Logger())
+	r.side, err = newSideChannel(self.ConsensusAddr.String(), sidePeers, cfg.Auth, r.deliverSide, r.log.With().Str("loop", "side").Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,18 @@ import (
 )
 
 // The side channel carries consensus messages larger than one datagram
-// (big batches, snapshots) over TCP. Each frame is a 4-byte little-endian
-// length followed by one encoded paxos message; a length above
-// sideFrameBytesMax closes the connection. Each node listens on the TCP port
-// of its consensus address and keeps one outbound connection per peer.
+// (big batches, snapshots) over TCP. Each node listens on the TCP port of
+// its consensus address and keeps one outbound connection per peer.
+//
+// With authentication (Config.Auth, the default in kvnode) a frame is
+// sealed as auth.go describes: its head (length, header, header tag) is
+// authenticated before a byte of its body is read or buffered, the body
+// is then checked with the whole tag and the replay window, and any
+// failure closes the connection. The bytes buffered for bodies across
+// all connections are bounded by sideBufferedBytesMax (a receiver waits
+// for room before it reads a body: TCP back-pressure), a body by
+// sideFrameBytesMax. Without authentication (in-process tests) a frame is
+// a 4-byte little-endian length and the message.
 
 var errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
 
@@ -28,6 +36,8 @@ var errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
 type sideChannel struct {
 	ln      net.Listener
 	log     zerolog.Logger
+	auth    *Auth          // nil: frames are not sealed (tests)
+	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies
 	deliver func(b []byte) // called by receivers with a frame they own
 	peers   map[paxos.NodeID]*sidePeer
 	stop    chan struct{}
@@ -47,7 +57,7 @@ type sidePeer struct {
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
 // (id -> TCP address); senders start with start.
-func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, deliver func([]byte), log zerolog.Logger) (*sideChannel, error) {
+func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth, deliver func([]byte), log zerolog.Logger) (*sideChannel, error) {
 	ln, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
@@ -55,6 +65,8 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, deliver fu
 	s := &sideChannel{
 		ln:       ln,
 		log:      log,
+		auth:     auth,
+		budget:   make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
 		deliver:  deliver,
 		peers:    make(map[paxos.NodeID]*sidePeer, len(peers)),
 		stop:     make(chan struct{}),
@@ -140,15 +152,68 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	for {
-		b, err := readSideFrame(r)
+		var (
+			b   []byte
+			err error
+		)
+		if s.auth != nil {
+			b, err = s.readSealedFrame(c, r)
+		} else {
+			b, err = readSideFrame(r)
+		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) {
+				if s.auth.shouldLog(time.Now()) {
+					s.log.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Uint64("refused_total", s.auth.Rejected()).
+						Msg("side channel: refusing a connection that failed authentication (wrong or missing cluster secret, or not a member)")
+				}
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("side channel receive closed")
 			}
 			return
 		}
 		s.deliver(b)
 	}
+}
+
+// readSealedFrame reads one authenticated frame: its head is checked
+// before the body is read, and the body waits for room in the node's
+// buffered-bytes budget (released once the frame was handed on).
+func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader) ([]byte, error) {
+	var head [sideFrameHeadBytes]byte
+	c.SetReadDeadline(time.Time{})
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, err
+	}
+	n, err := s.auth.openSideHead(head[:], sideFrameBytesMax)
+	if err != nil {
+		return nil, err
+	}
+	units := (n + sideBudgetUnitBytes - 1) / sideBudgetUnitBytes
+	for i := 0; i < units; i++ {
+		select {
+		case s.budget <- struct{}{}:
+		case <-s.stop:
+			return nil, net.ErrClosed
+		}
+	}
+	defer func() {
+		for i := 0; i < units; i++ {
+			<-s.budget
+		}
+	}()
+	// An authenticated sender gets sideBodyTimeout to send the body.
+	c.SetReadDeadline(time.Now().Add(sideBodyTimeout))
+	sealed := make([]byte, n)
+	copy(sealed, head[4:4+authHeaderBytes])
+	if _, err := io.ReadFull(r, sealed[authHeaderBytes:]); err != nil {
+		return nil, fmt.Errorf("reading side-channel frame: %w", err)
+	}
+	payload, err := s.auth.openSideBody(sealed)
+	if err != nil {
+		return nil, err
+	}
+	return payload, nil
 }
 
 // readSideFrame reads one length-prefixed frame.
@@ -173,7 +238,19 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// writeSideFrame writes one frame.
+// writeFrame writes one frame, sealed when the channel authenticates.
+func (s *sideChannel) writeFrame(w io.Writer, b []byte) error {
+	if s.auth == nil {
+		return writeSideFrame(w, b)
+	}
+	if len(b)+authOverheadBytes > sideFrameBytesMax {
+		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
+	}
+	_, err := w.Write(s.auth.sealSide(b))
+	return err
+}
+
+// writeSideFrame writes one unsealed frame.
 func writeSideFrame(w io.Writer, b []byte) error {
 	if len(b) > sideFrameBytesMax {
 		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
@@ -226,10 +303,10 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
 		conn.SetWriteDeadline(time.Now().Add(sideWriteTimeout))
-		err := writeSideFrame(w, b)
+		err := s.writeFrame(w, b)
 		// Coalesce whatever else is queued into the same flush.
 		for err == nil && len(p.queue) > 0 {
-			err = writeSideFrame(w, <-p.queue)
+			err = s.writeFrame(w, <-p.queue)
 		}
 		if err == nil {
 			err = w.Flush()

@@ -52,7 +52,7 @@ func TestSideChannelReconnects(t *testing.T) {
 	ln.Close() // the peer is down for now
 
 	got := make(chan []byte, 16)
-	a, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, func([]byte) {}, zerolog.Nop())
+	a, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, nil, func([]byte) {}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSideChannelReconnects(t *testing.T) {
 	a.send(2, []byte("lost: peer down"))
 	time.Sleep(50 * time.Millisecond)
 
-	b, err := newSideChannel(addr, nil, func(p []byte) { got <- p }, zerolog.Nop())
+	b, err := newSideChannel(addr, nil, nil, func(p []byte) { got <- p }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,21 @@ func (r *Replica) receiveLoop() {
 		for i := range got {
 			// Copy: the decoded message may alias its bytes, and the
 			// buffer is reused by the next ReadBatch.
-			r.deliver(append([]byte(nil), pkts[i].Buf[:pkts[i].N]...), false)
+			b := append([]byte(nil), pkts[i].Buf[:pkts[i].N]...)
+			if a := r.cfg.Auth; a != nil {
+				payload, _, err := a.open(b, authChannelDatagram)
+				if err != nil {
+					r.metrics.AuthRefused.Inc()
+					r.metrics.InboundDropped.Inc()
+					if a.shouldLog(r.cfg.Now()) {
+						r.log.Warn().Err(err).Str("from", pkts[i].Addr.String()).Uint64("refused_total", a.Rejected()).
+							Msg("refusing consensus datagrams that fail authentication (one line per second at most)")
+					}
+					continue
+				}
+				b = payload
+			}
+			r.deliver(b, false)
 		}
 	}
 }
@@ -92,6 +106,9 @@ func (r *Replica) sendLoop() {
 		return
 	}
 	maxPayload := r.conn.MaxPayload()
+	if r.cfg.Auth != nil {
+		maxPayload -= authOverheadBytes // the seal travels in the same datagram
+	}
 	batchMax := max(r.conn.BatchSize(), 1)
 	pkts := make([]afxdp.Packet, 0, batchMax)
 	flush := func() {
@@ -134,7 +151,11 @@ func (r *Replica) sendLoop() {
 					r.metrics.OutboundDropped.Inc()
 					continue
 				}
-				pkts = append(pkts, afxdp.Packet{Buf: m.b, N: len(m.b), Addr: addr})
+				b := m.b
+				if a := r.cfg.Auth; a != nil {
+					b = a.seal(make([]byte, 0, len(b)+authOverheadBytes), authChannelDatagram, b)
+				}
+				pkts = append(pkts, afxdp.Packet{Buf: b, N: len(b), Addr: addr})
 				if len(pkts) == batchMax {
 					flush()
 				}

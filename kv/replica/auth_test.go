@@ -1,0 +1,232 @@
+package replica
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/paxos"
+)
+
+var (
+	secretA = []byte("cluster-secret-A-0123456789abcdef")
+	secretB = []byte("cluster-secret-B-0123456789abcdef")
+	members = []paxos.NodeID{1, 2, 3}
+)
+
+func mustAuth(t testing.TB, cluster uint64, self paxos.NodeID, secrets ...[]byte) *Auth {
+	t.Helper()
+	a, err := NewAuth(cluster, self, members, secrets, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestAuthOpensOnlyWhatItsPeerSealed: a sealed datagram opens at a peer
+// with the same secret and cluster, and every forgery the hostile-input
+// review tried is refused before the payload is read: a flipped bit
+// anywhere, a wrong or missing secret, another cluster, an unknown or
+// impersonated sender, a replay.
+func TestAuthOpensOnlyWhatItsPeerSealed(t *testing.T) {
+	n1, n2 := mustAuth(t, 9, 1, secretA), mustAuth(t, 9, 2, secretA)
+	msg := []byte("a paxos message")
+	sealed := n1.seal(nil, authChannelDatagram, msg)
+	got, from, err := n2.open(bytes.Clone(sealed), authChannelDatagram)
+	if err != nil || from != 1 || !bytes.Equal(got, msg) {
+		t.Fatalf("open: %q from %d, %v", got, from, err)
+	}
+	if _, _, err := n2.open(bytes.Clone(sealed), authChannelDatagram); !errors.Is(err, errAuthReplay) {
+		t.Fatalf("a replayed datagram: %v", err)
+	}
+	for i := range sealed {
+		b := bytes.Clone(n1.seal(nil, authChannelDatagram, msg))
+		b[i] ^= 0x01
+		if _, _, err := n2.open(b, authChannelDatagram); err == nil {
+			t.Fatalf("a datagram with byte %d flipped opened", i)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"wrong secret":   mustAuth(t, 9, 1, secretB).seal(nil, authChannelDatagram, msg),
+		"other cluster":  mustAuth(t, 8, 1, secretA).seal(nil, authChannelDatagram, msg),
+		"from itself":    mustAuth(t, 9, 2, secretA).seal(nil, authChannelDatagram, msg),
+		"wrong channel":  n1.seal(nil, authChannelSide, msg),
+		"unsealed":       msg,
+		"too short":      n1.seal(nil, authChannelDatagram, msg)[:authHeaderBytes+2],
+		"empty":          nil,
+		"impersonation":  impersonate(n1.seal(nil, authChannelDatagram, msg), 3),
+		"truncated tag":  n1.seal(nil, authChannelDatagram, msg)[:len(sealed)-1],
+		"extra trailing": append(n1.seal(nil, authChannelDatagram, msg), 0),
+	} {
+		if _, _, err := n2.open(b, authChannelDatagram); err == nil {
+			t.Errorf("%s: opened", name)
+		}
+	}
+	// No secret at all: a node configured without one cannot be built.
+	if _, err := NewAuth(9, 1, members, nil, time.Now()); err == nil {
+		t.Fatal("an authenticator without a secret")
+	}
+	if _, err := NewAuth(9, 1, members, [][]byte{[]byte("short")}, time.Now()); err == nil {
+		t.Fatal("a 5-byte secret accepted")
+	}
+}
+
+// impersonate rewrites the sender id of a sealed packet (its tag no longer
+// matches the id's key).
+func impersonate(b []byte, id paxos.NodeID) []byte {
+	binary.LittleEndian.PutUint64(b[12:20], uint64(id))
+	return b
+}
+
+// TestAuthReplayWindow: reordering within the window is fine, a duplicate
+// or a counter below it is refused, an older incarnation is refused and a
+// newer one (a restart) starts a new window.
+func TestAuthReplayWindow(t *testing.T) {
+	rx := mustAuth(t, 9, 2, secretA)
+	tx := mustAuth(t, 9, 1, secretA)
+	var pkts [][]byte
+	for i := 0; i < authReplayWindow+10; i++ {
+		pkts = append(pkts, tx.seal(nil, authChannelDatagram, []byte{byte(i)}))
+	}
+	open := func(b []byte) error { _, _, err := rx.open(bytes.Clone(b), authChannelDatagram); return err }
+	if err := open(pkts[5]); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(pkts[3]); err != nil {
+		t.Fatalf("reordered within the window: %v", err)
+	}
+	if err := open(pkts[3]); !errors.Is(err, errAuthReplay) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := open(pkts[authReplayWindow+9]); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(pkts[4]); !errors.Is(err, errAuthReplay) {
+		t.Fatalf("below the window: %v", err)
+	}
+	restarted, err := NewAuth(9, 1, members, [][]byte{secretA}, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := open(restarted.seal(nil, authChannelDatagram, []byte("new life"))); err != nil {
+		t.Fatalf("a restarted sender (newer incarnation): %v", err)
+	}
+	if err := open(pkts[authReplayWindow+8]); !errors.Is(err, errAuthReplay) {
+		t.Fatalf("the old incarnation after the new one: %v", err)
+	}
+}
+
+// TestAuthRotation: a node seals with its first secret and opens with any,
+// so [A,B] / [B,A] / [B] talk across each rotation step, and [A] cannot
+// open what [B,A] seals.
+func TestAuthRotation(t *testing.T) {
+	steps := [][]([]byte){{secretA}, {secretA, secretB}, {secretB, secretA}, {secretB}}
+	for i := 0; i+1 < len(steps); i++ {
+		x, y := mustAuth(t, 9, 1, steps[i]...), mustAuth(t, 9, 2, steps[i+1]...)
+		if _, _, err := y.open(x.seal(nil, authChannelDatagram, []byte("m")), authChannelDatagram); err != nil {
+			t.Fatalf("step %d -> %d: %v", i, i+1, err)
+		}
+		if _, _, err := mustAuth(t, 9, 1, steps[i]...).open(mustAuth(t, 9, 2, steps[i+1]...).seal(nil, authChannelDatagram, []byte("m")), authChannelDatagram); err != nil {
+			t.Fatalf("step %d <- %d: %v", i, i+1, err)
+		}
+	}
+	old := mustAuth(t, 9, 2, secretA)
+	if _, _, err := old.open(mustAuth(t, 9, 1, secretB, secretA).seal(nil, authChannelDatagram, []byte("m")), authChannelDatagram); err == nil {
+		t.Fatal("a node that knows only the old secret opened what the new one seals")
+	}
+}
+
+// TestSideChannelRefusesUnauthenticatedBeforeBuffering reproduces the
+// side-channel memory attack: a connection announcing a 255 MB frame. With
+// authentication its head fails the tag check and the connection is closed
+// before any body is read; the node's heap stays small. An authenticated
+// peer's frames arrive.
+func TestSideChannelRefusesUnauthenticatedBeforeBuffering(t *testing.T) {
+	got := make(chan []byte, 4)
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) { got <- p }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx.start()
+	defer rx.close()
+	addr := rx.ln.Addr().String()
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, forged := range [][]byte{
+		forgedSideHead(mustAuth(t, 9, 1, secretB), 255<<20), // wrong secret
+		forgedSideHead(nil, 255<<20),                        // no secret: a raw length
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(forged)
+		c.Write(make([]byte, 1<<20)) // a megabyte of "body"
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		var ne net.Error
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("the forged connection was not closed: %v", err)
+		}
+		c.Close()
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 32<<20 {
+		t.Fatalf("the heap grew by %d bytes for forged frames", grew)
+	}
+
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) {}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.start()
+	defer tx.close()
+	big := bytes.Repeat([]byte{7}, 3<<20)
+	tx.send(2, big)
+	select {
+	case p := <-got:
+		if !bytes.Equal(p, big) {
+			t.Fatalf("got %d bytes", len(p))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("an authenticated frame never arrived")
+	}
+}
+
+// forgedSideHead is a side-frame head announcing n bytes, sealed with a's
+// (wrong) secret, or a bare length without a.
+func forgedSideHead(a *Auth, n int) []byte {
+	if a == nil {
+		return binary.LittleEndian.AppendUint32(nil, uint32(n))
+	}
+	head := a.sealSide([]byte("x"))[:sideFrameHeadBytes]
+	binary.LittleEndian.PutUint32(head[0:4], uint32(n))
+	return head
+}
+
+// FuzzOpenSealed: consensus datagrams come from the network; any bytes
+// must open or be refused cleanly, and a refused one never panics.
+func FuzzOpenSealed(f *testing.F) {
+	tx := mustAuth(f, 9, 1, secretA)
+	f.Add(tx.seal(nil, authChannelDatagram, []byte("seed")))
+	f.Add([]byte{authMagic, 0, 0, 0})
+	f.Add(make([]byte, authOverheadBytes))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rx := mustAuth(t, 9, 2, secretA)
+		if p, from, err := rx.open(b, authChannelDatagram); err == nil && (from != 1 || len(p) != len(b)-authOverheadBytes) {
+			t.Fatalf("opened %d bytes from %d", len(p), from)
+		}
+		var head [sideFrameHeadBytes]byte
+		copy(head[:], b)
+		rx.openSideHead(head[:], sideFrameBytesMax)
+	})
+}
