@@ -21,11 +21,11 @@ func (n *Node) becomeFollower() {
 
 func (n *Node) isMember() bool { return slices.Contains(n.conf.latest(), n.id) }
 
-func (n *Node) tickElection() {
+func (n *Node) tickElection(k int) {
 	if n.cfg.ExternalElection {
 		return
 	}
-	n.electionElapsed++
+	n.electionElapsed += k
 	if n.electionElapsed >= n.electionTimeout {
 		n.resetElectionTimer()
 		n.startPreCheck()

@@ -343,15 +343,15 @@ func (n *Node) logRangeBytes(lo, hi Slot, bytesMax int) []Entry {
 	return out
 }
 
-func (n *Node) tickLeader() {
+func (n *Node) tickLeader(k int) {
 	l := n.lead
-	l.hbElapsed++
+	l.hbElapsed += k
 	if l.hbElapsed >= n.cfg.HeartbeatTicks {
 		l.hbElapsed = 0
 		n.broadcastHeartbeat()
 		n.retransmit()
 	}
-	l.checkElapsed++
+	l.checkElapsed += k
 	if l.checkElapsed >= n.cfg.ElectionTicks {
 		l.checkElapsed = 0
 		members := n.conf.latest()

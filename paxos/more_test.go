@@ -493,3 +493,45 @@ func TestRoundJumpBounded(t *testing.T) {
 		t.Fatalf("promised %v, want %v", n.Status().Promised, at.Ballot)
 	}
 }
+
+// TestElapseFiresEachTimerOnce: Elapse(k) moves the clock by k (leases
+// expire as for k ticks) but sends one heartbeat round and judges
+// check-quorum once, with the activity seen before the stretch, so a
+// leader whose loop stalled keeps leading when its peers were active.
+func TestElapseFiresEachTimerOnce(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.tick(1)
+	n := nw.nodes[l]
+	if !n.Status().LeaseValid {
+		t.Fatal("no lease after a heartbeat round")
+	}
+	before := n.now
+	n.Elapse(5 * n.cfg.ElectionTicks)
+	if n.now != before+int64(5*n.cfg.ElectionTicks) {
+		t.Fatalf("clock moved to %d, want %d", n.now, before+int64(5*n.cfg.ElectionTicks))
+	}
+	if n.Status().Role != RoleLeader {
+		t.Fatal("a leader whose peers were active stepped down after one stretch")
+	}
+	if n.Status().LeaseValid {
+		t.Fatal("the lease survived five election timeouts of clock")
+	}
+	rd := n.Ready()
+	heartbeats := 0
+	for _, m := range rd.Messages {
+		if m.Type == MsgHeartbeat {
+			heartbeats++
+		}
+	}
+	if heartbeats != len(nw.ids)-1 {
+		t.Fatalf("%d heartbeats after the stretch, want one round (%d)", heartbeats, len(nw.ids)-1)
+	}
+	n.Advance(rd)
+	// Cut off for real: the next check (with no answers) steps down.
+	nw.isolate(l)
+	n.Elapse(n.cfg.ElectionTicks)
+	if n.Status().Role == RoleLeader {
+		t.Fatal("a leader that heard from nobody for an election timeout kept leading")
+	}
+}

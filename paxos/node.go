@@ -306,9 +306,30 @@ func (n *Node) Tick() {
 	n.now++
 	switch n.role {
 	case RoleLeader:
-		n.tickLeader()
+		n.tickLeader(1)
 	default:
-		n.tickElection()
+		n.tickElection(1)
+	}
+}
+
+// Elapse advances the clock by k ticks at once, as a runtime does when its
+// loop was stalled (k ticks are owed). The clock, and with it every lease,
+// moves by k; each timer fires at most once for the whole stretch: one
+// heartbeat round, one check-quorum, one election timeout. A stall of the
+// node itself is no evidence that it lost its peers: their answers are
+// probably waiting in its queue, so the check-quorum that ends the stretch
+// judges the activity seen before it, and the next one (ElectionTicks
+// later) judges what arrives now. Elapse(1) is Tick.
+func (n *Node) Elapse(k int) {
+	if k <= 0 {
+		return
+	}
+	n.now += int64(k)
+	switch n.role {
+	case RoleLeader:
+		n.tickLeader(k)
+	default:
+		n.tickElection(k)
 	}
 }
 

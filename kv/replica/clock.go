@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -71,10 +72,16 @@ func (r *Replica) syncClock() uint64 {
 
 // deliverTicks gives the node every tick owed up to now and returns the
 // current tick (consensus loop only; the ticker case calls it directly).
+//
+// Owed ticks go in one Elapse: the clock moves by all of them, each timer
+// fires at most once (a loop stalled for seconds would otherwise send a
+// burst of heartbeat rounds, and judge check-quorum several times before
+// stepping the answers that wait in its queue).
 func (r *Replica) deliverTicks() uint64 {
 	due := r.clk.due()
-	for ; r.clk.delivered < due; r.clk.delivered++ {
-		r.node.Tick()
+	if due > r.clk.delivered {
+		r.node.Elapse(int(min(due-r.clk.delivered, math.MaxInt32)))
+		r.clk.delivered = due
 	}
 	return due
 }
