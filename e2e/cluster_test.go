@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -113,6 +114,11 @@ var (
 	tenantB = tenant{2, "bravo", "bravo-token-0002", ""}
 	// tenantC has a tiny ops budget: the shaper must throttle it.
 	tenantC = tenant{3, "charlie", "charlie-token-0003", "ops_per_sec = 5.0\nops_burst = 5.0\n"}
+	// tenantBulk is a bulk-priority tenant whose contract is far above what
+	// a node can commit; tenantCrit a critical-priority one (the overload
+	// attack).
+	tenantBulk = tenant{4, "bulkload", "bulk-token-000004", "priority = \"bulk\"\nops_per_sec = 1000000.0\nops_burst = 1000000.0\n"}
+	tenantCrit = tenant{5, "critical", "crit-token-000005", "priority = \"critical\"\n"}
 )
 
 type node struct {
@@ -125,8 +131,11 @@ type node struct {
 	client    string // client address
 	consensus string
 	admin     string
-	cmd       *exec.Cmd
-	done      chan struct{}
+	// adminToken is the bearer token of nd's admin endpoint ("" for none:
+	// a loopback admin address needs none).
+	adminToken string
+	cmd        *exec.Cmd
+	done       chan struct{}
 }
 
 // cluster is a group of kvnode processes on loopback.
@@ -243,7 +252,7 @@ func newClusterWith(t testing.TB, n int, bin string, env []string, edits ...func
 	}
 	for _, nd := range c.nodes {
 		top := fmt.Sprintf("fault_injection = true\naccel = %q\n", nodeAccel(nd.id))
-		c.writeConfig(nd, 11, mode, top, "", []tenant{tenantA, tenantB, tenantC})
+		c.writeConfig(nd, 11, mode, top, "", []tenant{tenantA, tenantB, tenantC, tenantBulk, tenantCrit})
 	}
 	t.Cleanup(func() { c.stopAll(true) })
 	for _, nd := range c.nodes {
@@ -481,7 +490,11 @@ func (c *cluster) accelTotals() (commits, mismatches int, handups uint64) {
 var httpClient = &http.Client{Timeout: statusTimeout}
 
 func (c *cluster) status(nd *node) (*nodeStatus, error) {
-	resp, err := httpClient.Get("http://" + nd.admin + "/status")
+	req, err := nd.adminRequest(http.MethodGet, "/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -540,7 +553,11 @@ func (c *cluster) block(nd *node, peers ...*node) {
 	for _, p := range peers {
 		ids = append(ids, fmt.Sprint(p.id))
 	}
-	resp, err := httpClient.PostForm("http://"+nd.admin+"/debug/faults", url.Values{"block": {strings.Join(ids, ",")}})
+	req, err := nd.adminRequest(http.MethodPost, "/debug/faults", url.Values{"block": {strings.Join(ids, ",")}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -548,6 +565,26 @@ func (c *cluster) block(nd *node, peers ...*node) {
 	if resp.StatusCode != http.StatusOK {
 		c.t.Fatalf("block on node %d: %s", nd.id, resp.Status)
 	}
+}
+
+// adminRequest is a request to nd's admin endpoint, with its token when it
+// has one; form, when not nil, is the POST body.
+func (nd *node) adminRequest(method, path string, form url.Values) (*http.Request, error) {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, "http://"+nd.admin+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if nd.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+nd.adminToken)
+	}
+	return req, nil
 }
 
 func (c *cluster) endpoints(nodes ...*node) []string {

@@ -89,6 +89,9 @@ type Config struct {
 	// otherwise the node listens on its own peer address.
 	Listener net.Listener
 	Log      zerolog.Logger
+	// SM configures the state machine (its exactly-once client shares);
+	// every replica must use the same.
+	SM sm.Options
 
 	// fs holds the WAL and the received snapshot files; nil is the
 	// operating system's (osFS). Tests put simulated media here.
@@ -194,7 +197,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	store, err := openSM(fs, filepath.Join(cfg.DataDir, "sm"), cfg.WALDir, rec.Snapshot.GetIndex())
+	store, err := openSM(fs, filepath.Join(cfg.DataDir, "sm"), cfg.WALDir, rec.Snapshot.GetIndex(), cfg.SM)
 	if err != nil {
 		wal.Close()
 		return nil, err
@@ -252,15 +255,15 @@ func Open(cfg Config) (*Node, error) {
 // openSM opens the state machine; when it is behind the WAL's snapshot (a
 // crash during a received snapshot's restore), it restores the saved
 // snapshot file.
-func openSM(fs fileSystem, dir, walDir string, snapIndex uint64) (*sm.SM, error) {
-	s, err := sm.Open(dir, sm.Options{})
+func openSM(fs fileSystem, dir, walDir string, snapIndex uint64, opts sm.Options) (*sm.SM, error) {
+	s, err := sm.Open(dir, opts)
 	if errors.Is(err, sm.ErrRestoreUnfinish) {
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
 		// A restore was cut short: start empty and restore the snapshot
 		// file again below.
-		s, err = sm.Open(dir, sm.Options{})
+		s, err = sm.Open(dir, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("raftpath: opening the state machine: %w", err)

@@ -51,6 +51,25 @@ type Spec struct {
 	Weight int
 }
 
+// FrameBytesMax is the largest frame the tenant's bytes bucket can ever
+// admit: the bucket's capacity as Bucket.SetRate fills it (bytes_burst,
+// or one second of bytes_per_sec when the burst is 0, rounded up and
+// clamped to BurstTokensMax), or 0 when bytes are unlimited. A larger
+// frame is refused TOO_LARGE on its header: the bucket charges a frame at
+// most its whole capacity, so such a frame could only pass by draining a
+// full bucket, and it would wait behind every smaller frame to get one.
+func (s Spec) FrameBytesMax() int64 {
+	rate := ratePerSec(s.BytesPerSec)
+	if rate == 0 {
+		return 0
+	}
+	burst := ratePerSec(s.BytesBurst)
+	if burst == 0 {
+		burst = rate
+	}
+	return int64(min(burst, BurstTokensMax))
+}
+
 // Registry maps tokens and ids to tenant specs. It is immutable after
 // NewRegistry and safe for concurrent use.
 type Registry struct {

@@ -199,3 +199,32 @@ func TestRegistryRejectsBadWeightAndClass(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameBytesMaxMatchesBucket checks Spec.FrameBytesMax against the
+// bucket the shaper builds: a frame of that size is admitted by a full
+// bucket, and the bucket's capacity is exactly that many bytes.
+func TestFrameBytesMaxMatchesBucket(t *testing.T) {
+	for _, tc := range []struct {
+		spec Spec
+		want int64
+	}{
+		{Spec{}, 0},
+		{Spec{BytesBurst: 500}, 0}, // no rate: unlimited
+		{Spec{BytesPerSec: 1000, BytesBurst: 4096}, 4096},
+		{Spec{BytesPerSec: 1000}, 1000},                          // burst 0: one second's worth
+		{Spec{BytesPerSec: 999.5}, 1000},                         // rounded up, as the bucket does
+		{Spec{BytesPerSec: 10, BytesBurst: 1e15}, RatePerSecMax}, // the shaper clamps a burst as it clamps a rate
+	} {
+		if got := tc.spec.FrameBytesMax(); got != tc.want {
+			t.Errorf("%+v: FrameBytesMax %d, want %d", tc.spec, got, tc.want)
+		}
+		if tc.want == 0 {
+			continue
+		}
+		var b Bucket
+		b.SetRate(ratePerSec(tc.spec.BytesPerSec), ratePerSec(tc.spec.BytesBurst), 0)
+		if b.Burst != uint64(tc.want)*MicroTokensPerToken {
+			t.Errorf("%+v: bucket capacity %d micro-tokens, want %d bytes", tc.spec, b.Burst, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -28,6 +29,7 @@ type globals struct {
 	endpoints string
 	token     string
 	timeout   time.Duration
+	tls       tlsFlags
 }
 
 func newRootCmd() *cobra.Command {
@@ -41,6 +43,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.endpoints, "endpoints", "", "comma-separated host:port list (env "+envEndpoints+")")
 	root.PersistentFlags().StringVar(&g.token, "token", "", "tenant token (env "+envToken+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", timeoutDefault, "deadline of the whole command")
+	g.tls.register(root)
 
 	root.AddCommand(&cobra.Command{
 		Use:   "get KEY",
@@ -183,10 +186,18 @@ func (g *globals) run(body func(ctx context.Context, c *client.Client, out io.Wr
 		if token == "" {
 			return fmt.Errorf("no token: pass --token or set %s", envToken)
 		}
+		tlsConf, err := g.tls.config()
+		if err != nil {
+			return err
+		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 		defer cancel()
-		c, err := client.Dial(ctx, eps, token, client.Options{})
+		c, err := client.Dial(ctx, eps, token, client.Options{TLS: tlsConf})
 		if err != nil {
+			if tlsConf == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+				// What a TLS port does to a plaintext HELLO.
+				return fmt.Errorf("%w\nif the cluster serves TLS, pass --tls-ca FILE (or --tls)", err)
+			}
 			return err
 		}
 		defer c.Close()

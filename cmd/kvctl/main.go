@@ -3,6 +3,14 @@
 //
 // Endpoints and the tenant token come from --endpoints/--token or from
 // SYNOD_ENDPOINTS (comma-separated host:port) and SYNOD_TOKEN.
+//
+// Plain TCP is the default (what kvnode --dev serves). For a cluster whose
+// [tls] table turns TLS on, --tls-ca FILE names the CA that issued the
+// nodes' certificates (or --tls alone trusts the system roots);
+// --tls-cert and --tls-key present a client certificate where the nodes
+// require one (mutual TLS); --tls-server-name verifies every node against
+// one name instead of the host dialled. --tls-insecure skips verification
+// and is for tests only.
 package main
 
 import (

@@ -207,7 +207,7 @@ func parseConfig(b []byte) (*Config, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	for _, v := range []func() error{c.Security.validate, c.Admin.validate, c.TLS.validate, c.Limits.validate} {
+	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate} {
 		if err := v(); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
@@ -365,6 +365,9 @@ func (c *Config) validate() error {
 		default:
 			return fmt.Errorf("tenants[%d].priority: %q is not one of critical, standard, bulk", i, t.Priority)
 		}
+	}
+	if _, err := c.clientShares(); err != nil {
+		return err
 	}
 	if err := c.validateReplication(); err != nil {
 		return err

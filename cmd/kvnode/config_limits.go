@@ -1,6 +1,114 @@
 package main
 
-// LimitsConfig is the [limits] table: bounds on client connections and responses.
-type LimitsConfig struct{}
+import (
+	"errors"
+	"fmt"
+	"time"
 
-func (c *LimitsConfig) validate() error { return nil }
+	"synod/kv/server"
+)
+
+// LimitsConfig is the [limits] table: bounds on client connections and
+// responses (kv/server, "Limits" in docs/protocol.md). Every key is
+// optional; zero or absent takes the default named in the comment.
+// Durations are Go duration strings ("5s", "5m").
+type LimitsConfig struct {
+	// ConnsMax bounds authenticated client connections on this node
+	// (default 1024, server.ConnsMaxDefault).
+	ConnsMax int `toml:"conns_max"`
+	// ConnsPerTenantMax bounds one tenant's authenticated connections
+	// (default conns_max / 4). It must be below conns_max, so that one
+	// tenant can never hold every slot.
+	ConnsPerTenantMax int `toml:"conns_per_tenant_max"`
+	// ConnsPerSourceMax bounds the connections from one source address,
+	// IPv6 by /64 (default 512). Set it at least conns_per_tenant_max when
+	// a tenant's clients share one address (NAT, a proxy).
+	ConnsPerSourceMax int `toml:"conns_per_source_max"`
+	// ConnsUnauthenticatedMax bounds connections that have not completed
+	// HELLO (default 256); past it a new one closes the oldest of them.
+	ConnsUnauthenticatedMax int `toml:"conns_unauthenticated_max"`
+	// HandshakeTimeout: HELLO must arrive within it of accept (default 5s).
+	HandshakeTimeout string `toml:"handshake_timeout"`
+	// IdleTimeout closes an authenticated connection with nothing in
+	// flight that sends nothing for this long (default 5m).
+	IdleTimeout string `toml:"idle_timeout"`
+	// FrameTimeout: a frame must arrive whole within it of its first byte
+	// (default 10s).
+	FrameTimeout string `toml:"frame_timeout"`
+	// WriteTimeout closes a connection whose client reads nothing of a
+	// burst of answers for this long (default 10s).
+	WriteTimeout string `toml:"write_timeout"`
+	// ResponseBytesPerConnMax, ResponseBytesPerTenantMax and
+	// ResponseBytesPerNodeMax bound the response bytes reserved for
+	// requests in flight plus answers not yet written (defaults 8 MiB,
+	// 24 MiB, 96 MiB). The tenant's must be below the node's, so that
+	// one tenant's unread answers cannot stall the others.
+	ResponseBytesPerConnMax   int64 `toml:"response_bytes_per_conn_max"`
+	ResponseBytesPerTenantMax int64 `toml:"response_bytes_per_tenant_max"`
+	ResponseBytesPerNodeMax   int64 `toml:"response_bytes_per_node_max"`
+}
+
+func (c *LimitsConfig) validate() error {
+	for _, n := range []struct {
+		key string
+		v   int64
+	}{{"conns_max", int64(c.ConnsMax)}, {"conns_per_tenant_max", int64(c.ConnsPerTenantMax)},
+		{"conns_per_source_max", int64(c.ConnsPerSourceMax)}, {"conns_unauthenticated_max", int64(c.ConnsUnauthenticatedMax)},
+		{"response_bytes_per_conn_max", c.ResponseBytesPerConnMax}, {"response_bytes_per_tenant_max", c.ResponseBytesPerTenantMax},
+		{"response_bytes_per_node_max", c.ResponseBytesPerNodeMax}} {
+		if n.v < 0 {
+			return fmt.Errorf("limits.%s: %d is negative (0 or absent takes the default)", n.key, n.v)
+		}
+	}
+	sc, err := c.serverConfig()
+	if err != nil {
+		return err
+	}
+	eff := sc.WithDefaults()
+	if eff.ConnsPerTenantMax >= eff.ConnsMax {
+		return fmt.Errorf("limits.conns_per_tenant_max: %d must be below conns_max (%d), so that one tenant cannot hold every connection slot",
+			eff.ConnsPerTenantMax, eff.ConnsMax)
+	}
+	if err := sc.Validate(); err != nil {
+		return fmt.Errorf("limits.%w", err)
+	}
+	return nil
+}
+
+// serverConfig is the kv/server configuration of the table (zero fields
+// take the server's defaults); the caller adds the admitter.
+func (c *LimitsConfig) serverConfig() (server.Config, error) {
+	sc := server.Config{
+		ConnsMax: c.ConnsMax, ConnsPerTenantMax: c.ConnsPerTenantMax,
+		ConnsPerSourceMax: c.ConnsPerSourceMax, ConnsUnauthenticatedMax: c.ConnsUnauthenticatedMax,
+		ResponseBytesPerConnMax: c.ResponseBytesPerConnMax, ResponseBytesPerTenantMax: c.ResponseBytesPerTenantMax,
+		ResponseBytesPerNodeMax: c.ResponseBytesPerNodeMax,
+	}
+	for _, d := range []struct {
+		key string
+		s   string
+		dst *time.Duration
+	}{{"handshake_timeout", c.HandshakeTimeout, &sc.HandshakeTimeout}, {"idle_timeout", c.IdleTimeout, &sc.IdleTimeout},
+		{"frame_timeout", c.FrameTimeout, &sc.FrameTimeout}, {"write_timeout", c.WriteTimeout, &sc.WriteTimeout}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return server.Config{}, fmt.Errorf("limits.%s: %q is not a positive duration", d.key, d.s)
+		}
+		*d.dst = v
+	}
+	return sc, nil
+}
+
+// clientServerConfig is the client server's configuration: the [limits]
+// table (validated by parseConfig) with admitter.
+func (c *Config) clientServerConfig(admitter server.Admitter) server.Config {
+	sc, err := c.Limits.serverConfig()
+	if err != nil {
+		panic(errors.Join(errors.New("kvnode: [limits] used before validation"), err))
+	}
+	sc.Admitter = admitter
+	return sc
+}

@@ -52,7 +52,7 @@ func runNode(cfg *Config) error {
 		Int("records", rec.Records).Str("cut", rec.CutReason).Uint64("generation", rec.Generation).
 		Msgf("acceptor log open: durability mode %s (%s)", mode, mode.Survives())
 
-	store, err := sm.Open(filepath.Join(cfg.DataDir, "sm"), sm.Options{})
+	store, err := sm.Open(filepath.Join(cfg.DataDir, "sm"), cfg.smOptions())
 	if err != nil {
 		plog.Close()
 		return fmt.Errorf("opening the state machine: %w", err)
@@ -155,8 +155,15 @@ func runNode(cfg *Config) error {
 		}
 		admitter = ad
 	}
-	srv := server.New(server.Config{Admitter: admitter}, reg, backend, log.With().Str("loop", "server").Logger())
+	// Shed by priority before the backlog starves consensus
+	// (kv/replica/overload.go), then the tenant's own contract.
+	admitter = replica.NewOverloadGuard(rep, reg, admitter)
+	srv := server.New(cfg.clientServerConfig(admitter), reg, backend, log.With().Str("loop", "server").Logger())
+	promReg.MustRegister(srv.Collector()) // connection caps, response budgets ([limits])
 	ln, err := net.Listen("tcp", cfg.ClientListen)
+	if err == nil {
+		ln, err = cfg.TLS.listener(ln) // TLS when [tls] sets a certificate
+	}
 	if err != nil {
 		rep.Close()
 		store.Close()
@@ -164,14 +171,14 @@ func runNode(cfg *Config) error {
 	}
 	serveClients(srv, ln, log)
 
-	admin, err := listenAdmin(cfg.AdminListen, adminMux(rep, promReg, faults, cfg.FaultInjection))
+	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(adminMux(rep, promReg, faults, cfg.FaultInjection), log))
 	if err != nil {
 		srv.Close()
 		rep.Close()
 		store.Close()
 		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
-	log.Info().Str("client", cfg.ClientListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
+	log.Info().Str("client", cfg.ClientListen).Str("client_tls", cfg.TLS.mode()).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
 		Str("transport", transport).Str("accel", cfg.Accel).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
 		Msg("kvnode serving")
 
@@ -235,9 +242,9 @@ type accelStatus struct {
 	First      string `json:"first_mismatch,omitempty"`
 }
 
-// adminMux serves /metrics, /debug/pprof/, /status and, when enabled,
-// /debug/faults (POST block=2,3 drops traffic to and from those peers;
-// block= heals).
+// adminMux serves /metrics, /status and, when enabled, /debug/faults
+// (POST block=2,3 drops traffic to and from those peers; block= heals).
+// adminHandler puts the token check in front of it.
 func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Faults, faultInjection bool) *http.ServeMux {
 	mux := debugMux(reg)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {

@@ -71,7 +71,8 @@ func runRaftNode(cfg *Config) error {
 	}
 	tick, election, heartbeat := raftTiming(cfg)
 	rcfg := raftpath.Config{ID: cfg.NodeID, DataDir: cfg.DataDir, WALDir: walDir, Tick: tick,
-		ElectionTicks: election, HeartbeatTicks: heartbeat, SnapshotEntries: cfg.Raft.SnapshotEntries, Log: log}
+		ElectionTicks: election, HeartbeatTicks: heartbeat, SnapshotEntries: cfg.Raft.SnapshotEntries, Log: log,
+		SM: cfg.smOptions()}
 	for _, p := range cfg.Peers {
 		rcfg.Peers = append(rcfg.Peers, raftpath.Peer{ID: p.ID, Addr: p.ConsensusAddr, ClientAddr: p.ClientAddr})
 	}
@@ -90,20 +91,23 @@ func runRaftNode(cfg *Config) error {
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
-	srv := server.New(server.Config{Admitter: shaperAdmitter{shaper}}, reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
+	srv := server.New(cfg.clientServerConfig(shaperAdmitter{shaper}), reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
+	if err == nil {
+		ln, err = cfg.TLS.listener(ln) // TLS when [tls] sets a certificate
+	}
 	if err != nil {
 		node.Close()
 		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
 	}
 	serveClients(srv, ln, log)
-	admin, err := listenAdmin(cfg.AdminListen, raftAdminMux(node, newPromRegistry(), durability))
+	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, newPromRegistry(), durability), log))
 	if err != nil {
 		srv.Close()
 		node.Close()
 		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
-	log.Info().Str("client", cfg.ClientListen).Str("raft", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
+	log.Info().Str("client", cfg.ClientListen).Str("client_tls", cfg.TLS.mode()).Str("raft", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
 		Dur("tick", tick).Int("election_ticks", election).Str("durability", durability).Msg("kvnode serving (raft)")
 
 	runErr := awaitStop(log, node.Fatal(), "fatal raft error; shutting down")
@@ -117,7 +121,7 @@ func runRaftNode(cfg *Config) error {
 	return runErr
 }
 
-// raftAdminMux serves /metrics, /debug/pprof/ and /status (the same JSON
+// raftAdminMux serves /metrics and /status (the same JSON
 // shape as the Paxos path; promised is [term, leader]).
 func raftAdminMux(node *raftpath.Node, reg *prometheus.Registry, durability string) *http.ServeMux {
 	mux := debugMux(reg)

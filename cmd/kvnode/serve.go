@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -50,16 +49,12 @@ func newPromRegistry() *prometheus.Registry {
 	return reg
 }
 
-// debugMux serves /metrics from reg and /debug/pprof/; each path adds its
-// /status (and more) to it.
+// debugMux serves /metrics from reg; each path adds its /status (and more)
+// to it, and adminHandler (config_admin.go) /debug/pprof/ when [admin]
+// pprof is on, and the token check.
 func debugMux(reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

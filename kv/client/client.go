@@ -12,11 +12,16 @@
 // writes; a retried write reuses its (client id, seq), so a write that
 // committed before a leader change is not applied twice, and the retry is
 // answered with the original result.
+//
+// With Options.TLS set every connection runs TLS (optionally with a client
+// certificate, for servers that require mutual TLS); the protocol and the
+// token handshake are the same inside.
 package client
 
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -50,8 +55,18 @@ type Options struct {
 	BackoffMax     time.Duration
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration // per call, when ctx has no deadline
-	// Dial opens a transport connection; nil uses net.Dialer (TCP).
+	// Dial opens a transport connection; nil uses net.Dialer (TCP). With
+	// TLS set, the TLS session runs over the connection Dial returns.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// TLS, when not nil, makes every connection TLS with this config (the
+	// protocol runs unchanged inside; HELLO's token still authenticates
+	// the tenant). An empty ServerName is set per connection to the host
+	// of the address dialled (endpoint or redirect), so each server is
+	// verified against its own name; an IP address is verified against
+	// the certificate's IP SANs and not sent as SNI. Certificates holds
+	// the client certificate for servers that require one (mutual TLS).
+	// The config is cloned, never modified.
+	TLS *tls.Config
 	// Sleep waits d or until ctx ends; nil uses a timer. Tests inject it.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -177,7 +192,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
 	c.mu.Unlock()
 	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
 	defer cancel()
-	cn, err := dialConn(dctx, c.opts.Dial, addr, c.token)
+	cn, err := dialConn(dctx, c.opts.Dial, c.opts.TLS, addr, c.token)
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,13 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"synod/kv/proto"
@@ -38,14 +40,20 @@ type conn struct {
 	err     error // why the connection died; set before done is closed
 }
 
-// dialConn connects to addr and performs the HELLO handshake.
-func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), addr, token string) (*conn, error) {
+// dialConn connects to addr, runs TLS over the connection when tlsConf is
+// not nil, and performs the HELLO handshake.
+func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (net.Conn, error), tlsConf *tls.Config, addr, token string) (*conn, error) {
 	nc, err := dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dialing %s: %v", ErrConnection, addr, err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
+		nc.SetDeadline(dl) // bounds the TLS handshake and HELLO alike
+	}
+	if tlsConf != nil {
+		if nc, err = startTLS(ctx, nc, tlsConf, addr); err != nil {
+			return nil, err
+		}
 	}
 	hello := proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: token})
 	if _, err := nc.Write(hello); err != nil {
@@ -56,7 +64,13 @@ func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (
 	resp, err := readResponse(br)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("%w: handshake with %s: %v", ErrConnection, addr, err)
+		hint := ""
+		if tlsConf == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			// A TLS server drops a plaintext HELLO without a word (a
+			// reset when it closed with part of HELLO unread).
+			hint = " (closed by the server before it answered HELLO: does it require TLS? see Options.TLS)"
+		}
+		return nil, fmt.Errorf("%w: handshake with %s: %w%s", ErrConnection, addr, err, hint)
 	}
 	if resp.Status != proto.StatusOK {
 		nc.Close()
@@ -75,6 +89,25 @@ func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (
 	go c.readLoop(br)
 	go c.writeLoop()
 	return c, nil
+}
+
+// startTLS runs a TLS client handshake over nc; an empty ServerName in
+// conf becomes addr's host. It closes nc on failure.
+func startTLS(ctx context.Context, nc net.Conn, conf *tls.Config, addr string) (net.Conn, error) {
+	conf = conf.Clone()
+	if conf.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		conf.ServerName = host
+	}
+	tc := tls.Client(nc, conf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: TLS handshake with %s: %v", ErrConnection, addr, err)
+	}
+	return tc, nil
 }
 
 func readResponse(br *bufio.Reader) (*proto.Response, error) {

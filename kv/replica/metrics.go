@@ -23,10 +23,13 @@ type Metrics struct {
 	// writer of this boot but were not its command (never answered; a
 	// non-zero value is a bug).
 	AnswerMismatches prometheus.Counter
-	// AuthRefused counts consensus datagrams refused by authentication
-	// (auth.go): forged, from a node without the cluster secret, from
-	// another cluster, or replayed.
+	// AuthRefused counts consensus datagrams, and side-channel
+	// connections, refused by authentication (auth.go): forged, from a
+	// node without the cluster secret, from another cluster, or replayed.
 	AuthRefused prometheus.Counter
+	// Shed counts client requests the overload guard refused, by the
+	// tenant's priority class.
+	Shed *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not
@@ -59,11 +62,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_answer_mismatches_total", Help: "Committed commands that named a waiting writer but were not its command (a bug if non-zero)."}),
 		AuthRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams refused by authentication (forged, wrong secret, other cluster, replayed)."}),
+			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams and side-channel connections refused by authentication (forged, wrong secret, other cluster, replayed)."}),
+		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "synod_overload_shed_total", Help: "Client requests refused THROTTLED by the overload guard, by priority class."}, []string{"class"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused)
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed)
 	}
 	return m
 }

@@ -145,6 +145,9 @@ type Replica struct {
 	nextProposal atomic.Uint64
 	pendingMu    sync.Mutex
 	pending      map[uint64]*writeWaiter // by proposal number of this boot
+	// inflightWrites is len(pending), readable without the lock (the
+	// overload guard's backlog).
+	inflightWrites atomic.Int64
 
 	reads readTracker
 	accel *accelMirror // nil when accel is off
@@ -321,6 +324,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	if err != nil {
 		return nil, err
 	}
+	r.side.refused = r.metrics.AuthRefused.Inc
 	return r, nil
 }
 
@@ -431,6 +435,7 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	w := &writeWaiter{ch: make(chan writeResult, 1), env: env}
 	r.pendingMu.Lock()
 	r.pending[id] = w
+	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
 	p := proposal{id: id, env: env}
 	if r.drr != nil {
@@ -464,6 +469,7 @@ func (r *Replica) kickProposer() {
 func (r *Replica) forget(id uint64) {
 	r.pendingMu.Lock()
 	delete(r.pending, id)
+	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
 }
 
@@ -484,6 +490,7 @@ func (r *Replica) answer(id uint64, env []byte, res writeResult) {
 		return
 	}
 	delete(r.pending, id)
+	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
 	if w != nil {
 		w.ch <- res
@@ -496,6 +503,7 @@ func (r *Replica) failAllWrites(err error) {
 	r.pendingMu.Lock()
 	old := r.pending
 	r.pending = make(map[uint64]*writeWaiter)
+	r.inflightWrites.Store(0)
 	r.pendingMu.Unlock()
 	for _, w := range old {
 		w.ch <- writeResult{err: err}

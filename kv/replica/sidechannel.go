@@ -37,6 +37,7 @@ type sideChannel struct {
 	ln      net.Listener
 	log     zerolog.Logger
 	auth    *Auth          // nil: frames are not sealed (tests)
+	refused func()         // counts a connection refused by authentication (may be nil)
 	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies
 	deliver func(b []byte) // called by receivers with a frame they own
 	peers   map[paxos.NodeID]*sidePeer
@@ -163,6 +164,9 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 		}
 		if err != nil {
 			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) {
+				if s.refused != nil {
+					s.refused()
+				}
 				if s.auth.shouldLog(time.Now()) {
 					s.log.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Uint64("refused_total", s.auth.Rejected()).
 						Msg("side channel: refusing a connection that failed authentication (wrong or missing cluster secret, or not a member)")

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +25,9 @@ var ErrServerClosed = errors.New("server: closed")
 // acceptRetryDelayMax bounds the back-off after a temporary accept error.
 const acceptRetryDelayMax = time.Second
 
+// errIdle ends a connection that stayed idle for IdleTimeout.
+var errIdle = errors.New("idle")
+
 // Server serves the binary protocol. Create it with New.
 type Server struct {
 	cfg Config
@@ -32,19 +38,56 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	closed bool
-	lns    map[net.Listener]struct{}
-	conns  map[*conn]struct{}
-	wg     sync.WaitGroup
+	// Response budgets: the node's, and each tenant's (fixed at New).
+	node    *budget
+	tenants map[tenants.ID]*budget
+
+	// warnLog limits the warnings about refused connections and frames
+	// that close a connection; noteLog the notices about refused requests.
+	warnLog, noteLog logLimiter
+
+	refused, evicted, throttled atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	lns      map[net.Listener]struct{}
+	conns    map[*conn]struct{}
+	preHello connList // Invariant: preHello.n <= cfg.ConnsUnauthenticatedMax
+	authed   int      // Invariant: authed <= cfg.ConnsMax
+	byTenant map[tenants.ID]int
+	bySource map[netip.Addr]int
+	wg       sync.WaitGroup
 }
 
 // New returns a server that authenticates tenants against reg and executes
-// requests on be.
+// requests on be. It panics (with ErrConfig) when cfg.Validate fails.
 func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Server {
+	if err := cfg.Validate(); err != nil {
+		panic(fmt.Errorf("%w: %v", ErrConfig, err))
+	}
+	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg.withDefaults(), reg: reg, be: be, log: log, ctx: ctx, cancel: cancel,
-		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, reg: reg, be: be, log: log, ctx: ctx, cancel: cancel,
+		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{},
+		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
+		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
+	s.warnLog.now, s.noteLog.now = time.Now, time.Now
+	for _, sp := range reg.All() {
+		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)
+	}
+	return s
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{ConnsAuthenticated: s.authed, ConnsUnauthenticated: s.preHello.n}
+	s.mu.Unlock()
+	st.ConnsRefused, st.ConnsEvicted = s.refused.Load(), s.evicted.Load()
+	st.ResponseBytes, st.ResponseBytesPeak = s.node.used.Load(), s.node.peak.Load()
+	st.ResponsesThrottled = s.throttled.Load()
+	st.LogLinesSuppressed = s.warnLog.total.Load() + s.noteLog.total.Load()
+	return st
 }
 
 // Serve accepts connections on ln until ln fails or Close is called (then
@@ -84,23 +127,97 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("server: accepting: %w", err)
 		}
 		delay = 0
-		s.mu.Lock()
-		if s.closed || len(s.conns) >= s.cfg.ConnsMax {
-			full := !s.closed
-			s.mu.Unlock()
-			if full {
-				s.log.Warn().Str("remote", nc.RemoteAddr().String()).Int("conns_max", s.cfg.ConnsMax).Msg("connection refused: too many connections")
-			}
-			nc.Close()
-			continue
-		}
-		c := s.newConn(nc)
-		s.conns[c] = struct{}{}
-		s.wg.Add(2)
-		s.mu.Unlock()
-		go c.readLoop()
-		go c.writeLoop()
+		s.admit(nc)
 	}
+}
+
+// admit registers a new connection in the pre-HELLO pool and starts its
+// goroutines, making room by closing the oldest pre-HELLO connection (of
+// its source when the source is full) or, when its source is full of
+// authenticated connections, closing it instead.
+func (s *Server) admit(nc net.Conn) {
+	src := sourceOf(nc.RemoteAddr())
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if s.bySource[src] >= s.cfg.ConnsPerSourceMax {
+		old := s.preHello.oldestFrom(src)
+		if old == nil {
+			s.mu.Unlock()
+			s.refused.Add(1)
+			s.warnLog.event(s.log.Warn()).Str("remote", nc.RemoteAddr().String()).Int("conns_per_source_max", s.cfg.ConnsPerSourceMax).
+				Msg("connection refused: its source address holds conns_per_source_max authenticated connections")
+			nc.Close()
+			return
+		}
+		s.evictLocked(old, "its source address is at conns_per_source_max")
+	}
+	if s.preHello.n >= s.cfg.ConnsUnauthenticatedMax {
+		s.evictLocked(s.preHello.head, "the pre-HELLO pool is at conns_unauthenticated_max")
+	}
+	c := s.newConn(nc, src)
+	s.conns[c] = struct{}{}
+	s.preHello.pushBack(c)
+	s.bySource[src]++
+	s.wg.Add(2)
+	s.mu.Unlock()
+	go c.readLoop()
+	go c.writeLoop()
+}
+
+// evictLocked closes a pre-HELLO connection to make room; its slot is free
+// at once. s.mu is held.
+func (s *Server) evictLocked(c *conn, why string) {
+	s.releaseLocked(c)
+	s.evicted.Add(1)
+	c.close("evicted before HELLO: " + why)
+}
+
+// releaseLocked gives back c's connection slots (once). s.mu is held.
+func (s *Server) releaseLocked(c *conn) {
+	switch c.state {
+	case connPreHello:
+		s.preHello.remove(c)
+	case connAuthed:
+		s.authed--
+		if s.byTenant[c.tenant]--; s.byTenant[c.tenant] == 0 {
+			delete(s.byTenant, c.tenant)
+		}
+	case connReleased:
+		return
+	}
+	if s.bySource[c.source]--; s.bySource[c.source] == 0 {
+		delete(s.bySource, c.source)
+	}
+	c.state = connReleased
+}
+
+// promote moves c from the pre-HELLO pool to tenant id's authenticated
+// connections. When a cap refuses it, resp is the answer (and ok false);
+// when c was evicted meanwhile, both are zero.
+func (s *Server) promote(c *conn, id tenants.ID) (resp *proto.Response, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.state != connPreHello:
+		return nil, false
+	case s.byTenant[id] >= s.cfg.ConnsPerTenantMax:
+		s.refused.Add(1)
+		r := proto.Errorf(proto.StatusThrottled, "the tenant holds %d connections to this node (conns_per_tenant_max)", s.cfg.ConnsPerTenantMax)
+		r.RetryAfter = connsRetryAfter
+		return r, false
+	case s.authed >= s.cfg.ConnsMax:
+		s.refused.Add(1)
+		return proto.Errorf(proto.StatusUnavailable, "the node holds %d connections (conns_max)", s.cfg.ConnsMax), false
+	}
+	s.preHello.remove(c)
+	c.state = connAuthed
+	s.authed++
+	s.byTenant[id]++
+	return nil, true
 }
 
 // Close stops every listener and connection and waits for their
@@ -125,35 +242,60 @@ func (s *Server) Close() error {
 }
 
 // outFrame is one encoded response; closeAfter makes the writer close the
-// connection once it is flushed.
+// connection once it is flushed. charged bytes are held in the
+// connection's, tenant's and node's budgets until the frame is written.
 type outFrame struct {
 	b          []byte
 	closeAfter bool
+	charged    int64
 }
 
+type connState uint8
+
+const (
+	connPreHello connState = iota // in Server.preHello
+	connAuthed                    // counted in Server.authed and byTenant
+	connReleased                  // slots given back
+)
+
 type conn struct {
-	s   *Server
-	nc  net.Conn
-	log zerolog.Logger
+	s      *Server
+	nc     net.Conn
+	log    zerolog.Logger
+	source netip.Addr
 
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	tenant tenants.ID
-	spec   tenants.Spec
+	// Guarded by s.mu.
+	state      connState
+	prev, next *conn // in s.preHello while state == connPreHello
 
-	out      chan outFrame  // Invariant: holds at most writeQueueFrames frames
-	slots    chan struct{}  // in-flight requests; capacity InflightPerConnMax
-	inflight sync.WaitGroup // requests being executed
-	once     sync.Once
+	// Set by the handshake before any request is read; read-only after.
+	tenant        tenants.ID
+	spec          tenants.Spec
+	frameBytesMax int     // the longest request frame the tenant can be admitted
+	tbudget       *budget // the tenant's response budget
+
+	// queued holds the response bytes reserved by this connection's
+	// requests and those of its answers not yet written.
+	// Invariant: queued.used <= cfg.ResponseBytesPerConnMax.
+	queued *budget
+
+	out        chan outFrame  // Invariant: holds at most writeQueueFrames frames
+	slots      chan struct{}  // in-flight requests; capacity InflightPerConnMax
+	inflight   sync.WaitGroup // requests being executed
+	once       sync.Once
+	frameArmed bool // reader only: the frame deadline is set for the current frame
 }
 
-func (s *Server) newConn(nc net.Conn) *conn {
+func (s *Server) newConn(nc net.Conn, src netip.Addr) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &conn{s: s, nc: nc, ctx: ctx, cancel: cancel,
-		log:   s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
-		out:   make(chan outFrame, writeQueueFrames),
-		slots: make(chan struct{}, proto.InflightPerConnMax)}
+	return &conn{s: s, nc: nc, source: src, ctx: ctx, cancel: cancel,
+		log:    s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
+		queued: newBudget(s.cfg.ResponseBytesPerConnMax),
+		out:    make(chan outFrame, writeQueueFrames),
+		slots:  make(chan struct{}, proto.InflightPerConnMax)}
 }
 
 // close tears the connection down once; reason is logged.
@@ -165,22 +307,93 @@ func (c *conn) close(reason string) {
 	})
 }
 
-// send queues a response for the writer. It never blocks past the
-// connection's end.
-func (c *conn) send(resp *proto.Response, closeAfter bool) {
-	b := proto.AppendResponse(make([]byte, 0, proto.HeaderBytes+64+len(resp.Value)), resp)
+// Response budget: every level at once, in the order connection, tenant,
+// node (taking) and node, tenant, connection (giving back).
+
+// charge takes n bytes, waiting for room at each level; false when the
+// connection ends first (nothing is held then).
+func (c *conn) charge(n int64) bool {
+	if !c.queued.wait(c.ctx, n) {
+		return false
+	}
+	if !c.tbudget.wait(c.ctx, n) {
+		c.queued.release(n)
+		return false
+	}
+	if !c.s.node.wait(c.ctx, n) {
+		c.tbudget.release(n)
+		c.queued.release(n)
+		return false
+	}
+	return true
+}
+
+// tryCharge takes n bytes if every level has room, else nothing.
+func (c *conn) tryCharge(n int64) bool {
+	if !c.queued.tryAdd(n) {
+		return false
+	}
+	if !c.tbudget.tryAdd(n) {
+		c.queued.release(n)
+		return false
+	}
+	if !c.s.node.tryAdd(n) {
+		c.tbudget.release(n)
+		c.queued.release(n)
+		return false
+	}
+	return true
+}
+
+func (c *conn) uncharge(n int64) {
+	c.s.node.release(n)
+	c.tbudget.release(n)
+	c.queued.release(n)
+}
+
+// send queues a response for the writer; held is what the request holds
+// in the budgets (0 before HELLO: those few answers are not counted). The
+// answer is charged its encoded size: the rest of held is given back, or
+// the difference taken, or, when a budget has no room for it, the answer
+// is replaced by THROTTLED. It never blocks past the connection's end.
+func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
+	if resp.Status == proto.StatusThrottled && resp.RetryAfter < RetryAfterMin {
+		resp.RetryAfter = RetryAfterMin
+	}
+	b := proto.AppendResponse(make([]byte, 0, responseBytesHint(resp)), resp)
+	n := int64(len(b))
+	if held > 0 && n > held && !c.tryCharge(n-held) {
+		c.s.throttled.Add(1)
+		r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budget: read the connection's answers", n)
+		r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
+		b = proto.AppendResponse(b[:0], r)
+		n = int64(len(b))
+		if n > held {
+			panic(fmt.Sprintf("server: a THROTTLED answer of %d bytes exceeds the %d held", n, held))
+		}
+	}
+	charged := int64(0)
+	if held > 0 {
+		if n < held {
+			c.uncharge(held - n)
+		}
+		charged = n
+	}
 	select {
-	case c.out <- outFrame{b: b, closeAfter: closeAfter}:
+	case c.out <- outFrame{b: b, closeAfter: closeAfter, charged: charged}:
 	case <-c.ctx.Done():
+		c.uncharge(charged)
 	}
 }
 
 // reject answers h with an error status; fatal ones close the connection
-// after the response is flushed, and the reason is logged.
-func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, reason string) {
-	ev := c.log.Info()
+// after the response is flushed. The reason is logged (rate-limited).
+func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, held int64, reason string) {
+	var ev *zerolog.Event
 	if fatal {
-		ev = c.log.Warn()
+		ev = c.s.warnLog.event(c.log.Warn())
+	} else {
+		ev = c.s.noteLog.event(c.log.Info())
 	}
 	ev.Str("op", h.Op.String()).Uint64("id", h.ID).Str("status", st.String()).Bool("closing", fatal).Msg(reason)
 	resp := proto.Errorf(st, "%s", reason)
@@ -188,170 +401,335 @@ func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, reason string
 	if !h.Op.Valid() {
 		resp.Op = proto.OpNone
 	}
-	c.send(resp, fatal)
+	c.send(resp, fatal, held)
 }
 
+// readLoop runs the handshake, then reads frames until the connection
+// ends; then it waits for the connection's requests, gives back what they
+// hold and the connection's slots.
 func (c *conn) readLoop() {
 	defer c.s.wg.Done()
-	defer func() {
-		c.s.mu.Lock()
-		delete(c.s.conns, c)
-		c.s.mu.Unlock()
-	}()
-	br := bufio.NewReaderSize(c.nc, readBufferBytes)
-	var hb [proto.HeaderBytes]byte
-
-	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
-	if !c.handshake(br, hb[:]) {
+	defer c.finish()
+	if !c.handshake() {
 		return
 	}
-	c.nc.SetReadDeadline(time.Time{})
-
+	br := bufio.NewReaderSize(c.nc, readBufferBytes)
+	var hb [proto.HeaderBytes]byte
 	for {
-		// Take an in-flight slot before reading the next frame: a client
-		// over its pipeline depth is slowed by TCP back-pressure.
+		// Frames already buffered are not executed once the connection
+		// is closed (a write timeout, a fatal frame, Close).
+		if c.ctx.Err() != nil {
+			return
+		}
+		// Take an in-flight slot and reserve the answer's room before
+		// reading the next frame: a client over its pipeline depth, or
+		// not reading its answers, is slowed by TCP back-pressure.
 		select {
 		case c.slots <- struct{}{}:
 		case <-c.ctx.Done():
 			return
 		}
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		if !c.charge(responseBytesReserved) {
 			<-c.slots
+			return
+		}
+		if err := c.awaitFrame(br); err != nil {
+			c.done(responseBytesReserved)
 			c.endOfStream(err)
 			return
 		}
-		if !c.frame(br, hb[:]) {
-			<-c.slots
+		if !c.frame(br, hb[:], responseBytesReserved) {
 			return
 		}
 	}
 }
 
-// endOfStream handles a read error: a clean EOF lets in-flight requests
-// finish and their responses go out before the connection closes.
+// finish runs when the reader is done: once the connection is closed
+// (every path that ends the reader closes it, or queues a frame that makes
+// the writer close it), it waits for the requests in flight, gives back
+// the budget held by answers never written and the connection's slots.
+func (c *conn) finish() {
+	<-c.ctx.Done()
+	c.inflight.Wait()
+	for drained := false; !drained; {
+		select {
+		case f := <-c.out:
+			c.uncharge(f.charged)
+		default:
+			drained = true
+		}
+	}
+	c.s.mu.Lock()
+	c.s.releaseLocked(c)
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+}
+
+// done gives back a request's slot and what it holds, unanswered.
+func (c *conn) done(held int64) {
+	c.uncharge(held)
+	<-c.slots
+}
+
+// answer sends resp for a request the reader finished itself and gives
+// back its slot.
+func (c *conn) answer(resp *proto.Response, held int64) {
+	c.send(resp, false, held)
+	<-c.slots
+}
+
+// awaitFrame waits for the first byte of the next frame: up to IdleTimeout
+// at a time, for as long as requests are in flight or answers unwritten.
+func (c *conn) awaitFrame(br *bufio.Reader) error {
+	c.frameArmed = false
+	for br.Buffered() == 0 {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		_, err := br.Peek(1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		if !c.busy() {
+			return errIdle
+		}
+	}
+	return nil
+}
+
+// busy reports requests in flight (besides the slot the reader holds) or
+// answers not yet written (besides the reader's reservation).
+func (c *conn) busy() bool {
+	return len(c.slots) > 1 || c.queued.used.Load() > responseBytesReserved
+}
+
+// armFrameDeadline starts the frame timeout when the next need bytes of
+// the current frame are not all buffered yet (once per frame).
+func (c *conn) armFrameDeadline(br *bufio.Reader, need int) {
+	if c.frameArmed || br.Buffered() >= need {
+		return
+	}
+	c.frameArmed = true
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.FrameTimeout))
+}
+
+// endOfStream handles the end of reading between frames: a clean EOF lets
+// in-flight requests finish and their responses go out before the
+// connection closes.
 func (c *conn) endOfStream(err error) {
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		c.inflight.Wait()
 		select {
 		case c.out <- outFrame{closeAfter: true}:
 		case <-c.ctx.Done():
 		}
+	case errors.Is(err, errIdle):
+		c.close(fmt.Sprintf("idle for %v (idle_timeout)", c.s.cfg.IdleTimeout))
+	default:
+		c.close("read: " + err.Error())
+	}
+}
+
+// readFailed closes the connection after a read error inside a frame.
+func (c *conn) readFailed(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.s.warnLog.event(c.log.Warn()).Dur("frame_timeout", c.s.cfg.FrameTimeout).
+			Msg("closing: a frame did not arrive within frame_timeout of its first byte")
+		c.close("frame timeout")
 		return
 	}
 	c.close("read: " + err.Error())
 }
 
-// handshake reads and answers HELLO. It returns false when the connection
-// is finished.
-func (c *conn) handshake(br *bufio.Reader, hb []byte) bool {
-	if _, err := io.ReadFull(br, hb); err != nil {
+// handshakeBodyBytesMax bounds a HELLO body: version and token.
+const handshakeBodyBytesMax = 2 + 2 + proto.TokenBytesMax
+
+// handshake reads and answers HELLO, reading straight from the socket (no
+// buffer is allocated for a connection before it authenticates). It
+// returns false when the connection is finished.
+func (c *conn) handshake() bool {
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HandshakeTimeout))
+	var hb [proto.HeaderBytes]byte
+	if _, err := io.ReadFull(c.nc, hb[:]); err != nil {
 		c.close("handshake read: " + err.Error())
 		return false
 	}
-	h, err := proto.DecodeHeader(hb)
+	h, err := proto.DecodeHeader(hb[:])
 	if err != nil {
-		c.reject(h, statusOf(err), true, "handshake header: "+err.Error())
+		c.reject(h, statusOf(err), true, 0, "handshake header: "+err.Error())
 		return false
 	}
-	if h.Op != proto.OpHello || h.Length > proto.TokenBytesMax+16 {
-		c.reject(h, proto.StatusUnauthorized, true, "the first frame must be HELLO")
+	if h.Op != proto.OpHello || h.Length > handshakeBodyBytesMax {
+		c.reject(h, proto.StatusUnauthorized, true, 0, "the first frame must be HELLO")
 		return false
 	}
 	body := make([]byte, h.Length)
-	if _, err := io.ReadFull(br, body); err != nil {
+	if _, err := io.ReadFull(c.nc, body); err != nil {
 		c.close("handshake read: " + err.Error())
+		return false
+	}
+	// Checked once the (short) body is read, so the close that follows
+	// the answer is a FIN, not a reset that could discard the answer.
+	if h.Tenant != 0 {
+		c.reject(h, proto.StatusBadRequest, true, 0, fmt.Sprintf("HELLO carries tenant %d in its header; it must be 0", h.Tenant))
 		return false
 	}
 	req, err := proto.DecodeRequest(h, body)
 	if err != nil {
-		c.reject(h, statusOf(err), true, err.Error())
+		c.reject(h, statusOf(err), true, 0, err.Error())
 		return false
 	}
 	if req.Version != proto.Version {
-		c.reject(h, proto.StatusBadRequest, true, fmt.Sprintf("protocol version %d, server speaks %d", req.Version, proto.Version))
+		c.reject(h, proto.StatusBadRequest, true, 0, fmt.Sprintf("protocol version %d, server speaks %d", req.Version, proto.Version))
 		return false
 	}
 	spec, ok := c.s.reg.Authenticate(req.Token)
 	if !ok {
-		c.reject(h, proto.StatusUnauthorized, true, "unknown token")
+		c.reject(h, proto.StatusUnauthorized, true, 0, "unknown token")
 		return false
 	}
-	c.tenant, c.spec = spec.ID, spec
+	if resp, ok := c.s.promote(c, spec.ID); !ok {
+		if resp == nil {
+			c.close("evicted during the handshake")
+			return false
+		}
+		c.s.warnLog.event(c.log.Warn()).Uint32("tenant", uint32(spec.ID)).Str("status", resp.Status.String()).Msg("connection refused: " + resp.Message)
+		resp.Op, resp.ID = h.Op, h.ID
+		c.send(resp, true, 0)
+		return false
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	c.tenant, c.spec, c.tbudget = spec.ID, spec, c.s.tenants[spec.ID]
+	c.frameBytesMax = proto.RequestFrameBytesMax
+	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
+		c.frameBytesMax = int(m)
+	}
 	c.log = c.log.With().Uint32("tenant", uint32(spec.ID)).Logger()
 	c.send(&proto.Response{Op: proto.OpHello, ID: h.ID, Tenant: spec.ID, Version: proto.Version,
-		InflightPerConnMax: proto.InflightPerConnMax, FrameBytesMax: proto.RequestFrameBytesMax}, false)
+		InflightPerConnMax: proto.InflightPerConnMax, FrameBytesMax: uint32(c.frameBytesMax)}, false, 0)
 	return true
 }
 
-// frame handles one frame whose header is in hb; the caller holds an
-// in-flight slot, which frame releases (now, or when the request is
-// answered). It returns false when the connection is finished.
-func (c *conn) frame(br *bufio.Reader, hb []byte) bool {
+// frame handles one frame, whose first byte is buffered. The caller holds
+// an in-flight slot and held bytes of response budget, which frame gives
+// back (now, or when the request is answered). It returns false when the
+// connection is finished.
+func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
+	c.armFrameDeadline(br, proto.HeaderBytes)
+	if _, err := io.ReadFull(br, hb); err != nil {
+		c.done(held)
+		c.readFailed(err)
+		return false
+	}
 	h, err := proto.DecodeHeader(hb)
 	if err != nil {
 		// The length cannot be trusted: the stream is lost.
-		c.reject(h, statusOf(err), true, "bad header: "+err.Error())
+		c.reject(h, statusOf(err), true, held, "bad header: "+err.Error())
+		<-c.slots
 		return false
 	}
 	if h.Tenant != c.tenant {
-		c.reject(h, proto.StatusUnauthorized, true, fmt.Sprintf("header tenant %d is not the authenticated tenant", h.Tenant))
+		c.reject(h, proto.StatusUnauthorized, true, held, fmt.Sprintf("header tenant %d is not the authenticated tenant", h.Tenant))
+		<-c.slots
 		return false
 	}
 	frameBytes := proto.HeaderBytes + int(h.Length)
-	if h.Op == proto.OpHello {
-		return c.skip(br, h, proto.StatusBadRequest, "HELLO after the handshake")
-	}
-	if h.Length > proto.RequestBodyBytesMax {
+	switch {
+	case h.Op == proto.OpHello:
+		return c.skip(br, h, held, proto.StatusBadRequest, "HELLO after the handshake")
+	case h.Length > proto.RequestBodyBytesMax:
 		// Checked before anything is buffered: no request this long can
 		// fit in an acceptor-log record (the size chain, kv/proto).
-		return c.skip(br, h, proto.StatusTooLarge, fmt.Sprintf("request body of %d bytes exceeds %d (RequestBodyBytesMax)", h.Length, proto.RequestBodyBytesMax))
+		return c.skip(br, h, held, proto.StatusTooLarge, fmt.Sprintf("request body of %d bytes exceeds %d (RequestBodyBytesMax)", h.Length, proto.RequestBodyBytesMax))
+	case frameBytes > c.frameBytesMax:
+		// The tenant's bytes bucket never holds this much: refused now
+		// rather than left to wait for a full bucket.
+		return c.skip(br, h, held, proto.StatusTooLarge, fmt.Sprintf("frame of %d bytes exceeds the tenant's bytes_burst of %d", frameBytes, c.frameBytesMax))
 	}
 	if a := c.s.cfg.Admitter; a != nil {
 		if ok, retry := a.Admit(c.tenant, h.Op, frameBytes); !ok {
-			if _, err := br.Discard(int(h.Length)); err != nil {
-				c.close("read: " + err.Error())
+			if !c.discard(br, h, held) {
 				return false
 			}
-			resp := &proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant, Status: proto.StatusThrottled, RetryAfter: retry}
-			c.send(resp, false)
-			<-c.slots
+			c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant, Status: proto.StatusThrottled, RetryAfter: retry}, held)
 			return true
 		}
 	}
+	c.armFrameDeadline(br, int(h.Length))
 	body := make([]byte, h.Length)
 	if _, err := io.ReadFull(br, body); err != nil {
-		c.close("read: " + err.Error())
+		c.done(held)
+		c.readFailed(err)
 		return false
 	}
 	req, err := proto.DecodeRequest(h, body)
 	if err != nil {
-		c.reject(h, statusOf(err), false, err.Error())
+		c.reject(h, statusOf(err), false, held, err.Error())
 		<-c.slots
 		return true
 	}
 	if msg := c.overTenantLimits(req); msg != "" {
-		c.reject(h, proto.StatusTooLarge, false, msg)
+		c.reject(h, proto.StatusTooLarge, false, held, msg)
 		<-c.slots
 		return true
 	}
-	if req.Op == proto.OpPing {
-		c.send(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant}, false)
-		<-c.slots
+	switch req.Op {
+	case proto.OpPing:
+		c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant}, held)
 		return true
+	case proto.OpScan:
+		// A SCAN's reply may be megabytes: reserve all of it before the
+		// scan runs, waiting for this connection's own answers to drain.
+		need := scanReplyBytesMax(req.Limit, c.spec)
+		if need <= held {
+			break
+		}
+		extra := need - held
+		if !c.queued.wait(c.ctx, extra) {
+			c.done(held)
+			return false
+		}
+		ok := c.tbudget.tryAdd(extra)
+		if ok && !c.s.node.tryAdd(extra) {
+			c.tbudget.release(extra)
+			ok = false
+		}
+		if !ok {
+			c.queued.release(extra)
+			c.s.throttled.Add(1)
+			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes in the tenant's or node's response budget", need)
+			resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
+			c.answer(resp, held)
+			return true
+		}
+		held = need
 	}
 	c.inflight.Add(1)
-	go c.do(req)
+	go c.do(req, held)
 	return true
 }
 
 // skip discards a frame's body and answers it with st.
-func (c *conn) skip(br *bufio.Reader, h proto.Header, st proto.Status, reason string) bool {
-	if _, err := br.Discard(int(h.Length)); err != nil {
-		c.close("read: " + err.Error())
+func (c *conn) skip(br *bufio.Reader, h proto.Header, held int64, st proto.Status, reason string) bool {
+	if !c.discard(br, h, held) {
 		return false
 	}
-	c.reject(h, st, false, reason)
+	c.reject(h, st, false, held, reason)
 	<-c.slots
+	return true
+}
+
+// discard reads past a frame's body; on failure it gives back the slot
+// and held, and closes the connection.
+func (c *conn) discard(br *bufio.Reader, h proto.Header, held int64) bool {
+	c.armFrameDeadline(br, int(h.Length))
+	if _, err := br.Discard(int(h.Length)); err != nil {
+		c.done(held)
+		c.readFailed(err)
+		return false
+	}
 	return true
 }
 
@@ -379,7 +757,7 @@ func (c *conn) overTenantLimits(req *proto.Request) string {
 	return ""
 }
 
-func (c *conn) do(req *proto.Request) {
+func (c *conn) do(req *proto.Request, held int64) {
 	defer c.inflight.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.RequestTimeout)
 	resp := c.s.be.Do(ctx, c.tenant, req)
@@ -388,15 +766,19 @@ func (c *conn) do(req *proto.Request) {
 		resp = proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}
 	resp.Op, resp.ID, resp.Tenant = req.Op, req.ID, c.tenant
-	c.send(resp, false)
+	c.send(resp, false, held)
 	<-c.slots
 }
 
+// writerPool holds the writers' buffers between bursts, so an idle
+// connection holds none.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferBytes) }}
+
 // writeLoop writes queued responses, coalescing everything queued at the
-// moment into one flush.
+// moment into one flush, and gives their bytes back to the budgets once
+// the kernel has them.
 func (c *conn) writeLoop() {
 	defer c.s.wg.Done()
-	bw := bufio.NewWriterSize(c.nc, writeBufferBytes)
 	for {
 		var f outFrame
 		select {
@@ -404,17 +786,22 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		closeAfter := f.closeAfter
+		bw := writerPool.Get().(*bufio.Writer)
+		bw.Reset(c.nc)
+		closeAfter, charged := f.closeAfter, f.charged
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 		_, err := bw.Write(f.b)
 		for err == nil && !closeAfter && len(c.out) > 0 {
 			f = <-c.out
-			closeAfter = f.closeAfter
+			closeAfter, charged = f.closeAfter, charged+f.charged
 			_, err = bw.Write(f.b)
 		}
 		if err == nil {
 			err = bw.Flush()
 		}
+		bw.Reset(nil)
+		writerPool.Put(bw)
+		c.uncharge(charged)
 		if err != nil {
 			c.close("write: " + err.Error())
 			return

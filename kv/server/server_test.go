@@ -70,11 +70,17 @@ func (b *echoBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Requ
 
 func start(t *testing.T, be Backend, cfg Config) (*Server, string) {
 	t.Helper()
+	return startWith(t, registry(t), be, cfg, zerolog.Nop())
+}
+
+// startWith serves reg on be with cfg, logging to log.
+func startWith(t *testing.T, reg *tenants.Registry, be Backend, cfg Config, log zerolog.Logger) (*Server, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(cfg, registry(t), be, zerolog.Nop())
+	s := New(cfg, reg, be, log)
 	go s.Serve(ln)
 	t.Cleanup(func() { s.Close() })
 	return s, ln.Addr().String()
@@ -359,15 +365,20 @@ func TestCloseEndsEverything(t *testing.T) {
 	c.expectClosed()
 }
 
+// TestConnsMax: past the node's cap on authenticated connections a HELLO
+// is answered UNAVAILABLE and the connection closed.
 func TestConnsMax(t *testing.T) {
-	_, addr := start(t, &echoBackend{}, Config{ConnsMax: 1})
-	first := dialRaw(t, addr)
-	if r := first.hello(tokenA); r.Status != proto.StatusOK {
-		t.Fatal(r.Status)
+	_, addr := start(t, &echoBackend{}, Config{ConnsMax: 2, ConnsPerTenantMax: 2})
+	for i := 0; i < 2; i++ {
+		if r := dialRaw(t, addr).hello(tokenA); r.Status != proto.StatusOK {
+			t.Fatal(r.Status)
+		}
 	}
-	second := dialRaw(t, addr)
-	second.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tokenA}))
-	second.expectClosed()
+	third := dialRaw(t, addr)
+	if r := third.hello(tokenB); r.Status != proto.StatusUnavailable {
+		t.Fatalf("HELLO past conns_max: %v %s", r.Status, r.Message)
+	}
+	third.expectClosed()
 }
 
 // TestOversizedRequestSkipped walks the request-body limit byte by byte: a

@@ -15,7 +15,21 @@
 //	tenant u32 BE | user key              tenant data; tenant 0 is never a tenant
 //	0x00000000 | "applied"                u64 BE: last applied slot
 //	0x00000000 | "c" | tenant | client    exactly-once entry (see clients.go)
+//	0x00000000 | "e" | tenant | client    exactly-once tombstone of an evicted entry
 //	0x00000000 | "restoring"              written by versions before the verified restore (see Restore); refused
+//
+// Exactly-once. Every write carries (client id, seq, first unacked); the
+// client table (clients.go) answers a retried write with its remembered
+// result instead of applying it again. Each tenant has its own share of the
+// table (Options.ClientsMax): a tenant flooding new client ids evicts only
+// its own least-recently-applied clients. An evicted client leaves a
+// tombstone, its next sequence: a retry of any earlier write gets
+// SEQUENCE_STALE (never a second apply), while its new writes go on
+// working. A tenant remembers TombstonesPerShare times its share of
+// evicted clients; only past that is a client forgotten. The shares are
+// part of the state machine's definition: every replica must be opened
+// with the same ones, or replicas may decide differently whether a retried
+// write applies.
 //
 // Concurrency: Apply, Restore and Flush are serialised by the SM; Get and
 // Scan may run concurrently with them and read the latest committed state;
@@ -43,15 +57,25 @@ import (
 
 // Limits of the state machine.
 const (
-	// ClientsMax bounds the exactly-once table (tenant, client) entries.
-	// Past it the entries applied longest ago are evicted, clientsEvictBatch
-	// at a time; an evicted client's retried write would apply again.
-	ClientsMax = 4096
+	// ClientsPerTenantDefault is a tenant's share of the exactly-once
+	// table (entries, one per client id) when Options names none.
+	ClientsPerTenantDefault = 1024
+	// ClientsPerTenantMin and ClientsPerTenantMax bound a configured share.
+	ClientsPerTenantMin = 16
+	ClientsPerTenantMax = 16384
+	// ClientsTotalMax bounds the sum of the shares in Options.ClientsMax,
+	// and so the table's memory: an entry holds up to ResultsPerClientMax
+	// results. It is TenantsMax x ClientsPerTenantMin: every tenant of a
+	// full registry still gets the minimum share.
+	ClientsTotalMax = tenants.TenantsMax * ClientsPerTenantMin
+	// TombstonesPerShare: a tenant keeps up to this many tombstones (16
+	// bytes each) of evicted clients per entry of its share; past that its
+	// oldest are forgotten.
+	TombstonesPerShare = 16
 	// ResultsPerClientMax bounds the remembered results of one client: at
 	// most this many of its writes may be unacknowledged at once. It equals
 	// the per-connection pipeline depth.
 	ResultsPerClientMax = proto.InflightPerConnMax
-	clientsEvictBatch   = ClientsMax / 16
 	// restoreBatchBytesMax bounds one Pebble batch while restoring.
 	restoreBatchBytesMax = 4 << 20
 )
@@ -72,6 +96,34 @@ type Options struct {
 	MemTableBytes uint64
 	// Log receives Pebble's messages; nil discards them.
 	Log *zerolog.Logger
+	// ClientsMax is each tenant's share of the exactly-once table
+	// (ClientsPerTenantMin..ClientsPerTenantMax, ClientsTotalMax in all); a
+	// tenant it does not name gets ClientsDefault. Every replica must be
+	// opened with the same shares: they decide which clients are evicted,
+	// and so whether a retried write is answered or refused.
+	ClientsMax map[tenants.ID]int
+	// ClientsDefault is the share of a tenant ClientsMax does not name; 0
+	// is ClientsPerTenantDefault.
+	ClientsDefault int
+}
+
+// validate checks the shares.
+func (o Options) validate() error {
+	inRange := func(n int) bool { return n >= ClientsPerTenantMin && n <= ClientsPerTenantMax }
+	if o.ClientsDefault != 0 && !inRange(o.ClientsDefault) {
+		return fmt.Errorf("sm: default client share %d outside %d..%d", o.ClientsDefault, ClientsPerTenantMin, ClientsPerTenantMax)
+	}
+	total := 0
+	for id, n := range o.ClientsMax {
+		if !inRange(n) {
+			return fmt.Errorf("sm: tenant %d: client share %d outside %d..%d", id, n, ClientsPerTenantMin, ClientsPerTenantMax)
+		}
+		total += n
+	}
+	if total > ClientsTotalMax {
+		return fmt.Errorf("sm: client shares total %d, more than ClientsTotalMax=%d", total, ClientsTotalMax)
+	}
+	return nil
 }
 
 // SM is the state machine. Create it with Open.
@@ -88,13 +140,16 @@ type SM struct {
 	dbClosed bool
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
-	clients map[clientKey]*clientEntry
+	clients map[tenants.ID]*tenantClients
 	broken  error // set when a batch failed to commit: the SM can no longer apply
 	closed  bool
 
 	snapMu sync.Mutex
 	snaps  map[*io.PipeReader]struct{} // open snapshot streams, closed by Close
 	snapWG sync.WaitGroup
+
+	// Counters of the client table since Open (ClientStats).
+	evicted, forgotten atomic.Uint64
 }
 
 var (
@@ -102,6 +157,7 @@ var (
 	appliedKey       = []byte("\x00\x00\x00\x00applied")
 	restoringKey     = []byte("\x00\x00\x00\x00restoring")
 	clientsKeyPrefix = []byte("\x00\x00\x00\x00c")
+	tombsKeyPrefix   = []byte("\x00\x00\x00\x00e")
 	// keyspaceEnd sorts after every key the SM can hold: a 4-byte tenant
 	// prefix plus at most KeyBytesMax bytes of user key.
 	keyspaceEnd = bytes.Repeat([]byte{0xff}, 4+proto.KeyBytesMax+1)
@@ -114,6 +170,9 @@ var (
 // state is swapped in) or discarded (an unverified one): see Restore.
 func Open(dir string, opts Options) (*SM, error) {
 	dir = filepath.Clean(dir)
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	if err := recoverRestore(dir); err != nil {
 		return nil, err
 	}
@@ -188,6 +247,26 @@ func (s *SM) getRaw(key []byte) ([]byte, bool, error) {
 	out := bytes.Clone(v)
 	closer.Close()
 	return out, true, nil
+}
+
+// ClientStats describes the exactly-once table.
+type ClientStats struct {
+	Entries    int    // clients with remembered results
+	Tombstones int    // evicted clients still remembered
+	Evicted    uint64 // entries turned into tombstones since Open
+	Forgotten  uint64 // tombstones dropped since Open
+}
+
+// ClientStats returns the table's size and its counters.
+func (s *SM) ClientStats() ClientStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := ClientStats{Evicted: s.evicted.Load(), Forgotten: s.forgotten.Load()}
+	for _, tc := range s.clients {
+		st.Entries += len(tc.entries)
+		st.Tombstones += len(tc.tombs)
+	}
+	return st
 }
 
 // Applied returns the last applied slot (0 before the first Apply).

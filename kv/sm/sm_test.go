@@ -294,7 +294,7 @@ func TestExactlyOnceWindow(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		a.apply(1, &proto.Request{Op: proto.OpPut, ClientID: 5, Seq: uint64(i), FirstUnacked: 1, Key: []byte("k"), Value: []byte(fmt.Sprint(i))})
 	}
-	e := s.clients[clientKey{1, 5}]
+	e := s.entry(clientKey{1, 5})
 	if len(e.results) != ResultsPerClientMax || e.floor != uint64(n-ResultsPerClientMax+1) {
 		t.Fatalf("window: %d results, floor %d", len(e.results), e.floor)
 	}
@@ -313,23 +313,26 @@ func TestClientEviction(t *testing.T) {
 	s := openT(t, t.TempDir())
 	defer s.Close()
 	a := newApplier(t, s)
-	for c := uint64(1); c <= ClientsMax+1; c++ {
+	for c := uint64(1); c <= ClientsPerTenantDefault+1; c++ {
 		a.apply(1, &proto.Request{Op: proto.OpPut, ClientID: c, Seq: 1, FirstUnacked: 1, Key: []byte("k"), Value: []byte("v")})
 	}
-	if len(s.clients) > ClientsMax {
-		t.Fatalf("%d clients kept, max %d", len(s.clients), ClientsMax)
+	if n := len(s.clients[1].entries); n > ClientsPerTenantDefault {
+		t.Fatalf("%d clients kept, share %d", n, ClientsPerTenantDefault)
 	}
-	// The oldest clients went first.
-	if s.clients[clientKey{1, 1}] != nil || s.clients[clientKey{1, ClientsMax + 1}] == nil {
+	// The oldest clients went first, into tombstones.
+	if s.entry(clientKey{1, 1}) != nil || s.entry(clientKey{1, ClientsPerTenantDefault + 1}) == nil {
 		t.Fatal("eviction did not drop the oldest entry")
+	}
+	if tb, ok := s.clients[1].tombs[1]; !ok || tb.next != 2 {
+		t.Fatalf("evicted client 1 left tombstone %+v, %v", tb, ok)
 	}
 	// The table on disk matches memory.
 	loaded, err := loadClients(s.db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(loaded) != len(s.clients) {
-		t.Fatalf("on disk %d clients, in memory %d", len(loaded), len(s.clients))
+	if !tablesEqual(loaded, s.clients) {
+		t.Fatal("the client table on disk differs from memory")
 	}
 }
 

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"synod/kv/server"
+)
+
+// limitsConfig is the example config with a [limits] table of body.
+func limitsConfig(t *testing.T, body string) []byte {
+	return []byte(readExample(t) + "\n[limits]\n" + body)
+}
+
+func TestLimitsParse(t *testing.T) {
+	c, err := parseConfig(limitsConfig(t, `conns_max = 2000
+conns_per_tenant_max = 100
+conns_per_source_max = 300
+conns_unauthenticated_max = 64
+handshake_timeout = "2s"
+idle_timeout = "90s"
+frame_timeout = "3s"
+write_timeout = "4s"
+response_bytes_per_conn_max = 8388608
+response_bytes_per_tenant_max = 33554432
+response_bytes_per_node_max = 134217728
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.clientServerConfig(nil)
+	want := server.Config{ConnsMax: 2000, ConnsPerTenantMax: 100, ConnsPerSourceMax: 300, ConnsUnauthenticatedMax: 64,
+		HandshakeTimeout: 2 * time.Second, IdleTimeout: 90 * time.Second, FrameTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
+		ResponseBytesPerConnMax: 8 << 20, ResponseBytesPerTenantMax: 32 << 20, ResponseBytesPerNodeMax: 128 << 20}
+	if got != want {
+		t.Fatalf("server config\n got %+v\nwant %+v", got, want)
+	}
+	// Absent: every field zero, which the server reads as its defaults.
+	c, err = parseConfig([]byte(readExample(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.clientServerConfig(nil).WithDefaults(); d.ConnsPerTenantMax >= d.ConnsMax || d.IdleTimeout != server.IdleTimeoutDefault {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+func TestLimitsInvalid(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"conns_maxx = 5\n", "limits.conns_maxx"},
+		{"conns_max = 100\nconns_per_tenant_max = 100\n", "limits.conns_per_tenant_max"},
+		{"conns_max = 1\n", "limits.conns_per_tenant_max"}, // the default per-tenant cap (1) is not below it
+		{"conns_per_source_max = -1\n", "limits.conns_per_source_max"},
+		{"idle_timeout = \"soon\"\n", "limits.idle_timeout"},
+		{"idle_timeout = \"-5s\"\n", "limits.idle_timeout"},
+		{"frame_timeout = \"1ms\"\n", "limits.frame_timeout"},
+		{"response_bytes_per_conn_max = 1048576\n", "limits.response_bytes_per_conn_max"},
+		{"response_bytes_per_tenant_max = 300000000\nresponse_bytes_per_node_max = 200000000\n", "limits.response_bytes_per_node_max"},
+	} {
+		_, err := parseConfig(limitsConfig(t, tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: want an error naming %s, got %v", tc.body, tc.want, err)
+		}
+	}
+}

@@ -1,0 +1,539 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// The hostile-input attacks on the client port, each reproduced at unit
+// level with the harm it used to do checked absent. No assertion depends
+// on speed: waits are polls with generous deadlines.
+
+// pollTimeout bounds every wait for a condition in these tests.
+const pollTimeout = 20 * time.Second
+
+// eventually polls cond until it holds or pollTimeout passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, pollTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// victimServed checks that a fresh connection of token authenticates and
+// gets a GET answered.
+func victimServed(t *testing.T, addr, token string, tenant tenants.ID) {
+	t.Helper()
+	v := dialRaw(t, addr)
+	if r := v.hello(token); r.Status != proto.StatusOK {
+		t.Fatalf("victim HELLO: %v %s", r.Status, r.Message)
+	}
+	v.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: tenant, ID: 2, Key: []byte("v")}))
+	if r := v.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatalf("victim GET: %v %s", r.Status, r.Message)
+	}
+	v.nc.Close()
+}
+
+// TestTenantConnCap: one tenant opening more connections than its cap is
+// refused (THROTTLED, closed) while another tenant still connects, and a
+// slot freed by a close can be used again.
+func TestTenantConnCap(t *testing.T) {
+	s, addr := start(t, &echoBackend{}, Config{ConnsMax: 8, ConnsPerTenantMax: 3})
+	var held []*rawConn
+	for i := 0; i < 3; i++ {
+		c := dialRaw(t, addr)
+		if r := c.hello(tokenA); r.Status != proto.StatusOK {
+			t.Fatalf("connection %d: %v", i, r.Status)
+		}
+		held = append(held, c)
+	}
+	for i := 0; i < 5; i++ {
+		over := dialRaw(t, addr)
+		r := over.hello(tokenA)
+		if r.Status != proto.StatusThrottled || r.RetryAfter < RetryAfterMin {
+			t.Fatalf("HELLO over the tenant's cap: %v retry %v %s", r.Status, r.RetryAfter, r.Message)
+		}
+		over.expectClosed()
+	}
+	victimServed(t, addr, tokenB, 2)
+	if st := s.Stats(); st.ConnsRefused != 5 {
+		t.Fatalf("refused %d, want 5", st.ConnsRefused)
+	}
+	held[0].nc.Close()
+	eventually(t, "the closed connection's slot is given back", func() bool { return s.Stats().ConnsAuthenticated == 2 })
+	victimServed(t, addr, tokenA, 1)
+}
+
+// TestPreHelloFloodDoesNotLockOut: connections that never complete HELLO
+// (silent, or trickling a header) fill the pre-HELLO pool; new ones evict
+// the oldest, so a real client still authenticates, every time.
+func TestPreHelloFloodDoesNotLockOut(t *testing.T) {
+	const pool = 8
+	s, addr := start(t, &echoBackend{}, Config{ConnsUnauthenticatedMax: pool, ConnsPerSourceMax: 1000})
+	var flood []net.Conn
+	defer func() {
+		for _, nc := range flood {
+			nc.Close()
+		}
+	}()
+	for round := 0; round < 5; round++ {
+		for i := 0; i < 4*pool; i++ {
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc.Write([]byte{0, 0}) // the start of a header, never finished
+			flood = append(flood, nc)
+		}
+		victimServed(t, addr, tokenA, 1)
+		if st := s.Stats(); st.ConnsUnauthenticated > pool {
+			t.Fatalf("%d pre-HELLO connections, pool %d", st.ConnsUnauthenticated, pool)
+		}
+	}
+	if st := s.Stats(); st.ConnsEvicted < 4*pool {
+		t.Fatalf("evicted %d pre-HELLO connections, want >= %d", st.ConnsEvicted, 4*pool)
+	}
+}
+
+// TestSourceCap: a source address full of authenticated connections is
+// refused at accept; one whose excess is pre-HELLO loses its oldest
+// pre-HELLO connection instead.
+func TestSourceCap(t *testing.T) {
+	s, addr := start(t, &echoBackend{}, Config{ConnsMax: 64, ConnsPerTenantMax: 16, ConnsPerSourceMax: 3})
+	a1, a2 := dialRaw(t, addr), dialRaw(t, addr)
+	a1.hello(tokenA)
+	a2.hello(tokenB)
+	silent := dialRaw(t, addr)
+	eventually(t, "the silent connection is registered", func() bool { return s.Stats().ConnsUnauthenticated == 1 })
+	// The source is full (2 authenticated, 1 pre-HELLO): the new one
+	// evicts the silent one and authenticates.
+	victimServed(t, addr, tokenA, 1)
+	silent.expectClosed()
+	eventually(t, "the victim's slot is given back", func() bool { return s.Stats().ConnsAuthenticated == 2 })
+	a3 := dialRaw(t, addr)
+	a3.hello(tokenA)
+	// Now three authenticated connections: a fourth is closed at accept.
+	refused := dialRaw(t, addr)
+	refused.expectClosed()
+	if st := s.Stats(); st.ConnsRefused != 1 || st.ConnsEvicted != 1 {
+		t.Fatalf("refused %d evicted %d, want 1 and 1", st.ConnsRefused, st.ConnsEvicted)
+	}
+}
+
+// TestIdleTimeout: an authenticated connection that sends nothing is
+// closed after IdleTimeout, but not while a request is in flight, and not
+// while it keeps sending.
+func TestIdleTimeout(t *testing.T) {
+	be := &echoBackend{gate: make(chan struct{})}
+	const idle = time.Second
+	_, addr := start(t, be, Config{IdleTimeout: idle, RequestTimeout: time.Minute})
+
+	quiet := dialRaw(t, addr)
+	quiet.hello(tokenA)
+
+	busy := dialRaw(t, addr)
+	busy.hello(tokenA)
+	busy.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: 7, Key: []byte("slow")}))
+
+	chatty := dialRaw(t, addr)
+	chatty.hello(tokenA)
+
+	// The chatty connection sends something well within each idle
+	// timeout, for longer than one; meanwhile the busy one waits for its
+	// answer.
+	for i := 0; i < 15; i++ {
+		chatty.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: 1, ID: uint64(i)}))
+		if r := chatty.mustRecv(); r.Status != proto.StatusOK {
+			t.Fatal(r.Status)
+		}
+		time.Sleep(idle / 10)
+	}
+	quiet.expectClosed()
+	close(be.gate)
+	if r := busy.mustRecv(); r.Status != proto.StatusOK || r.ID != 7 {
+		t.Fatalf("busy connection: %+v", r)
+	}
+	busy.expectClosed() // idle again, and now nothing is in flight
+}
+
+// TestFrameTimeout: a frame whose bytes trickle in (a partial header, a
+// partial body) closes the connection after FrameTimeout, and a HELLO
+// that never completes closes it after HandshakeTimeout.
+func TestFrameTimeout(t *testing.T) {
+	cfg := Config{FrameTimeout: 200 * time.Millisecond, HandshakeTimeout: 200 * time.Millisecond, IdleTimeout: time.Hour}
+	_, addr := start(t, &echoBackend{}, cfg)
+
+	hello := dialRaw(t, addr)
+	hello.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tokenA})[:10])
+	hello.expectClosed()
+
+	header := dialRaw(t, addr)
+	header.hello(tokenA)
+	frame := proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: 3, Key: []byte("key")})
+	header.send(frame[:7])
+	header.expectClosed()
+
+	body := dialRaw(t, addr)
+	body.hello(tokenA)
+	put := proto.AppendRequest(nil, &proto.Request{Op: proto.OpPut, Tenant: 1, ID: 4, ClientID: 1, Seq: 1, FirstUnacked: 1,
+		Key: []byte("k"), Value: make([]byte, 200<<10)})
+	// Every byte but the last, in pieces, each well within the timeout:
+	// the frame as a whole is not.
+	for off := 0; off < len(put)-1; {
+		n := min(len(put)-1-off, 32<<10)
+		if _, err := body.nc.Write(put[off : off+n]); err != nil {
+			break // already closed
+		}
+		off += n
+		time.Sleep(50 * time.Millisecond)
+	}
+	body.expectClosed()
+
+	// An idle gap between whole frames is not a slow frame.
+	ok := dialRaw(t, addr)
+	ok.hello(tokenA)
+	time.Sleep(3 * cfg.FrameTimeout)
+	ok.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: 1, ID: 9}))
+	if r := ok.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+}
+
+// TestHelloNonZeroTenant: the HELLO header must carry tenant 0.
+func TestHelloNonZeroTenant(t *testing.T) {
+	_, addr := start(t, &echoBackend{}, Config{})
+	c := dialRaw(t, addr)
+	c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, Tenant: 1, ID: 1, Version: proto.Version, Token: tokenA}))
+	if r := c.mustRecv(); r.Status != proto.StatusBadRequest {
+		t.Fatalf("HELLO with tenant 1 in its header: %v %s", r.Status, r.Message)
+	}
+	c.expectClosed()
+}
+
+// shaperAdmitter adapts tenants.Shaper as kvnode does.
+type shaperAdmitter struct{ s *tenants.Shaper }
+
+func (a shaperAdmitter) Admit(id tenants.ID, op proto.Opcode, n int) (bool, time.Duration) {
+	return a.s.Admit(id, uint8(op), n)
+}
+
+// TestFrameOverBytesBurst: a frame larger than the tenant's bytes_burst
+// can never be admitted by its bucket: it is answered TOO_LARGE at once
+// (not THROTTLED, not left waiting), the connection goes on, and HELLO
+// reports the tenant's frame limit.
+func TestFrameOverBytesBurst(t *testing.T) {
+	reg, err := tenants.NewRegistry([]tenants.Spec{{ID: 3, Name: "c", Token: "token-tenant-c", BytesPerSec: 1000, BytesBurst: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startWith(t, reg, &echoBackend{}, Config{Admitter: shaperAdmitter{tenants.NewShaper(reg, time.Now, nil)}}, zerolog.Nop())
+	c := dialRaw(t, addr)
+	if r := c.hello("token-tenant-c"); r.FrameBytesMax != 4096 {
+		t.Fatalf("HELLO reports frame bytes max %d, want the tenant's 4096", r.FrameBytesMax)
+	}
+	put := func(id uint64, n int) *proto.Response {
+		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPut, Tenant: 3, ID: id, ClientID: 1, Seq: id, FirstUnacked: id,
+			Key: []byte("k"), Value: make([]byte, n)}))
+		return c.mustRecv()
+	}
+	if r := put(1, 5000); r.Status != proto.StatusTooLarge || !strings.Contains(r.Message, "bytes_burst") {
+		t.Fatalf("frame over the burst: %v %s", r.Status, r.Message)
+	}
+	if r := put(2, 1000); r.Status != proto.StatusOK {
+		t.Fatalf("frame within the burst: %v %s", r.Status, r.Message)
+	}
+}
+
+type fixedAdmitter struct{ retry time.Duration }
+
+func (a fixedAdmitter) Admit(tenants.ID, proto.Opcode, int) (bool, time.Duration) {
+	return false, a.retry
+}
+
+// TestRetryAfterFloor: a retry-after of a few microseconds is raised to
+// RetryAfterMin; a longer one is passed on.
+func TestRetryAfterFloor(t *testing.T) {
+	for _, tc := range []struct{ given, want time.Duration }{
+		{150 * time.Microsecond, RetryAfterMin},
+		{0, RetryAfterMin},
+		{40 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		_, addr := start(t, &echoBackend{}, Config{Admitter: fixedAdmitter{tc.given}})
+		c := dialRaw(t, addr)
+		c.hello(tokenA)
+		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: 1, Key: []byte("k")}))
+		if r := c.mustRecv(); r.Status != proto.StatusThrottled || r.RetryAfter != tc.want {
+			t.Fatalf("admitter retry %v: %v retry %v, want %v", tc.given, r.Status, r.RetryAfter, tc.want)
+		}
+	}
+}
+
+// bigBackend answers every SCAN with scanBytes of pairs and every GET with
+// a value of getBytes, counting the requests it executed.
+type bigBackend struct {
+	pairs       []proto.KV
+	value       []byte
+	scans, gets atomic.Int64
+}
+
+func newBigBackend(scanBytes, getBytes int) *bigBackend {
+	b := &bigBackend{value: bytes.Repeat([]byte("v"), getBytes)}
+	const pairBytes = 256 << 10
+	for i := 0; i*pairBytes < scanBytes; i++ {
+		b.pairs = append(b.pairs, proto.KV{Key: []byte(fmt.Sprintf("k%04d", i)), Value: bytes.Repeat([]byte("s"), pairBytes)})
+	}
+	return b
+}
+
+func (b *bigBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	switch req.Op {
+	case proto.OpScan:
+		b.scans.Add(1)
+		return &proto.Response{Pairs: b.pairs, More: true}
+	case proto.OpGet:
+		b.gets.Add(1)
+		return &proto.Response{Value: b.value}
+	}
+	return &proto.Response{}
+}
+
+// connPeaks returns the highest response-budget peak of s's connections.
+func connPeaks(s *Server) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p int64
+	for c := range s.conns {
+		p = max(p, c.queued.peak.Load())
+	}
+	return p
+}
+
+// pipelineScans sends n SCANs on c and never reads the answers.
+func pipelineScans(c *rawConn, tenant tenants.ID, n int) {
+	var frames []byte
+	for i := 0; i < n; i++ {
+		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpScan, Tenant: tenant, ID: uint64(100 + i), Limit: proto.ScanLimitMax})
+	}
+	go c.nc.Write(frames) // blocks once the server stops reading
+}
+
+// TestScanPipelineWithoutReading: connections pipelining 256 SCANs of
+// 2 MiB each and never reading their socket. The server stops reading
+// each of them once its own response budget is full and refuses SCANs the
+// tenant's budget has no room for, so a handful of scans run instead of
+// all 768, the bytes queued stay within the connection's, tenant's and
+// node's bounds, another tenant is served meanwhile, and everything is
+// given back when the attackers go.
+func TestScanPipelineWithoutReading(t *testing.T) {
+	be := newBigBackend(2<<20, 0)
+	const attackers = 3
+	cfg := Config{
+		WriteTimeout:              2 * time.Second,
+		ConnsMax:                  16,
+		ResponseBytesPerConnMax:   2 * ResponseBytesPerConnMin,
+		ResponseBytesPerTenantMax: 3 * ResponseBytesPerConnMin,
+		ResponseBytesPerNodeMax:   5 * ResponseBytesPerConnMin,
+	}
+	s, addr := start(t, be, cfg)
+	var conns []*rawConn
+	for i := 0; i < attackers; i++ {
+		c := dialRaw(t, addr)
+		c.hello(tokenA)
+		pipelineScans(c, 1, proto.InflightPerConnMax)
+		conns = append(conns, c)
+	}
+	// Wait until the attack is stuck: the tenant's budget is full.
+	eventually(t, "the tenant's response budget refuses a SCAN", func() bool { return s.Stats().ResponsesThrottled > 0 })
+	victim := dialRaw(t, addr)
+	victim.hello(tokenB)
+	victim.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpScan, Tenant: 2, ID: 1, Limit: 10}))
+	if r := victim.mustRecv(); r.Status != proto.StatusOK || len(r.Pairs) == 0 {
+		t.Fatalf("victim SCAN during the attack: %v %s", r.Status, r.Message)
+	}
+	st := s.Stats()
+	t.Logf("scans run %d, stats %+v", be.scans.Load(), st)
+	// Each attacker's budget holds two largest replies, the kernel's
+	// socket buffers a few more; without the bound all 768 would run.
+	if n := be.scans.Load(); n > attackers*32 {
+		t.Fatalf("%d scans ran for %d connections that never read", n, attackers)
+	}
+	if p := connPeaks(s); p > cfg.ResponseBytesPerConnMax {
+		t.Fatalf("a connection held %d response bytes, bound %d", p, cfg.ResponseBytesPerConnMax)
+	}
+	if st.ResponseBytesPeak > cfg.ResponseBytesPerNodeMax {
+		t.Fatalf("the node held %d response bytes, bound %d", st.ResponseBytesPeak, cfg.ResponseBytesPerNodeMax)
+	}
+	// WriteTimeout without progress closes the attackers (only the
+	// victim is left), and not one more scan runs for them.
+	for _, c := range conns {
+		c.nc.Close()
+	}
+	victim.nc.Close()
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
+}
+
+// TestLargeAnswersWithoutReading: GETs of the largest values pipelined without
+// reading: answers that do not fit the connection's budget are replaced
+// by THROTTLED, so the budget is never exceeded; a client that reads gets
+// its large values.
+func TestLargeAnswersWithoutReading(t *testing.T) {
+	be := newBigBackend(0, proto.ValueBytesMax)
+	cfg := Config{ResponseBytesPerConnMax: ResponseBytesPerConnMin, WriteTimeout: 2 * time.Second}
+	s, addr := start(t, be, cfg)
+	a := dialRaw(t, addr)
+	a.hello(tokenA)
+	var frames []byte
+	for i := 0; i < proto.InflightPerConnMax; i++ {
+		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(i + 1), Key: []byte("big")})
+	}
+	go a.nc.Write(frames)
+	eventually(t, "some answers are refused", func() bool { return s.Stats().ResponsesThrottled > 0 })
+	if p := connPeaks(s); p > cfg.ResponseBytesPerConnMax {
+		t.Fatalf("a connection held %d response bytes, bound %d", p, cfg.ResponseBytesPerConnMax)
+	}
+	reader := dialRaw(t, addr)
+	reader.hello(tokenB)
+	for i := 0; i < 8; i++ {
+		reader.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 2, ID: uint64(i), Key: []byte("big")}))
+		if r := reader.mustRecv(); r.Status != proto.StatusOK || len(r.Value) != proto.ValueBytesMax {
+			t.Fatalf("reading client: %v, %d bytes", r.Status, len(r.Value))
+		}
+	}
+	a.nc.Close()
+	reader.nc.Close()
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestBadAuthLogRateLimited: a flood of connections with a bad token logs
+// at most logLinesPerSecMax warnings a second; the next line let through
+// says how many were suppressed.
+func TestBadAuthLogRateLimited(t *testing.T) {
+	var sink syncBuffer
+	clk := &fakeClock{}
+	clk.Advance(time.Hour)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{}, registry(t), &echoBackend{}, zerolog.New(&sink))
+	s.warnLog.now = clk.Now
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	addr := ln.Addr().String()
+
+	badConn := func() {
+		c := dialRaw(t, addr)
+		if r := c.hello("not-a-valid-token"); r.Status != proto.StatusUnauthorized {
+			t.Fatal(r.Status)
+		}
+		c.expectClosed()
+	}
+	const flood = 3 * logLinesPerSecMax
+	for i := 0; i < flood; i++ {
+		badConn()
+	}
+	if n := strings.Count(sink.String(), "unknown token"); n != logLinesPerSecMax {
+		t.Fatalf("%d lines for %d bad connections in one second, want %d", n, flood, logLinesPerSecMax)
+	}
+	if got := s.Stats().LogLinesSuppressed; got != flood-logLinesPerSecMax {
+		t.Fatalf("%d lines counted as suppressed, want %d", got, flood-logLinesPerSecMax)
+	}
+	clk.Advance(logWindow)
+	badConn()
+	want := fmt.Sprintf(`"suppressed":%d`, flood-logLinesPerSecMax)
+	if out := sink.String(); strings.Count(out, "unknown token") != logLinesPerSecMax+1 || !strings.Contains(out, want) {
+		t.Fatalf("after a second: want one more line carrying %s; log:\n%s", want, out)
+	}
+}
+
+// TestConfigValidate: relations the server needs are checked.
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, cfg := range []Config{
+		{ConnsMax: 4, ConnsPerTenantMax: 5},
+		{ResponseBytesPerConnMax: ResponseBytesPerConnMin - 1},
+		{ResponseBytesPerConnMax: 64 << 20, ResponseBytesPerTenantMax: 32 << 20},
+		{ResponseBytesPerTenantMax: 512 << 20, ResponseBytesPerNodeMax: 256 << 20},
+		{IdleTimeout: time.Microsecond},
+	} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v: accepted", cfg)
+		}
+	}
+}
+
+// TestCollector: the counters reach Prometheus.
+func TestCollector(t *testing.T) {
+	s, addr := start(t, &echoBackend{}, Config{ConnsMax: 4, ConnsPerTenantMax: 1})
+	dialRaw(t, addr).hello(tokenA)
+	over := dialRaw(t, addr)
+	over.hello(tokenA)
+	over.expectClosed()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			if len(m.GetLabel()) > 0 {
+				got[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] = v
+				continue
+			}
+			got[mf.GetName()] = v
+		}
+	}
+	if got["synod_client_conns/authenticated"] != 1 || got["synod_client_conns_refused_total"] != 1 {
+		t.Fatalf("metrics: %v", got)
+	}
+	if _, ok := got["synod_client_response_bytes_peak"]; !ok || len(got) != 8 {
+		t.Fatalf("metrics: %v", got)
+	}
+}

@@ -1,0 +1,47 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector exports the server's Stats as Prometheus metrics:
+//
+//	synod_client_conns{state="authenticated"|"unauthenticated"}
+//	synod_client_conns_refused_total       a connection cap refused a connection
+//	synod_client_conns_evicted_total       pre-HELLO connections closed to make room
+//	synod_client_response_bytes            response bytes reserved or unwritten (node)
+//	synod_client_response_bytes_peak       the most it held
+//	synod_client_responses_throttled_total THROTTLED for want of response budget
+//	synod_client_log_lines_suppressed_total
+func (s *Server) Collector() prometheus.Collector {
+	return &collector{s: s,
+		conns:      prometheus.NewDesc("synod_client_conns", "Client connections open, by state.", []string{"state"}, nil),
+		refused:    prometheus.NewDesc("synod_client_conns_refused_total", "Client connections refused by a connection cap.", nil, nil),
+		evicted:    prometheus.NewDesc("synod_client_conns_evicted_total", "Pre-HELLO connections closed to make room for newer ones.", nil, nil),
+		bytes:      prometheus.NewDesc("synod_client_response_bytes", "Response bytes reserved for requests in flight or not yet written.", nil, nil),
+		peak:       prometheus.NewDesc("synod_client_response_bytes_peak", "The most response bytes reserved or unwritten at once.", nil, nil),
+		throttled:  prometheus.NewDesc("synod_client_responses_throttled_total", "Requests answered THROTTLED for want of response budget.", nil, nil),
+		suppressed: prometheus.NewDesc("synod_client_log_lines_suppressed_total", "Log lines about bad connections or requests dropped by the rate limit.", nil, nil),
+	}
+}
+
+type collector struct {
+	s                                                           *Server
+	conns, refused, evicted, bytes, peak, throttled, suppressed *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.throttled, c.suppressed} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(st.ConnsAuthenticated), "authenticated")
+	ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(st.ConnsUnauthenticated), "unauthenticated")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.ConnsRefused))
+	ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(st.ConnsEvicted))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.ResponseBytes))
+	ch <- prometheus.MustNewConstMetric(c.peak, prometheus.GaugeValue, float64(st.ResponseBytesPeak))
+	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.ResponsesThrottled))
+	ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(st.LogLinesSuppressed))
+}
