@@ -43,6 +43,9 @@ const (
 	nsClientPort    = 7001
 	nsConsensusPort = 7011
 	nsAdminPort     = 7021
+	// nsAdminToken guards the namespace nodes' admin endpoints, which
+	// listen on LAN addresses.
+	nsAdminToken = "e2e-namespace-admin-token"
 	// nsHostOctet is the root namespace's address on the LAN.
 	nsHostOctet = 254
 	// nsFrameCount is the UMEM size of each AF_XDP node (2048-byte
@@ -159,10 +162,14 @@ func newNSCluster(t testing.TB, name string, subnet int, kinds []string) *nsClus
 			client:    netip.AddrPortFrom(a, nsClientPort).String(),
 			consensus: netip.AddrPortFrom(a, nsConsensusPort).String(),
 			admin:     netip.AddrPortFrom(a, nsAdminPort).String(),
+			// The admin address is not loopback, so kvnode requires a
+			// token on it.
+			adminToken: nsAdminToken,
 		})
 	}
 	for i, nd := range c.nodes {
 		var b strings.Builder
+		fmt.Fprintf(&b, "[admin]\ntoken = %q\n", nsAdminToken)
 		fmt.Fprintf(&b, "[transport]\nkind = %q\n", kinds[i])
 		if kinds[i] == afxdp.TransportAFXDP {
 			// Adaptive polling, unpinned by default: the cores are
