@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,14 @@ type Metrics struct {
 	bytes     *prometheus.CounterVec
 	throttled *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	// info is 1 for every tenant, labelled with its id and priority
+	// class, so a query can select tenants by class (an alert on the
+	// throttling of critical tenants joins on it).
+	info *prometheus.GaugeVec
 }
+
+// classLabels are the priority label values of synod_tenant_info, by Class.
+var classLabels = [...]string{ClassCritical: "critical", ClassStandard: "standard", ClassBulk: "bulk"}
 
 const unknownTenantLabel = "unknown"
 
@@ -50,9 +58,23 @@ func NewMetrics(reg *Registry) *Metrics {
 			// 10 µs .. ~1.3 s
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18),
 		}, []string{"tenant", "stage"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "synod", Subsystem: "tenant", Name: "info",
+			Help: "1 for each configured tenant, with its id and priority class.",
+		}, []string{"tenant", "id", "priority"}),
 	}
 	for _, sp := range reg.All() {
 		m.names[sp.ID] = sp.Name
+		class := "unknown"
+		if int(sp.Priority) < len(classLabels) {
+			class = classLabels[sp.Priority]
+		}
+		m.info.WithLabelValues(sp.Name, strconv.FormatUint(uint64(sp.ID), 10), class).Set(1)
+		// The throttled series exist from the start, so a rate over them
+		// sees the first refusal (a series born at 1 shows no increase).
+		for _, why := range []ThrottleReason{ThrottleRate, ThrottleQueue} {
+			m.throttled.WithLabelValues(sp.Name, string(why))
+		}
 	}
 	return m
 }
@@ -70,6 +92,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.bytes.Describe(ch)
 	m.throttled.Describe(ch)
 	m.latency.Describe(ch)
+	m.info.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -78,6 +101,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.bytes.Collect(ch)
 	m.throttled.Collect(ch)
 	m.latency.Collect(ch)
+	m.info.Collect(ch)
 }
 
 // Admitted counts one admitted frame.

@@ -95,6 +95,8 @@ func (r *Replica) applyInput(it applyItem) {
 		}
 		applied := r.sm.Applied()
 		r.metrics.Installed.Inc()
+		r.metrics.SnapshotSlot.Set(float64(applied))
+		r.metrics.SnapshotBytes.Set(float64(len(it.snap.Data)))
 		r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
 		r.applied.Store(applied)
 		as.lastSnap = applied
@@ -120,7 +122,9 @@ func (r *Replica) applyInput(it applyItem) {
 				cmds = append(cmds, cmd)
 			}
 		}
+		start := r.cfg.Now()
 		results, err := r.sm.Apply(uint64(e.Slot), cmds)
+		r.metrics.applySeconds.Observe(r.cfg.Now().Sub(start).Seconds())
 		if err != nil {
 			as.broken = true
 			r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
@@ -174,6 +178,8 @@ func (r *Replica) snapshot(last *uint64) {
 		return
 	}
 	r.metrics.Snapshots.Inc()
+	r.metrics.SnapshotSlot.Set(float64(slot))
+	r.metrics.SnapshotBytes.Set(float64(len(data)))
 	r.log.Debug().Uint64("slot", slot).Uint64("durable", durable).Int("bytes", len(data)).Msg("snapshot taken")
 	// Never block here: the consensus loop may itself be blocked handing
 	// this loop committed entries. A full control queue only delays

@@ -210,7 +210,7 @@ func (r *Replica) consensusInput(in consensusInput) {
 	if r.accel != nil {
 		r.accel.registers(&s)
 	}
-	r.metrics.Commit.Set(float64(s.Commit))
+	r.metrics.setStatus(&s)
 	if s.Leader != ls.lastLeader {
 		r.metrics.LeaderChanges.Inc()
 		r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
@@ -326,10 +326,12 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 		accepted = r.accel.fast.notPersisted(accepted) // the fast path persisted these
 	}
 	if len(accepted) > 0 {
+		start := r.cfg.Now()
 		err := r.alog.Append(accepted)
 		if err == nil {
 			err = r.alog.Persist()
 		}
+		r.metrics.persistSeconds.Observe(r.cfg.Now().Sub(start).Seconds())
 		if errors.Is(err, ErrLogFull) {
 			if !r.logFull.Load() {
 				r.log.Warn().Msg("acceptor log full: refusing writes until a snapshot lets it truncate")
@@ -447,6 +449,7 @@ func (r *Replica) checkLogUsage() {
 		pct = logSnapshotUsedPercent
 	}
 	used, capacity := r.alog.Usage()
+	r.metrics.setLogUsage(used, capacity)
 	if capacity <= 0 || used*100 < capacity*pct {
 		return
 	}
@@ -479,4 +482,5 @@ func (r *Replica) compacted(slot, durable paxos.Slot, data []byte) {
 	if err := r.alog.TruncateBelow(min(slot, durable) + 1); err != nil {
 		r.log.Warn().Err(err).Uint64("slot", uint64(slot)).Msg("truncating the acceptor log")
 	}
+	r.metrics.setLogUsage(r.alog.Usage())
 }

@@ -2,6 +2,8 @@ package replica
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"synod/paxos"
 )
 
 // Metrics are the runtime's Prometheus series. Each replica registers its
@@ -30,7 +32,36 @@ type Metrics struct {
 	// Shed counts client requests the overload guard refused, by the
 	// tenant's priority class.
 	Shed *prometheus.CounterVec
+
+	// Leadership and the acceptor's ballot, from the consensus loop's
+	// latest paxos status.
+	IsLeader      prometheus.Gauge // 1 while this replica leads, else 0
+	LeaderID      prometheus.Gauge // the leader this replica knows of (0: none)
+	PromisedRound prometheus.Gauge // round of the highest ballot promised
+	// LogUsed and LogCapacity are the acceptor log's bytes in use and its
+	// ring's size (consensus loop: after each persist and truncation).
+	LogUsed     prometheus.Gauge
+	LogCapacity prometheus.Gauge
+	// SnapshotSlot is the slot of the last snapshot taken or installed;
+	// SnapshotBytes that snapshot's size (apply loop).
+	SnapshotSlot  prometheus.Gauge
+	SnapshotBytes prometheus.Gauge
+	// Stage times the stages of the write path on this node, by stage:
+	// "persist" (the consensus loop appending and persisting one Ready's
+	// accepted entries to the acceptor log; entries the accel fast path
+	// persisted on the receive loop are not in it) and "apply" (applying
+	// one committed slot to the state machine).
+	Stage *prometheus.HistogramVec
+	// persistSeconds and applySeconds are Stage's two children, looked up
+	// once.
+	persistSeconds, applySeconds prometheus.Observer
 }
+
+// Stage labels of Metrics.Stage.
+const (
+	stagePersist = "persist"
+	stageApply   = "apply"
+)
 
 // NewMetrics creates the series and registers them with reg (nil: not
 // registered).
@@ -65,10 +96,52 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams and side-channel connections refused by authentication (forged, wrong secret, other cluster, replayed)."}),
 		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_overload_shed_total", Help: "Client requests refused THROTTLED by the overload guard, by priority class."}, []string{"class"}),
+		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_is_leader", Help: "1 while this replica is the leader, else 0."}),
+		LeaderID: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_leader_id", Help: "Node id of the leader this replica knows of (0: none)."}),
+		PromisedRound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synod_promised_ballot_round", Help: "Round of the highest ballot this replica's acceptor promised."}),
+		LogUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synod_acceptor_log_used_bytes", Help: "Bytes of the acceptor log's ring in use (appended and not yet truncated)."}),
+		LogCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synod_acceptor_log_capacity_bytes", Help: "Size of the acceptor log's ring in bytes; writes are refused when it is full."}),
+		SnapshotSlot: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synod_snapshot_slot", Help: "Slot of the last snapshot taken or installed (0: none yet in this process)."}),
+		SnapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "synod_snapshot_bytes", Help: "Size of the last snapshot taken or installed, in bytes."}),
+		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "synod_write_stage_seconds", Help: "Time spent in a stage of the write path on this node: persist (one batch to the acceptor log), apply (one slot to the state machine).",
+			Buckets: lat}, []string{"stage"}),
 	}
+	// Every label value of a bounded set exists from the start, so a rate
+	// over it sees the first increment (a series born at 1 shows none).
+	for _, c := range classNames {
+		m.Shed.WithLabelValues(c)
+	}
+	m.persistSeconds = m.Stage.WithLabelValues(stagePersist)
+	m.applySeconds = m.Stage.WithLabelValues(stageApply)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed)
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed,
+			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage)
 	}
 	return m
+}
+
+// setStatus publishes the leadership and ballot gauges of s (consensus
+// loop).
+func (m *Metrics) setStatus(s *paxos.Status) {
+	m.Commit.Set(float64(s.Commit))
+	m.LeaderID.Set(float64(s.Leader))
+	m.PromisedRound.Set(float64(s.Promised.Round))
+	leads := 0.0
+	if s.Role == paxos.RoleLeader {
+		leads = 1
+	}
+	m.IsLeader.Set(leads)
+}
+
+// setLogUsage publishes the acceptor log's usage.
+func (m *Metrics) setLogUsage(used, capacity int64) {
+	m.LogUsed.Set(float64(used))
+	m.LogCapacity.Set(float64(capacity))
 }
