@@ -101,6 +101,7 @@ func tokenNodeAttack(t *testing.T) string {
 		{http.MethodGet, "/debug/pprof/", nil},
 		{http.MethodGet, "/debug/pprof/heap", nil},
 		{http.MethodGet, "/debug/pprof/cmdline", nil},
+		{http.MethodGet, "/snapshot", nil}, // every tenant's data
 		{http.MethodPost, "/debug/faults", url.Values{"block": {"2,3"}}},
 	}
 	for _, call := range calls {

@@ -173,6 +173,9 @@ type Node struct {
 	ackEvents     []AckEvent
 
 	dropped uint64
+	// heard is when a valid message from each sender last arrived (for
+	// observers only: PeerProgress, progress.go; at most heardNodesMax).
+	heard map[NodeID]int64
 }
 
 // Defaults applied to zero Config fields.
@@ -380,6 +383,7 @@ func (n *Node) Step(m Message) error {
 	if m.Ballot.Round > n.maxRound {
 		n.maxRound = m.Ballot.Round
 	}
+	n.noteHeard(m.From)
 	switch m.Type {
 	case MsgPreCheck:
 		n.handlePreCheck(&m)

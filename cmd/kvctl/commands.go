@@ -7,9 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -148,17 +146,17 @@ func newRootCmd() *cobra.Command {
 
 	root.AddCommand(&cobra.Command{
 		Use:   "status",
-		Short: "Show the leader, ballot and commit/applied slot of each member",
+		Short: "Show the leader, and each member's role, slots, lag behind the leader (slots and time) and reachability",
 		Args:  cobra.NoArgs,
 		RunE: g.run(func(ctx context.Context, c *client.Client, out io.Writer, args []string) error {
-			st, err := c.Status(ctx)
+			view, rows, err := clusterView(ctx, c) // status.go
 			if err != nil {
 				return err
 			}
-			refreshMembers(ctx, c, st)
-			return printStatus(out, st)
+			return printStatus(out, view, rows)
 		}),
 	})
+	root.AddCommand(newSnapshotCmd(g)) // backups over the admin endpoint (snapshot.go)
 	return root
 }
 
@@ -203,56 +201,4 @@ func (g *globals) run(body func(ctx context.Context, c *client.Client, out io.Wr
 		defer c.Close()
 		return body(ctx, c, cmd.OutOrStdout(), args)
 	}
-}
-
-// memberStatusTimeout bounds how long kvctl status waits for one member's
-// own figures; a member that does not answer in time is shown unreachable.
-const memberStatusTimeout = 2 * time.Second
-
-// refreshMembers replaces each member's row with the figures that member
-// reports about itself: the answering node knows its own commit and applied
-// slots exactly but only guesses at its peers'. The members are asked in
-// parallel; one that does not answer keeps the answering node's row, marked
-// unreachable.
-func refreshMembers(ctx context.Context, c *client.Client, st *proto.ClusterStatus) {
-	var wg sync.WaitGroup
-	for i := range st.Members {
-		m := &st.Members[i]
-		if m.ID == st.Self || m.Addr == "" {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
-			defer cancel()
-			own, err := c.StatusAt(mctx, m.Addr)
-			if err != nil {
-				m.Reachable = false
-				return
-			}
-			for _, row := range own.Members {
-				if row.ID == own.Self && row.ID == m.ID {
-					*m = row
-					m.Reachable = true
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func printStatus(out io.Writer, st *proto.ClusterStatus) error {
-	leader := "unknown"
-	if st.LeaderID != 0 {
-		leader = fmt.Sprintf("%d (%s)", st.LeaderID, st.LeaderAddr)
-	}
-	fmt.Fprintf(out, "answered by: %d\nleader:      %s\nballot:      %d.%d\n\n", st.Self, leader, st.Ballot.Round, st.Ballot.Node)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDRESS\tROLE\tBALLOT\tCOMMIT\tAPPLIED\tREACHABLE")
-	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%d\t%d\t%v\n", m.ID, m.Addr, m.Role, m.Ballot.Round, m.Ballot.Node, m.Commit, m.Applied, m.Reachable)
-	}
-	return tw.Flush()
 }

@@ -1,5 +1,6 @@
 // Command kvctl is synod's command-line client: get, put, delete, cas,
-// scan and status against a cluster, over the binary protocol.
+// scan and status against a cluster, over the binary protocol; and
+// backups (snapshot save, snapshot status).
 //
 // Endpoints and the tenant token come from --endpoints/--token or from
 // SYNOD_ENDPOINTS (comma-separated host:port) and SYNOD_TOKEN.
@@ -11,6 +12,10 @@
 // require one (mutual TLS); --tls-server-name verifies every node against
 // one name instead of the host dialled. --tls-insecure skips verification
 // and is for tests only.
+//
+// kvctl snapshot save FILE backs up the whole cluster from the leader's
+// admin endpoint (--admin, --admin-token; not the client port), and
+// kvctl snapshot status FILE verifies a backup and prints what it holds.
 package main
 
 import (

@@ -11,7 +11,11 @@
 // Writes are exactly-once: the client has a random id and numbers its
 // writes; a retried write reuses its (client id, seq), so a write that
 // committed before a leader change is not applied twice, and the retry is
-// answered with the original result.
+// answered with the original result. Any number of goroutines may write
+// through one client: a write waits for its sequence while the lowest
+// unanswered write is writesInflightMax (256) sequences behind (window.go), so
+// the server's exactly-once window always holds every write the client may
+// still retry, and the client never causes SEQUENCE_STALE on itself.
 //
 // With Options.TLS set every connection runs TLS (optionally with a client
 // certificate, for servers that require mutual TLS); the protocol and the
@@ -42,9 +46,11 @@ const (
 	BackoffMaxDefault     = 500 * time.Millisecond
 	DialTimeoutDefault    = 2 * time.Second
 	RequestTimeoutDefault = 10 * time.Second
-	// writesInflightMax bounds this client's unanswered writes, so that the
-	// server's exactly-once window (sm.ResultsPerClientMax, the same figure)
-	// always still holds the result of any write the client may retry.
+	// writesInflightMax bounds the span of this client's unanswered write
+	// sequences (lowest unanswered to newest, inclusive), so that the
+	// server's exactly-once window (sm.ResultsPerClientMax, the same
+	// figure) always still holds the result of any write the client may
+	// retry (window.go).
 	writesInflightMax = proto.InflightPerConnMax
 )
 
@@ -124,10 +130,9 @@ type Client struct {
 	conns  map[string]*conn
 	closed bool
 
-	writeSlots chan struct{}
-	seqMu      sync.Mutex
-	seq        uint64              // last sequence handed out
-	unacked    map[uint64]struct{} // writes not yet answered
+	// win hands out write sequences and keeps their span within the
+	// server's exactly-once window (window.go).
+	win writeWindow
 }
 
 // Dial connects to the first endpoint that accepts the token and returns a
@@ -143,8 +148,8 @@ func Dial(ctx context.Context, endpoints []string, token string, opts Options) (
 		}
 	}
 	c := &Client{token: token, opts: opts.withDefaults(), endpoints: append([]string(nil), endpoints...),
-		id: binary.BigEndian.Uint64(idb[:]), conns: map[string]*conn{},
-		writeSlots: make(chan struct{}, writesInflightMax), unacked: map[uint64]struct{}{}}
+		id: binary.BigEndian.Uint64(idb[:]), conns: map[string]*conn{}}
+	c.win.init()
 	var errs []error
 	for i, ep := range c.endpoints {
 		cn, err := c.dial(ctx, ep)
@@ -305,40 +310,25 @@ func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, e
 	}
 }
 
-// beginWrite assigns the next sequence to a write and counts it unacked.
+// beginWrite assigns the next sequence to a write once the window has
+// room for it (window.go) and counts it unacked.
 func (c *Client) beginWrite(ctx context.Context, req *proto.Request) error {
-	select {
-	case c.writeSlots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	seq, err := c.win.begin(ctx)
+	if err != nil {
+		return err
 	}
-	c.seqMu.Lock()
-	c.seq++
-	req.ClientID, req.Seq = c.id, c.seq
-	c.unacked[c.seq] = struct{}{}
-	c.seqMu.Unlock()
+	req.ClientID, req.Seq = c.id, seq
 	return nil
 }
 
-// endWrite forgets a write once it has an answer (or the caller gave up:
-// then its outcome is unknown and it will not be retried).
-func (c *Client) endWrite(seq uint64) {
-	c.seqMu.Lock()
-	delete(c.unacked, seq)
-	c.seqMu.Unlock()
-	<-c.writeSlots
-}
+// endWrite forgets a write once it has an answer, or once the caller gave
+// up on it: its outcome is then unknown, it is not retried, and first
+// unacked moves past it (a late copy reaching the server after that is
+// answered SEQUENCE_STALE, and nobody waits for that answer).
+func (c *Client) endWrite(seq uint64) { c.win.end(seq) }
 
 // firstUnacked returns the lowest unanswered sequence (at most seq).
-func (c *Client) firstUnacked(seq uint64) uint64 {
-	c.seqMu.Lock()
-	defer c.seqMu.Unlock()
-	low := seq
-	for s := range c.unacked {
-		low = min(low, s)
-	}
-	return low
-}
+func (c *Client) firstUnacked(seq uint64) uint64 { return c.win.first(seq) }
 
 func (c *Client) write(ctx context.Context, req *proto.Request) (*proto.Response, error) {
 	if err := c.beginWrite(ctx, req); err != nil {

@@ -78,9 +78,16 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) (pairs 
 	return resp.Pairs, resp.More, nil
 }
 
-// Status returns the cluster status as seen by the current target server.
+// Status returns the cluster status as seen by the current target server,
+// with the progress extension (proto.StatusFormatProgress: which figures
+// of each row the server knows, and the leader's view of its followers)
+// when the server has it.
 func (c *Client) Status(ctx context.Context) (*proto.ClusterStatus, error) {
-	resp, err := c.do(ctx, &proto.Request{Op: proto.OpStatus})
+	resp, err := c.do(ctx, &proto.Request{Op: proto.OpStatus, StatusFormat: proto.StatusFormatProgress})
+	if err == nil && resp.Status == proto.StatusBadRequest {
+		// A server from before the extension: ask for the basic reply.
+		resp, err = c.do(ctx, &proto.Request{Op: proto.OpStatus})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -91,13 +98,17 @@ func (c *Client) Status(ctx context.Context) (*proto.ClusterStatus, error) {
 }
 
 // StatusAt asks one server, addr, for its view, without redirects or
-// retries (kvctl status uses it to show every member's own figures).
+// retries (kvctl status uses it to show every member's own figures). Like
+// Status, it asks for the progress extension first.
 func (c *Client) StatusAt(ctx context.Context, addr string) (*proto.ClusterStatus, error) {
 	cn, err := c.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := cn.roundTrip(ctx, &proto.Request{Op: proto.OpStatus})
+	resp, err := cn.roundTrip(ctx, &proto.Request{Op: proto.OpStatus, StatusFormat: proto.StatusFormatProgress})
+	if err == nil && resp.Status == proto.StatusBadRequest {
+		resp, err = cn.roundTrip(ctx, &proto.Request{Op: proto.OpStatus})
+	}
 	if err != nil {
 		return nil, err
 	}

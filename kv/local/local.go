@@ -55,7 +55,11 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		return &proto.Response{Cluster: &proto.ClusterStatus{
 			Self: 1, LeaderID: 1, LeaderAddr: b.addr, Ballot: proto.Ballot{Round: 1, Node: 1},
 			Members: []proto.MemberStatus{{ID: 1, Addr: b.addr, Role: proto.RoleLeader,
-				Ballot: proto.Ballot{Round: 1, Node: 1}, Commit: applied, Applied: applied, Reachable: true}},
+				Ballot: proto.Ballot{Round: 1, Node: 1}, Commit: applied, Applied: applied, Reachable: true,
+				// One node: it knows everything about itself.
+				Known: proto.KnownRole | proto.KnownCommit | proto.KnownApplied | proto.KnownReachable |
+					proto.KnownAcked | proto.KnownHeard | proto.KnownLag, Acked: applied}},
+			Extended: req.StatusFormat >= proto.StatusFormatProgress,
 		}}
 	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
 		cmd := sm.EncodeCommand(tenant, req)

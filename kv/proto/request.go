@@ -44,6 +44,11 @@ type Request struct {
 
 	// BATCH: applied atomically, all or nothing.
 	Ops []BatchOp
+
+	// STATUS: the reply format asked for: 0 (an empty body) or
+	// StatusFormatBasic for the basic reply, StatusFormatProgress for the
+	// progress extension too (status_ext.go).
+	StatusFormat uint8
 }
 
 // BatchOp is one operation of a BATCH: OpPut, OpDelete or OpCAS. A CAS
@@ -74,7 +79,11 @@ func AppendRequestBody(b []byte, req *Request) []byte {
 	case OpHello:
 		b = binary.BigEndian.AppendUint16(b, req.Version)
 		b = appendBytes16(b, []byte(req.Token))
-	case OpPing, OpStatus:
+	case OpPing:
+	case OpStatus:
+		if req.StatusFormat != 0 {
+			b = append(b, req.StatusFormat)
+		}
 	case OpGet:
 		b = appendBytes16(b, req.Key)
 	case OpPut, OpDelete, OpCAS:
@@ -140,7 +149,14 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 	case OpHello:
 		req.Version = r.u16("version")
 		req.Token = string(r.bytes16("token", TokenBytesMax))
-	case OpPing, OpStatus:
+	case OpPing:
+	case OpStatus:
+		if len(body) > 0 {
+			req.StatusFormat = r.u8("status format")
+			if r.err == nil && req.StatusFormat != StatusFormatBasic && req.StatusFormat != StatusFormatProgress {
+				r.fail("unknown status format %d", req.StatusFormat)
+			}
+		}
 	case OpGet:
 		req.Key = r.bytes16("key", KeyBytesMax)
 		if r.err == nil && len(req.Key) == 0 {

@@ -81,6 +81,11 @@ type ClusterStatus struct {
 	LeaderAddr string // client address of the leader, when known
 	Ballot     Ballot // highest ballot the answering node knows
 	Members    []MemberStatus
+	// Extended says the reply carries the progress extension (STATUS
+	// format StatusFormatProgress, status_ext.go): each row's Known bits
+	// and the figures below Reachable. Without it those are zero and a
+	// row's unknown figures are zero too.
+	Extended bool
 }
 
 // MemberStatus is one member's figures as known to the answering node.
@@ -92,6 +97,21 @@ type MemberStatus struct {
 	Commit    uint64 // highest slot known committed
 	Applied   uint64 // highest slot applied to the state machine
 	Reachable bool
+
+	// The progress extension (Extended replies only).
+	Known Known // which figures of this row the answering node knows
+	// Acked is the highest slot the member is known to hold (the
+	// leader's view of a follower).
+	Acked uint64
+	// HeardAgo is how long before the reply the answering node last
+	// heard from the member (millisecond resolution).
+	HeardAgo time.Duration
+	// Lag is how long ago the leader's commit index passed the member's
+	// Commit (0: caught up, or within a heartbeat period); with
+	// LagAtLeast the leader's history does not reach back that far and
+	// Lag is a lower bound.
+	Lag        time.Duration
+	LagAtLeast bool
 }
 
 // Errorf returns a response with status st and a formatted message.
@@ -148,6 +168,9 @@ func AppendResponse(b []byte, resp *Response) []byte {
 			if len(members) > MembersMax {
 				members = members[:MembersMax]
 			}
+			if cs.Extended {
+				members = maskUnknown(members) // never a guess for an unknown figure
+			}
 			b = binary.BigEndian.AppendUint16(b, uint16(len(members)))
 			for _, m := range members {
 				b = binary.BigEndian.AppendUint64(b, m.ID)
@@ -157,6 +180,9 @@ func AppendResponse(b []byte, resp *Response) []byte {
 				b = binary.BigEndian.AppendUint64(b, m.Commit)
 				b = binary.BigEndian.AppendUint64(b, m.Applied)
 				b = appendBool(b, m.Reachable)
+			}
+			if cs.Extended {
+				b = appendStatusExt(b, members)
 			}
 		}
 	}
@@ -242,6 +268,7 @@ func DecodeResponse(h Header, body []byte) (*Response, error) {
 				m.Reachable = r.boolean("reachable")
 				cs.Members = append(cs.Members, m)
 			}
+			readStatusExt(r, cs) // when the reply carries it
 			resp.Cluster = cs
 		}
 	}

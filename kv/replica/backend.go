@@ -61,7 +61,7 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		defer b.r.restoreMu.RUnlock()
 		return b.sm.ReadResponse(tenant, req)
 	case proto.OpStatus:
-		return &proto.Response{Cluster: b.clusterStatus()}
+		return &proto.Response{Cluster: b.clusterStatus(ctx, req.StatusFormat)}
 	case proto.OpPing:
 		return &proto.Response{}
 	}
@@ -87,34 +87,6 @@ func (b *Backend) errResponse(err error) *proto.Response {
 	default: // ErrUnavailable, ErrLogFull, ErrStopped
 		return proto.Errorf(proto.StatusUnavailable, "%v", err)
 	}
-}
-
-// clusterStatus is this node's view: its own figures in full, the others'
-// as far as they are known here.
-func (b *Backend) clusterStatus() *proto.ClusterStatus {
-	s := b.r.Status()
-	cs := &proto.ClusterStatus{
-		Self:       uint64(b.r.cfg.ID),
-		LeaderID:   uint64(s.Leader),
-		LeaderAddr: b.r.PeerClientAddr(s.Leader),
-		Ballot:     proto.Ballot{Round: s.Promised.Round, Node: uint64(s.Promised.Node)},
-	}
-	for _, p := range b.r.cfg.Peers {
-		m := proto.MemberStatus{ID: uint64(p.ID), Addr: p.ClientAddr}
-		switch {
-		case p.ID == b.r.cfg.ID:
-			m.Role = proto.Role(s.Role)
-			m.Ballot = cs.Ballot
-			m.Commit = uint64(s.Commit)
-			m.Applied = uint64(s.Applied)
-			m.Reachable = true
-		case p.ID == s.Leader:
-			m.Role = proto.RoleLeader
-			m.Reachable = true
-		}
-		cs.Members = append(cs.Members, m)
-	}
-	return cs
 }
 
 // Protocol roles and paxos roles share numbering (clusterStatus converts

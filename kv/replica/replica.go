@@ -151,6 +151,9 @@ type Replica struct {
 
 	reads readTracker
 	accel *accelMirror // nil when accel is off
+	// progress shares STATUS requests' calls to the consensus loop
+	// (status.go).
+	progress progressCalls
 
 	clk     loopClock  // the node's clock (clock.go)
 	loop    loopState  // consensus loop only
@@ -262,10 +265,12 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		}
 	}
 
-	if _, ring := alog.Usage(); ring < AcceptorLogBytesMin {
+	used, ring := alog.Usage()
+	if ring < AcceptorLogBytesMin {
 		return nil, fmt.Errorf("replica: the acceptor log's ring holds %d bytes, below AcceptorLogBytesMin (%d): "+
 			"it could not take every record a leader may send", ring, AcceptorLogBytesMin)
 	}
+	r.metrics.setLogUsage(used, ring)
 	applied := paxos.Slot(stm.Applied())
 	if tb := alog.TruncatedBelow(); applied+1 < tb {
 		// The log was truncated below slots this state machine has not

@@ -310,6 +310,36 @@ func (s *SM) abortSnapshots() {
 // readSnapshot reads and verifies a snapshot stream into db (a fresh
 // database) and returns the applied slot of its header.
 func readSnapshot(db *pebble.DB, r io.Reader) (uint64, error) {
+	batch := db.NewBatch()
+	defer func() { batch.Close() }()
+	slot, _, err := scanSnapshot(r, func(key, val []byte) error {
+		batch.Set(key, val, nil)
+		if batch.Len() >= restoreBatchBytesMax {
+			if err := batch.Commit(pebble.NoSync); err != nil {
+				return fmt.Errorf("sm: restore: writing: %w", err)
+			}
+			batch.Close()
+			batch = db.NewBatch()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		return 0, fmt.Errorf("sm: restore: writing: %w", err)
+	}
+	return slot, nil
+}
+
+// scanSnapshot reads a snapshot stream from r and checks it record by
+// record (kind, lengths, keys inside the keyspace) and against its end
+// record's count and checksum, calling fn with every record in order (key
+// and value are fresh slices); the stream must end right after its end
+// record. It returns the header's applied slot and the record count. A
+// malformed stream is an error wrapping ErrBadSnapshot; fn's errors are
+// returned as they are.
+func scanSnapshot(r io.Reader, fn func(key, val []byte) error) (slot, count uint64, err error) {
 	h := xxhash.New()
 	br := bufio.NewReaderSize(r, snapWriteBufferSize)
 	tr := io.TeeReader(br, h)
@@ -318,66 +348,55 @@ func readSnapshot(db *pebble.DB, r io.Reader) (uint64, error) {
 	}
 	var head [16]byte
 	if _, err := io.ReadFull(tr, head[:]); err != nil {
-		return 0, bad("header: %v", err)
+		return 0, 0, bad("header: %v", err)
 	}
 	if !bytes.Equal(head[:8], snapshotMagic) {
-		return 0, bad("magic %q", head[:8])
+		return 0, 0, bad("magic %q", head[:8])
 	}
-	slot := binary.BigEndian.Uint64(head[8:])
-	batch := db.NewBatch()
-	defer func() { batch.Close() }()
-	var count uint64
+	slot = binary.BigEndian.Uint64(head[8:])
 	for {
 		kind, err := br.ReadByte()
 		if err != nil {
-			return 0, bad("record kind: %v", err)
+			return 0, 0, bad("record kind: %v", err)
 		}
 		if kind == snapEnd {
 			break
 		}
 		h.Write([]byte{kind})
 		if kind != snapRecord {
-			return 0, bad("record kind %d", kind)
+			return 0, 0, bad("record kind %d", kind)
 		}
 		key, err := readField(tr, len(keyspaceEnd))
 		if err != nil {
-			return 0, bad("key: %v", err)
+			return 0, 0, bad("key: %v", err)
 		}
 		val, err := readField(tr, snapValueBytesMax)
 		if err != nil {
-			return 0, bad("value: %v", err)
+			return 0, 0, bad("value: %v", err)
 		}
 		if bytes.Compare(key, keyspaceEnd) >= 0 || bytes.Equal(key, restoringKey) {
-			return 0, bad("key %x outside the keyspace", key)
+			return 0, 0, bad("key %x outside the keyspace", key)
 		}
-		batch.Set(key, val, nil)
+		if err := fn(key, val); err != nil {
+			return 0, 0, err
+		}
 		count++
-		if batch.Len() >= restoreBatchBytesMax {
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				return 0, fmt.Errorf("sm: restore: writing: %w", err)
-			}
-			batch.Close()
-			batch = db.NewBatch()
-		}
 	}
 	sum := h.Sum64()
 	var tail [16]byte
 	if _, err := io.ReadFull(br, tail[:]); err != nil {
-		return 0, bad("end record: %v", err)
+		return 0, 0, bad("end record: %v", err)
 	}
 	if got := binary.BigEndian.Uint64(tail[:]); got != count {
-		return 0, bad("end record counts %d records, read %d", got, count)
+		return 0, 0, bad("end record counts %d records, read %d", got, count)
 	}
 	if got := binary.BigEndian.Uint64(tail[8:]); got != sum {
-		return 0, bad("checksum %#x, computed %#x", got, sum)
+		return 0, 0, bad("checksum %#x, computed %#x", got, sum)
 	}
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		return 0, bad("trailing bytes after the end record")
+		return 0, 0, bad("trailing bytes after the end record")
 	}
-	if err := batch.Commit(pebble.NoSync); err != nil {
-		return 0, fmt.Errorf("sm: restore: writing: %w", err)
-	}
-	return slot, nil
+	return slot, count, nil
 }
 
 func readField(r io.Reader, max int) ([]byte, error) {
