@@ -129,6 +129,7 @@ type node struct {
 	cfgPath   string
 	logPath   string
 	client    string // client address
+	resp      string // RESP (Redis protocol) address; "" for none (withRESP)
 	consensus string
 	admin     string
 	// adminToken is the bearer token of nd's admin endpoint ("" for none:
@@ -153,6 +154,8 @@ type cluster struct {
 	// them.
 	secrets  map[int]string
 	accepted map[int][]string
+	// resp gives every node a resp_listen address (withRESP).
+	resp bool
 }
 
 // secretOf is nd's cluster secret.
@@ -249,6 +252,9 @@ func newClusterWith(t testing.TB, n int, bin string, env []string, edits ...func
 			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 			admin:     fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		})
+		if c.resp {
+			c.nodes[i-1].resp = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		}
 	}
 	for _, nd := range c.nodes {
 		top := fmt.Sprintf("fault_injection = true\naccel = %q\n", nodeAccel(nd.id))
@@ -291,6 +297,9 @@ func (c *cluster) writeConfig(nd *node, clusterID int, pmemMode, top, tables str
 	fmt.Fprintf(&b, "node_id = %d\ncluster_id = %d\ndata_dir = %q\n", nd.id, clusterID, filepath.Join(c.dir, fmt.Sprintf("data%d", nd.id)))
 	fmt.Fprintf(&b, "client_listen = %q\nconsensus_listen = %q\nadmin_listen = %q\n", nd.client, nd.consensus, nd.admin)
 	fmt.Fprintf(&b, "log_level = \"info\"\n%s", top)
+	if nd.resp != "" {
+		fmt.Fprintf(&b, "resp_listen = %q\n", nd.resp)
+	}
 	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, pmemMode)
 	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n", c.secretOf(nd))

@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// devPortsFree reports whether the dev cluster's nine ports at base are
+// devPortsFree reports whether the dev cluster's twelve ports at base are
 // free for TCP and UDP.
 func devPortsFree(base int) bool {
-	for _, off := range []int{1, 2, 3, 11, 12, 13, 21, 22, 23} {
+	for _, off := range []int{1, 2, 3, 11, 12, 13, 21, 22, 23, 31, 32, 33} {
 		p := base + off
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs synod's whole test suite on a fresh machine. As root it first installs
-# what the tests need (HDL simulators, iproute2) with apt-get when missing.
+# what the tests need (HDL simulators, iproute2, promtool, systemd-analyze,
+# redis-tools) with apt-get when missing.
 # CI=true turns every "skip: missing capability" into a failure.
 #
 # Output: each package's result, every summary line the tests print
@@ -15,6 +16,12 @@ command -v verilator >/dev/null 2>&1 || need+=(verilator)
 command -v iverilog  >/dev/null 2>&1 || need+=(iverilog)
 command -v yosys     >/dev/null 2>&1 || need+=(yosys)
 command -v ip        >/dev/null 2>&1 || need+=(iproute2)
+# kv/resp, e2e and kvbench: redis-cli and redis-benchmark against the RESP endpoint.
+command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+# deploy/: promtool checks the alert rules and the dashboard's queries;
+# systemd-analyze verifies the systemd unit.
+command -v promtool  >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${need[*]}"

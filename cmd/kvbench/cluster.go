@@ -75,6 +75,10 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 		// The accel plane model beside paxos (kvnode's accel = "soft").
 		fmt.Fprintf(&b, "accel = \"soft\"\n")
 	}
+	if p.resp {
+		top, _ := respConfig(o, i, addrs[i-1])
+		b.WriteString(top)
+	}
 	fmt.Fprintln(&b)
 	pmemDir, mode := dir, p.pmemMode
 	if mode == "" {
@@ -122,6 +126,10 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	}
 	// kvbench's monitor tenant: STATUS polls only, no contract.
 	fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = \"kvbench-monitor\"\ntoken = %q\npriority = \"critical\"\n", o.Tenants+1, monitorToken)
+	if p.resp {
+		_, tables := respConfig(o, i, addrs[i-1])
+		b.WriteString("\n" + tables)
+	}
 	return b.String()
 }
 

@@ -215,7 +215,9 @@ func missingFigures(r *Report, o *Options) []string {
 			add("%s: no durability mode", p.Name)
 		}
 		if p.Status != "ok" {
-			if p.Name == "raft" || p.Name == "paxos" {
+			// resp needs redis-benchmark, which CI installs (scripts/test.sh);
+			// it has one tenant (redis-benchmark's), so no per-tenant P99s.
+			if p.Name == "raft" || p.Name == "paxos" || (p.Name == "resp" && os.Getenv("CI") == "true") {
 				add("main path %s: %s: %s", p.Name, p.Status, p.Reason)
 			}
 			if p.Reason == "" {
@@ -230,7 +232,7 @@ func missingFigures(r *Report, o *Options) []string {
 				continue
 			}
 			if ph.Read.Count == 0 || ph.Write.Count == 0 || ph.Read.P99Us == 0 || ph.Write.P999Us == 0 ||
-				ph.Victim.P99Us == 0 || ph.ThroughputOps == 0 || len(ph.TenantP99Us) != o.Tenants ||
+				ph.Victim.P99Us == 0 || ph.ThroughputOps == 0 || (len(ph.TenantP99Us) != o.Tenants && p.Name != "resp") ||
 				len(ph.ReadCurve) == 0 || len(ph.WriteCurve) == 0 || ph.CPUSeconds <= 0 || ph.CPUPer1000 <= 0 {
 				add("%s/%s: missing figures: %+v", p.Name, s, ph)
 			}

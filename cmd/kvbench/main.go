@@ -233,6 +233,9 @@ func notAvailable(p Path) string {
 	if p.netns {
 		return netnsUnavailable()
 	}
+	if _, err := exec.LookPath("redis-benchmark"); p.resp && err != nil {
+		return "redis-benchmark not installed (apt-get install redis-tools)"
+	}
 	return ""
 }
 

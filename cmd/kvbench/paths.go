@@ -1,5 +1,7 @@
 package main
 
+import "fmt"
+
 // Path is one configuration compared on a fresh cluster. Each ablation
 // differs from its base path in exactly one lever.
 type Path struct {
@@ -17,6 +19,7 @@ type Path struct {
 	Base  string `json:"base,omitempty"`
 	Lever string `json:"lever,omitempty"`
 
+	resp      bool   // the RESP endpoint measured with redis-benchmark (resp.go)
 	pmemMode  string // paxos: msync | shm | dax
 	walOnShm  bool   // raft: WAL directory on /dev/shm
 	transport string // kvnode transport.kind
@@ -44,6 +47,10 @@ func allPaths() []Path {
 		{Name: "raft", Replication: "raft", Durability: durFsyncFile, Transport: "tcp", main: true},
 		{Name: "paxos", Replication: "paxos", Durability: durMsync, Transport: "udp", pmemMode: "msync", transport: "udp", main: true},
 		{Name: "paxos-accel", Replication: "paxos", Durability: durMsync, Transport: "udp", Accel: true, pmemMode: "msync", transport: "udp", main: true},
+		// Protocol lever: the paxos path's cluster, driven over RESP by
+		// redis-benchmark (closed loop) instead of the binary protocol.
+		{Name: "resp", Replication: "paxos", Durability: durMsync, Transport: "udp", pmemMode: "msync", transport: "udp", resp: true, Base: "paxos",
+			Lever: fmt.Sprintf("protocol: RESP, redis-benchmark -t set,get -P %d -c %d (closed loop: reads are GET, writes SET)", respBenchPipeline, respBenchClients)},
 		// Durability lever.
 		{Name: "raft-shm", Replication: "raft", Durability: durFsyncShm, Transport: "tcp", walOnShm: true, Base: "raft", Lever: "durability: WAL on /dev/shm"},
 		{Name: "paxos-shm", Replication: "paxos", Durability: durShm, Transport: "udp", pmemMode: "shm", transport: "udp", Base: "paxos", Lever: "durability: pmem-shm"},

@@ -77,6 +77,9 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 		}
 	}
 	defer c.stop()
+	if p.resp {
+		return runRESPBench(ctx, o, c, pr) // redis-benchmark, not kvbench's workload (resp.go)
+	}
 	w, err := newWorkload(ctx, o, c.endpoints, c.tokens)
 	if err != nil {
 		pr.Status, pr.Reason = "failed", err.Error()

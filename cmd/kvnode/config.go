@@ -39,9 +39,12 @@ type Config struct {
 	// and drills only: it lets anyone who reaches the admin port partition
 	// this node).
 	FaultInjection bool `toml:"fault_injection"`
-	// Accel is "off" (default) or "soft": the accel plane model runs beside
-	// paxos (mirror mode) and its commit decisions are checked against
-	// software's. AccelTrace, when set, records the plane's trace there.
+	// Accel is "off" (default) or "soft": the accel plane's fast path (the
+	// leader's quorum aggregator commits to the apply loop, a follower
+	// persists and answers Accepts from the receive loop, the heartbeat
+	// engine runs on its own goroutine) while software paxos still decides
+	// and the two commit decisions are checked against each other.
+	// AccelTrace, when set, records the plane's trace there.
 	Accel      string `toml:"accel"`
 	AccelTrace string `toml:"accel_trace"`
 	// AccelShaper (accel = "soft" only) admits client frames with the
@@ -68,6 +71,8 @@ type Config struct {
 	TLS TLSConfig `toml:"tls"`
 	// Limits bounds client connections and responses ([limits], config_limits.go).
 	Limits LimitsConfig `toml:"limits"`
+	// RESPConfig: resp_listen, the Redis protocol endpoint (config_resp.go).
+	RESPConfig
 }
 
 // PeerConfig is one member of the group.
@@ -207,7 +212,7 @@ func parseConfig(b []byte) (*Config, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate} {
+	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate, c.validateRESP} {
 		if err := v(); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

@@ -3,21 +3,34 @@
 //
 //	kvnode --config examples/kvnode.toml
 //	kvnode --dev
+//	kvnode restore --from FILE --config node1.toml   (a new member from a backup; restore.go)
 //
 // See examples/kvnode.toml for every config key.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "restore" {
+		err := runRestore(os.Args[2:], os.Stdout)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "kvnode: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var (
 		configPath = flag.String("config", "", "path of the TOML config file")
 		dev        = flag.Bool("dev", false, "start a 3-replica cluster on loopback with temporary data and print how to connect")
-		devPort    = flag.Int("dev-port", devPortDefault, "with --dev: base port (clients use base+1.., consensus base+11.., admin base+21..)")
+		devPort    = flag.Int("dev-port", devPortDefault, "with --dev: base port (clients use base+1.., consensus base+11.., admin base+21.., RESP base+31..)")
 		devKeep    = flag.Bool("dev-keep", false, "with --dev: keep the temporary data and logs on exit")
 	)
 	flag.Parse()
@@ -32,7 +45,7 @@ func main() {
 			err = runNode(cfg)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "kvnode: give --config FILE or --dev (see --help)")
+		fmt.Fprintln(os.Stderr, "kvnode: give --config FILE or --dev (see --help), or: kvnode restore --from BACKUP --config FILE")
 		os.Exit(2)
 	}
 	if err != nil {

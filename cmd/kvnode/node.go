@@ -170,15 +170,25 @@ func runNode(cfg *Config) error {
 		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
 	}
 	serveClients(srv, ln, log)
-
-	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(adminMux(rep, promReg, faults, cfg.FaultInjection), log))
+	rs, err := cfg.serveRESP(srv, reg, backend, log) // resp_listen: under srv's limits
 	if err != nil {
 		srv.Close()
 		rep.Close()
 		store.Close()
+		return err
+	}
+
+	mux := adminMux(rep, promReg, faults, cfg.FaultInjection)
+	mux.Handle(snapshotPath, snapshotHandler(rep, store, cfg.ClusterID, log)) // backups (snapshot.go)
+	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(mux, log))
+	if err != nil {
+		srv.Close()
+		closeRESP(rs)
+		rep.Close()
+		store.Close()
 		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
-	log.Info().Str("client", cfg.ClientListen).Str("client_tls", cfg.TLS.mode()).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
+	log.Info().Str("client", cfg.ClientListen).Str("client_tls", cfg.TLS.mode()).Str("resp", cfg.RESPListen).Str("consensus", cfg.ConsensusListen).Str("admin", cfg.AdminListen).
 		Str("transport", transport).Str("accel", cfg.Accel).Str("tick", cfg.Consensus.Tick).Str("durability", string(mode)).
 		Msg("kvnode serving")
 
@@ -187,6 +197,7 @@ func runNode(cfg *Config) error {
 	// already durable in a majority of acceptor logs. Then stop the
 	// replica (it applies what was committed and queued) and close Pebble.
 	if err := shutdown(log, srv, admin, func() {
+		closeRESP(rs)
 		if err := rep.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing the replica")
 		}

@@ -91,7 +91,8 @@ func runRaftNode(cfg *Config) error {
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
-	srv := server.New(cfg.clientServerConfig(shaperAdmitter{shaper}), reg, raftpath.NewBackend(node), log.With().Str("loop", "server").Logger())
+	backend := raftpath.NewBackend(node)
+	srv := server.New(cfg.clientServerConfig(shaperAdmitter{shaper}), reg, backend, log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err == nil {
 		ln, err = cfg.TLS.listener(ln) // TLS when [tls] sets a certificate
@@ -101,9 +102,16 @@ func runRaftNode(cfg *Config) error {
 		return fmt.Errorf("listening for clients on %s: %w", cfg.ClientListen, err)
 	}
 	serveClients(srv, ln, log)
+	rs, err := cfg.serveRESP(srv, reg, backend, log) // resp_listen: under srv's limits
+	if err != nil {
+		srv.Close()
+		node.Close()
+		return err
+	}
 	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, newPromRegistry(), durability), log))
 	if err != nil {
 		srv.Close()
+		closeRESP(rs)
 		node.Close()
 		return fmt.Errorf("listening for admin on %s: %w", cfg.AdminListen, err)
 	}
@@ -112,6 +120,7 @@ func runRaftNode(cfg *Config) error {
 
 	runErr := awaitStop(log, node.Fatal(), "fatal raft error; shutting down")
 	if err := shutdown(log, srv, admin, func() {
+		closeRESP(rs)
 		if err := node.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing the raft node")
 		}

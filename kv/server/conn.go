@@ -92,7 +92,10 @@ func (s *Server) Stats() Stats {
 
 // Serve accepts connections on ln until ln fails or Close is called (then
 // it returns ErrServerClosed). It takes ownership of ln.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
+
+// serve is Serve, and with hosted not nil ServeHosted (hosted.go).
+func (s *Server) serve(ln net.Listener, hosted func(*Hosted)) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -127,15 +130,16 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("server: accepting: %w", err)
 		}
 		delay = 0
-		s.admit(nc)
+		s.admit(nc, hosted)
 	}
 }
 
 // admit registers a new connection in the pre-HELLO pool and starts its
-// goroutines, making room by closing the oldest pre-HELLO connection (of
-// its source when the source is full) or, when its source is full of
-// authenticated connections, closing it instead.
-func (s *Server) admit(nc net.Conn) {
+// goroutines (the binary protocol's, or hosted's when not nil), making
+// room by closing the oldest pre-HELLO connection (of its source when the
+// source is full) or, when its source is full of authenticated
+// connections, closing it instead.
+func (s *Server) admit(nc net.Conn, hosted func(*Hosted)) {
 	src := sourceOf(nc.RemoteAddr())
 	s.mu.Lock()
 	if s.closed {
@@ -162,6 +166,12 @@ func (s *Server) admit(nc net.Conn) {
 	s.conns[c] = struct{}{}
 	s.preHello.pushBack(c)
 	s.bySource[src]++
+	if hosted != nil {
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go c.runHosted(hosted)
+		return
+	}
 	s.wg.Add(2)
 	s.mu.Unlock()
 	go c.readLoop()

@@ -1,0 +1,340 @@
+package resp
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"synod/kv/client"
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/tenants"
+)
+
+// rawConn is a plain TCP connection to a RESP server, for the tests that
+// need to send what no client library sends.
+type rawConn struct {
+	t  testing.TB
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t testing.TB, addr string) *rawConn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	return &rawConn{t: t, nc: nc, br: bufio.NewReader(nc)}
+}
+
+func (r *rawConn) send(b []byte) {
+	r.t.Helper()
+	if _, err := r.nc.Write(b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// line reads one reply line (simple, error, integer or bulk header +
+// bulk).
+func (r *rawConn) line() (string, error) {
+	s, err := r.br.ReadString('\n')
+	if err != nil {
+		return s, err
+	}
+	s = strings.TrimSuffix(s, "\r\n")
+	if strings.HasPrefix(s, "$") && s != "$-1" {
+		n, _ := strconv.Atoi(s[1:])
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(r.br, b); err != nil {
+			return s, err
+		}
+		return string(b[:n]), nil
+	}
+	return s, nil
+}
+
+func (r *rawConn) expect(want string) {
+	r.t.Helper()
+	got, err := r.line()
+	if err != nil || !strings.HasPrefix(got, want) {
+		r.t.Fatalf("got %q (%v), want %q...", got, err, want)
+	}
+}
+
+// closed waits for the server to close the connection (EOF or reset).
+func (r *rawConn) closed() {
+	r.t.Helper()
+	for {
+		if _, err := r.br.ReadByte(); err != nil {
+			return
+		}
+	}
+}
+
+// TestAuthFirst: nothing but AUTH, HELLO ... AUTH and QUIT is served
+// before AUTH; a wrong token is WRONGPASS; the commands allowed before
+// AUTH are bounded; an oversized command before AUTH closes.
+func TestAuthFirst(t *testing.T) {
+	ts := startServer(t, server.Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("GET", "k"))
+	r.expect("-NOAUTH")
+	r.send(encodeCommand("HELLO", "3"))
+	r.expect("-NOAUTH HELLO must be called")
+	r.send(encodeCommand("AUTH", "wrong-token"))
+	r.expect("-WRONGPASS")
+	r.send(encodeCommand("AUTH", specBravo.Name, specAlpha.Token))
+	r.expect("-WRONGPASS")
+	r.send(encodeCommand("AUTH", specAlpha.Name, specAlpha.Token))
+	r.expect("+OK")
+	r.send(encodeCommand("AUTH", specBravo.Token))
+	r.expect("-ERR a connection's tenant cannot change")
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+
+	r = dialRaw(t, ts.addr)
+	for range preAuthCommandsMax {
+		r.send(encodeCommand("PING"))
+		r.expect("-NOAUTH")
+	}
+	r.send(encodeCommand("PING"))
+	r.expect("-ERR too many commands before AUTH")
+	r.closed()
+
+	r = dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", strings.Repeat("x", 2*preAuthCommandBytesMax)))
+	r.expect("-ERR command too large")
+	r.closed()
+
+	r = dialRaw(t, ts.addr)
+	r.send(encodeCommand("QUIT"))
+	r.expect("+OK")
+	r.closed()
+}
+
+// TestTimeouts: handshake_timeout closes a connection that never
+// authenticates, idle_timeout an idle authenticated one, frame_timeout
+// one whose command stops half-way; each without an answer.
+func TestTimeouts(t *testing.T) {
+	short := server.TimeoutMin
+	ts := startServer(t, server.Config{HandshakeTimeout: short, IdleTimeout: short, FrameTimeout: short}, nil)
+	r := dialRaw(t, ts.addr)
+	r.closed() // never authenticated
+
+	r = dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	r.closed() // idle
+
+	r = dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	r.send([]byte("*2\r\n$3\r\nGET\r\n$5\r\nab"))
+	r.closed() // half a command
+}
+
+// TestPipelineInOrder pipelines a thousand commands on one connection
+// before reading anything: every answer comes back in order and every
+// GET sees the SET before it; an oversized command in the middle is
+// answered with an error and the pipeline goes on.
+func TestPipelineInOrder(t *testing.T) {
+	ts := startServer(t, server.Config{}, nil)
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	var out []byte
+	const n = 500
+	for i := range n {
+		out = append(out, encodeCommand("SET", "k"+strconv.Itoa(i%7), strconv.Itoa(i))...)
+		out = append(out, encodeCommand("GET", "k"+strconv.Itoa(i%7))...)
+		if i == n/2 {
+			out = append(out, encodeCommand("SET", "big", strings.Repeat("v", CommandBytesMax))...)
+		}
+	}
+	go r.nc.Write(out)
+	for i := range n {
+		r.expect("+OK")
+		r.expect(strconv.Itoa(i))
+		if i == n/2 {
+			r.expect("-ERR command too large")
+		}
+	}
+}
+
+// TestUnreadAnswersBounded pipelines GETs of a 64 KiB value without
+// reading the answers: the server stops reading once the connection's
+// response budget is full, holds no more than that, and write_timeout
+// closes the connection.
+func TestUnreadAnswersBounded(t *testing.T) {
+	cfg := server.Config{WriteTimeout: 500 * time.Millisecond, ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
+	ts := startServer(t, cfg, nil)
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	r.send(encodeCommand("SET", "big", strings.Repeat("v", 64<<10)))
+	r.expect("+OK")
+	get := encodeCommand("GET", "big")
+	go func() {
+		for range 4096 { // 256 MiB of answers if nothing stopped them
+			if _, err := r.nc.Write(get); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(cfg.WriteTimeout)
+	deadline := time.Now().Add(30 * time.Second)
+	for ts.host.Stats().ConnsAuthenticated > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := ts.host.Stats()
+	if st.ConnsAuthenticated != 0 {
+		t.Fatalf("the reader-less connection is still open: %+v", st)
+	}
+	if st.ResponseBytesPeak > cfg.ResponseBytesPerConnMax {
+		t.Fatalf("response bytes peaked at %d, over the connection's budget %d", st.ResponseBytesPeak, cfg.ResponseBytesPerConnMax)
+	}
+	if st.ResponseBytes != 0 {
+		t.Fatalf("%d response bytes still held after the connection closed", st.ResponseBytes)
+	}
+}
+
+// TestConnCapsShared: RESP and binary connections count against the same
+// caps: with alpha at conns_per_tenant_max through the binary protocol, a
+// RESP AUTH as alpha is refused (BUSY, closed) while bravo gets in.
+func TestConnCapsShared(t *testing.T) {
+	ts := startServer(t, server.Config{ConnsMax: 8, ConnsPerTenantMax: 2}, nil)
+	bln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.host.Serve(bln)
+	ctx := ctxT(t)
+	for range 2 {
+		cl, err := client.Dial(ctx, []string{bln.Addr().String()}, specAlpha.Token, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+	}
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("-BUSY retry-after-ms 100")
+	r.closed()
+	rb := goRedis(t, ts.addr, specBravo.Token)
+	if err := rb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("bravo: %v", err)
+	}
+}
+
+// TestThrottledIsBusy: a tenant over its contract is answered
+// "-BUSY retry-after-ms N".
+func TestThrottledIsBusy(t *testing.T) {
+	ts := startServer(t, server.Config{}, nil)
+	rc := goRedis(t, ts.addr, specSlow.Token)
+	ctx := ctxT(t)
+	var busy error
+	for range 10 {
+		if err := rc.Set(ctx, "k", "v", 0).Err(); err != nil {
+			busy = err
+			break
+		}
+	}
+	if busy == nil || !strings.HasPrefix(busy.Error(), "BUSY retry-after-ms ") {
+		t.Fatalf("10 SETs at 0.01 ops/s: %v", busy)
+	}
+	ms, err := strconv.Atoi(strings.Fields(busy.Error())[2])
+	if err != nil || ms < 1 {
+		t.Fatalf("retry-after in %q", busy)
+	}
+}
+
+// leaderless is a follower's backend: it serves stale reads itself and
+// answers NOT_LEADER (naming the leader) to everything else. With
+// applyFirst, a write is applied and then answered NOT_LEADER, as when a
+// leader loses its leadership after it proposed the write.
+type leaderless struct {
+	be         server.Backend
+	leader     string
+	applyFirst bool
+	writes     atomic.Int64
+}
+
+func (l *leaderless) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	switch {
+	case req.Op == proto.OpStatus || req.Flags&proto.FlagStaleOK != 0:
+		return l.be.Do(ctx, tenant, req)
+	case req.Op.IsWrite() && l.applyFirst:
+		l.writes.Add(1)
+		l.be.Do(ctx, tenant, req)
+	}
+	r := proto.Errorf(proto.StatusNotLeader, "not the leader")
+	r.Leader = l.leader
+	return r
+}
+
+// TestFollowerProxies: a follower forwards writes and linearizable reads
+// to the leader's binary port, keeping each write's identity: a write the
+// follower applied before it learnt it was not the leader is not applied
+// again by the forward (INCR adds one, not two). READONLY reads are
+// served by the follower.
+func TestFollowerProxies(t *testing.T) {
+	var fol *leaderless
+	ts := startServer(t, server.Config{}, func(be server.Backend) server.Backend {
+		fol = &leaderless{be: be, applyFirst: true}
+		return fol
+	})
+	// The leader: a binary server on the same state machine.
+	leader := server.New(server.Config{}, ts.reg, fol.be, zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go leader.Serve(ln)
+	defer leader.Close()
+	fol.leader = ln.Addr().String()
+
+	rc := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	for i := 1; i <= 5; i++ {
+		n, err := rc.Incr(ctx, "counter").Result()
+		if err != nil || n != int64(i) {
+			t.Fatalf("INCR %d through the follower: %d %v (a write applied twice?)", i, n, err)
+		}
+	}
+	if fol.writes.Load() < 5 {
+		t.Fatalf("the follower applied %d writes itself, want at least 5", fol.writes.Load())
+	}
+	if v, err := rc.Get(ctx, "counter").Result(); err != nil || v != "5" {
+		t.Fatalf("GET through the follower: %q %v", v, err)
+	}
+	ro := goRedis(t, ts.addr, specAlpha.Token, func(o *redis.Options) {
+		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }
+	})
+	if v, err := ro.Get(ctx, "counter").Result(); err != nil || v != "5" {
+		t.Fatalf("READONLY GET on the follower: %q %v", v, err)
+	}
+	if proxied := ts.resp.stats.proxied.Load(); proxied == 0 {
+		t.Fatal("nothing was proxied")
+	}
+	// A leader that cannot be reached: TRYAGAIN for reads, UNAVAILABLE
+	// for writes, within the request timeout.
+	fol.leader = "127.0.0.1:1"
+	ts.resp.proxy.close()
+	ts.resp.proxy = newProxy([]string{"127.0.0.1:1"}, nil)
+	err = rc.Get(ctx, "counter").Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		t.Fatalf("GET with no leader reachable: %v", err)
+	}
+}

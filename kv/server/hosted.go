@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/rs/zerolog"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// Hosted connections. A protocol other than the binary one (kv/resp, the
+// Redis protocol) can be served on a listener of its own under this
+// server's limits, so that a second port is not a second, unbounded way
+// in:
+//
+//   - connection caps: a hosted connection sits in the same pre-HELLO
+//     pool, counts against the same per-source cap and, once
+//     authenticated, against the same per-tenant and node-wide caps as a
+//     binary one (a node holds at most conns_max authenticated
+//     connections of both protocols together);
+//   - response budgets: the same per-connection, per-tenant and per-node
+//     budgets, with the same reservation per request;
+//   - admission: the same checks of the tenant's key, value and frame
+//     limits and the same Admitter (shaper, overload guard);
+//   - the rate-limited log, the counters and Close, which closes hosted
+//     connections with the others and waits for them.
+//
+// The hosted protocol does its own framing and therefore applies the
+// timeouts itself (Config gives them): handshake_timeout until it has
+// authenticated, idle_timeout, frame_timeout and write_timeout as the
+// binary protocol does.
+
+// Hosted is one connection of a hosted protocol: its net.Conn and its
+// share of the server's limits. Its methods are safe for concurrent use
+// unless they say otherwise.
+type Hosted struct{ c *conn }
+
+// ServeHosted accepts connections on ln as Serve does, under the same
+// caps, and runs serve for each admitted connection in a goroutine of its
+// own. serve owns the connection until it returns, and must return soon
+// after Context ends (an eviction, Close): then the connection's slots
+// and whatever budget it still holds are given back. Close closes ln and
+// every hosted connection and waits for every serve call to return. It
+// takes ownership of ln and returns ErrServerClosed after Close.
+func (s *Server) ServeHosted(ln net.Listener, serve func(*Hosted)) error {
+	if serve == nil {
+		panic("server: ServeHosted without a serve function")
+	}
+	return s.serve(ln, serve)
+}
+
+// runHosted runs serve for c, then closes c and gives back what it holds.
+func (c *conn) runHosted(serve func(*Hosted)) {
+	defer c.s.wg.Done()
+	serve(&Hosted{c: c})
+	c.close("hosted connection done")
+	c.finish()
+}
+
+// Conn is the network connection (a *tls.Conn behind a TLS listener).
+func (h *Hosted) Conn() net.Conn { return h.c.nc }
+
+// Context ends when the connection is closed: by Close, by the server (an
+// eviction to make room, Server.Close) or by a budget wait cut short.
+func (h *Hosted) Context() context.Context { return h.c.ctx }
+
+// Config is the server's configuration with its defaults filled in: the
+// timeouts a hosted protocol applies (HandshakeTimeout, IdleTimeout,
+// FrameTimeout, WriteTimeout, RequestTimeout).
+func (h *Hosted) Config() Config { return h.c.s.cfg }
+
+// Close closes the connection once; reason is logged at debug level.
+func (h *Hosted) Close(reason string) { h.c.close(reason) }
+
+// Logger is the connection's logger (remote address; tenant once
+// authenticated).
+func (h *Hosted) Logger() zerolog.Logger { return h.c.log }
+
+// Warn and Notice return rate-limited log events (the server's shared
+// limits on warnings and notices; nil, a disabled event, when over the
+// rate).
+func (h *Hosted) Warn() *zerolog.Event { return h.c.s.warnLog.event(h.c.log.Warn()) }
+
+// Notice is Warn for per-request refusals (info level).
+func (h *Hosted) Notice() *zerolog.Event { return h.c.s.noteLog.event(h.c.log.Info()) }
+
+// Authenticate moves the connection from the pre-HELLO pool to spec's
+// authenticated connections, as a binary HELLO does. It returns nil on
+// success, or the refusal: THROTTLED (the tenant's connection cap, with a
+// retry-after) or UNAVAILABLE (the node's cap, or the connection was
+// evicted meanwhile). After a refusal the caller answers it and closes
+// the connection. Authenticate is called at most once, by the goroutine
+// that reads the connection, before any other method but Conn, Context,
+// Config, Close and the loggers.
+func (h *Hosted) Authenticate(spec tenants.Spec) *proto.Response {
+	c := h.c
+	resp, ok := c.s.promote(c, spec.ID)
+	if !ok {
+		if resp == nil {
+			return proto.Errorf(proto.StatusUnavailable, "the connection was closed to make room before it authenticated")
+		}
+		c.s.warnLog.event(c.log.Warn()).Uint32("tenant", uint32(spec.ID)).Str("status", resp.Status.String()).
+			Msg("connection refused: " + resp.Message)
+		return resp
+	}
+	c.tenant, c.spec, c.tbudget = spec.ID, spec, c.s.tenants[spec.ID]
+	c.frameBytesMax = proto.RequestFrameBytesMax
+	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
+		c.frameBytesMax = int(m)
+	}
+	c.log = c.log.With().Uint32("tenant", uint32(spec.ID)).Logger()
+	return nil
+}
+
+// Spec is the authenticated tenant's spec (zero before Authenticate).
+func (h *Hosted) Spec() tenants.Spec { return h.c.spec }
+
+// RequestBytesReserved is what Reserve takes: the room every request
+// holds for its answer from before it is read.
+const RequestBytesReserved = responseBytesReserved
+
+// Reserve takes RequestBytesReserved of response budget for the next
+// request before it is read, waiting until the connection's, tenant's
+// and node's budgets have room (a client that does not read its answers
+// is therefore no longer read). false: the connection ended first.
+func (h *Hosted) Reserve() bool { return h.c.charge(responseBytesReserved) }
+
+// Fit settles a request that holds held bytes on an answer of n bytes:
+// it gives back held-n, or takes n-held more if every budget has room.
+// false: no room (nothing changed; the caller answers with an error that
+// fits in held, which any error of fewer than RequestBytesReserved does,
+// and counts it with Throttled).
+func (h *Hosted) Fit(held, n int64) bool {
+	switch {
+	case n > held:
+		return h.c.tryCharge(n - held)
+	case n < held:
+		h.c.uncharge(held - n)
+	}
+	return true
+}
+
+// Release gives back n bytes: an answer's once it is written, or a
+// request's reservation when it is never answered.
+func (h *Hosted) Release(n int64) { h.c.uncharge(n) }
+
+// Throttled counts an answer refused for want of response budget
+// (synod_client_responses_throttled_total).
+func (h *Hosted) Throttled() { h.c.s.throttled.Add(1) }
+
+// BudgetThrottled is the THROTTLED answer for a request whose answer does
+// not fit the response budget, with the retry-after the binary protocol
+// sends.
+func BudgetThrottled(n int64) *proto.Response {
+	r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budget: read the connection's answers", n)
+	r.RetryAfter = budgetRetryAfter
+	return r
+}
+
+// ReserveScan raises a SCAN's reservation from held to the largest reply
+// a SCAN of limit pairs can have, as the binary protocol does before it
+// runs a SCAN: it waits for the connection's own budget and takes the
+// tenant's and node's only if they have room now. It returns the bytes
+// the request holds afterwards, or a THROTTLED answer (holding held).
+func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, *proto.Response) {
+	c := h.c
+	need := scanReplyBytesMax(limit, c.spec)
+	if need <= held {
+		return held, nil
+	}
+	extra := need - held
+	if !c.queued.wait(c.ctx, extra) {
+		return held, proto.Errorf(proto.StatusUnavailable, "connection closing")
+	}
+	ok := c.tbudget.tryAdd(extra)
+	if ok && !c.s.node.tryAdd(extra) {
+		c.tbudget.release(extra)
+		ok = false
+	}
+	if !ok {
+		c.queued.release(extra)
+		c.s.throttled.Add(1)
+		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes in the tenant's or node's response budget", need)
+		r.RetryAfter = budgetRetryAfter
+		return held, r
+	}
+	return need, nil
+}
+
+// Admit checks one request of the authenticated tenant as the binary
+// protocol checks a frame, in the same order: its body (bodyBytes, the
+// size of its binary-protocol body) against RequestBodyBytesMax and the
+// frame against the tenant's bytes_burst (TOO_LARGE), the Admitter
+// (THROTTLED, with a retry-after of at least RetryAfterMin), and its keys
+// and values against the tenant's own limits (TOO_LARGE). nil: admitted.
+func (h *Hosted) Admit(req *proto.Request, bodyBytes int) *proto.Response {
+	c := h.c
+	frameBytes := proto.HeaderBytes + bodyBytes
+	switch {
+	case bodyBytes > proto.RequestBodyBytesMax:
+		return proto.Errorf(proto.StatusTooLarge, "request body of %d bytes exceeds %d (RequestBodyBytesMax)", bodyBytes, proto.RequestBodyBytesMax)
+	case frameBytes > c.frameBytesMax:
+		return proto.Errorf(proto.StatusTooLarge, "frame of %d bytes exceeds the tenant's bytes_burst of %d", frameBytes, c.frameBytesMax)
+	}
+	if a := c.s.cfg.Admitter; a != nil {
+		if ok, retry := a.Admit(c.tenant, req.Op, frameBytes); !ok {
+			return &proto.Response{Status: proto.StatusThrottled, RetryAfter: max(retry, RetryAfterMin)}
+		}
+	}
+	if msg := c.overTenantLimits(req); msg != "" {
+		return proto.Errorf(proto.StatusTooLarge, "%s", msg)
+	}
+	return nil
+}
+
+// String names the connection for logs.
+func (h *Hosted) String() string { return fmt.Sprintf("hosted %s", h.c.nc.RemoteAddr()) }
