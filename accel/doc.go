@@ -55,14 +55,19 @@
 // Tenants: SetTenant per table entry from
 // the registry (the runtime keeps the tenants.ID -> index mapping).
 //
-// Leader, sending: after Ready.Accepted is durable and before the Accept
-// messages go out, Arm(entry.Slot, msg.Ballot) for every entry of every
-// MsgAccept (re-arming the same slot and ballot for another peer is a
-// no-op).
+// Leader, arming: Arm counts the leader's own acceptance, so it must come
+// only once that acceptance is durable. The leader sends its Accepts
+// before its own write completes (paxos Ready.OwnAccepted, persisted in
+// parallel and reported with OwnAcceptedDurable), so Arm(entry.Slot,
+// msg.Ballot) comes for every entry of every MsgAccept once the entry was
+// both sent and made durable, whichever happens last (re-arming the same
+// slot and ballot for another peer is a no-op).
 //
 // Leader, receive loop: for a MsgAccepted without Reject, call
 // OnAccepted(s, m.Ballot, m.From) for s in [m.Slot, m.Index] before
-// queueing the message for the Paxos goroutine. An OutCommit goes straight
+// queueing the message for the Paxos goroutine; an Accepted for a (slot,
+// ballot) sent but not armed yet is held back and fed right after its Arm
+// (a follower's write often finishes before the leader's own). An OutCommit goes straight
 // to the commit/apply loop: the slot's value is what the leader proposed
 // at (slot, ballot), so the apply loop can apply contiguous committed
 // slots and answer their clients without waiting for the Paxos goroutine;

@@ -104,7 +104,8 @@ func (g *group) handleReady(i int) {
 	for n.HasReady() {
 		rd := n.Ready()
 		g.syncRegisters(i)
-		// Ready contract step 1 (persist) is a no-op in memory; then the
+		// Ready contract step 1 (persist) is a no-op in memory, and so is
+		// the leader's own write (rd.OwnAccepted), done at once here: the
 		// leader arms the aggregator for every Accept it sends, once its
 		// own acceptance is durable — which it now is.
 		for _, m := range rd.Messages {
@@ -120,6 +121,9 @@ func (g *group) handleReady(i int) {
 			g.applied[i] = e.Slot
 		}
 		n.Advance(rd)
+		if k := len(rd.OwnAccepted); k > 0 {
+			n.OwnAcceptedDurable(rd.OwnAccepted[0].Ballot, rd.OwnAccepted[0].Slot, rd.OwnAccepted[k-1].Slot)
+		}
 		g.syncRegisters(i)
 	}
 }

@@ -64,6 +64,15 @@ func (c *simCheck) plane(evs []accel.Event) {
 	}
 }
 
+// withheld records that the runtime kept Accepteds of (s, b) from the
+// plane and never armed it (the leader's own acceptance never became
+// durable while it led): like a hand-up, it excuses a software-only commit
+// (kv/replica's accelCheck.withheld).
+func (c *simCheck) withheld(s paxos.Slot, b paxos.Ballot) {
+	cs := c.slot(s)
+	cs.handedUp = addSimBallot(cs.handedUp, b)
+}
+
 func (c *simCheck) software(acks []paxos.AckEvent) {
 	for _, a := range acks {
 		if a.Committed {

@@ -23,15 +23,22 @@ import (
 //     plane with the process, as in the runtime).
 //   - OnReady (after the Ready's durable part, before its messages go
 //     out): a durable Promised is written to the promised register; the
-//     leader arms every entry of every MsgAccept it sends; the leader's
-//     AckEvents go to the checker. Then, beyond what the runtime does, the
-//     leader's plane gets a ghost ack (ghostAcks) for every slot it just
-//     armed from every node its member table held and software removed.
+//     leader notes every entry of every MsgAccept it sends; the leader's
+//     AckEvents go to the checker.
+//   - OnOwnDurable (the leader's own acceptances became durable, before
+//     software counts them): Arm counts the leader's own ack, so a (slot,
+//     ballot) is armed only once it was both sent and durable (as
+//     kv/replica's accel_commit.go does), whichever came first, and the
+//     Accepteds that arrived for it before are fed to the aggregator right
+//     after the Arm. Then, beyond what the runtime does, the leader's plane
+//     gets a ghost ack (ghostAcks) for every slot it just armed from every
+//     node its member table held and software removed.
 //   - OnDeliver (before Step, as the receive loop does): a MsgAccepted
-//     goes to OnAcceptedRange, a MsgAccept to the follower fast path
-//     (OnAccept per entry). The fast path's own Accepted is not sent: the
-//     simulator's software Accepted carries the same ack, and the
-//     simulator stays the seed's deterministic run.
+//     goes to OnAcceptedRange (its slots not armed yet wait, see above), a
+//     MsgAccept to the follower fast path (OnAccept per entry). The fast
+//     path's own Accepted is not sent: the simulator's software Accepted
+//     carries the same ack, and the simulator stays the seed's
+//     deterministic run.
 //   - OnStatus (after the Ready loop, as the consensus loop does): role
 //     (a candidate keeps the follower role, as in the runtime), ballot,
 //     promised (only upwards), window base = commit+1, and on every
@@ -106,7 +113,17 @@ type simPlane struct {
 	// pending holds the plane's commits since the node's last OnStatus,
 	// for the prompt rule.
 	pending  []slotBallotKey
-	armedNow []slotBallotKey // scratch: what one Ready armed
+	armedNow []slotBallotKey // scratch: what one input armed
+	// rows are the leader's (slot, ballot)s not armed yet: sent, durable,
+	// and the senders of Accepteds that arrived before the Arm.
+	rows      map[slotBallotKey]*armRow
+	armedKeys map[slotBallotKey]bool
+}
+
+// armRow is a (slot, ballot) on its way to the aggregator.
+type armRow struct {
+	sent, durable bool
+	early         []paxos.NodeID
 }
 
 // simHarness holds the planes of one simulator run.
@@ -139,7 +156,7 @@ func newSimHarness(seed uint64, plantQuorum, tracing bool) *simHarness {
 }
 
 func (h *simHarness) options() paxossim.Options {
-	return paxossim.Options{OnStart: h.start, OnReady: h.ready, OnDeliver: h.deliver, OnStatus: h.status}
+	return paxossim.Options{OnStart: h.start, OnReady: h.ready, OnDeliver: h.deliver, OnStatus: h.status, OnOwnDurable: h.ownDurable}
 }
 
 // nullWAL is the fast path's log: durable at once, keeps nothing (the
@@ -154,7 +171,7 @@ func (h *simHarness) start(id paxos.NodeID) {
 	if old := h.cur[id]; old != nil {
 		old.crashed = true // a restart follows a crash
 	}
-	sp := &simPlane{id: id, chk: newSimCheck()}
+	sp := &simPlane{id: id, chk: newSimCheck(), rows: map[slotBallotKey]*armRow{}}
 	opts := []accel.Option{accel.WithWAL(nullWAL{})}
 	if h.tracing {
 		sp.trace = &bytes.Buffer{}
@@ -207,10 +224,11 @@ func (h *simHarness) ready(id paxos.NodeID, rd *paxos.Ready) {
 		}
 		for j := range m.Entries {
 			e := &m.Entries[j]
-			h.armed[slotBallotKey{e.Slot, m.Ballot}] = entryValue(e)
-			sp.buf = sp.p.Arm(sp.buf, e.Slot, m.Ballot)
-			if len(sp.gone) > 0 {
-				sp.armedNow = append(sp.armedNow, slotBallotKey{e.Slot, m.Ballot})
+			k := slotBallotKey{e.Slot, m.Ballot}
+			h.armed[k] = entryValue(e)
+			if r := sp.row(k); r != nil {
+				r.sent = true
+				sp.maybeArm(k, r)
 			}
 		}
 	}
@@ -232,7 +250,7 @@ func (h *simHarness) deliver(m *paxos.Message) {
 	}
 	switch {
 	case m.Type == paxos.MsgAccepted && !m.Reject:
-		sp.buf = sp.p.OnAcceptedRange(sp.buf, m.Slot, max(m.Index, m.Slot), m.Ballot, m.From)
+		sp.accepted(m)
 	case m.Type == paxos.MsgAccept && !m.Reject:
 		for i := range m.Entries {
 			n := len(sp.buf)
@@ -245,6 +263,80 @@ func (h *simHarness) deliver(m *paxos.Message) {
 		}
 	}
 	sp.flush()
+}
+
+// ownDurable arms what sp's node sent and has now made durable.
+func (h *simHarness) ownDurable(id paxos.NodeID, b paxos.Ballot, first, last paxos.Slot) {
+	sp := h.cur[id]
+	sp.armedNow = sp.armedNow[:0]
+	for s := first; s <= last; s++ {
+		k := slotBallotKey{s, b}
+		if r := sp.row(k); r != nil {
+			r.durable = true
+			sp.maybeArm(k, r)
+		}
+	}
+	sp.flush()
+	h.ghostAcks(sp)
+}
+
+// row is k's row, created on first use; nil once k was armed (armed keys
+// are remembered in armedKeys so a late report does not arm twice).
+func (sp *simPlane) row(k slotBallotKey) *armRow {
+	if sp.armedKeys[k] {
+		return nil
+	}
+	r := sp.rows[k]
+	if r == nil {
+		r = &armRow{}
+		sp.rows[k] = r
+	}
+	return r
+}
+
+// maybeArm arms k once it was sent and is durable, then feeds the
+// Accepteds that came for it before.
+func (sp *simPlane) maybeArm(k slotBallotKey, r *armRow) {
+	if !r.sent || !r.durable {
+		return
+	}
+	sp.buf = sp.p.Arm(sp.buf, k.slot, k.ballot)
+	for _, from := range r.early {
+		sp.buf = sp.p.OnAccepted(sp.buf, k.slot, k.ballot, from)
+	}
+	delete(sp.rows, k)
+	if sp.armedKeys == nil {
+		sp.armedKeys = map[slotBallotKey]bool{}
+	}
+	sp.armedKeys[k] = true
+	if len(sp.gone) > 0 {
+		sp.armedNow = append(sp.armedNow, k)
+	}
+}
+
+// accepted feeds one MsgAccepted to the aggregator: the acks of (slot,
+// ballot)s this leader sent and has not armed yet wait in their rows, the
+// rest go in runs to OnAcceptedRange.
+func (sp *simPlane) accepted(m *paxos.Message) {
+	last := max(m.Index, m.Slot)
+	run := m.Slot
+	for s := m.Slot; s <= last && s >= m.Slot; s++ {
+		k := slotBallotKey{s, m.Ballot}
+		r := sp.rows[k]
+		if r == nil || !r.sent {
+			continue
+		}
+		if run < s {
+			sp.buf = sp.p.OnAcceptedRange(sp.buf, run, s-1, m.Ballot, m.From)
+		}
+		run = s + 1
+		if !slices.Contains(r.early, m.From) {
+			r.early = append(r.early, m.From)
+		}
+	}
+	if run <= last {
+		sp.buf = sp.p.OnAcceptedRange(sp.buf, run, last, m.Ballot, m.From)
+	}
 }
 
 // ghostAcks feeds the leader's plane an Accepted for every slot the Ready
@@ -354,6 +446,11 @@ func (h *simHarness) verdict() simVerdict {
 	for _, sp := range h.incs {
 		if err := sp.p.Close(); err != nil {
 			panic(err) // a bytes.Buffer does not fail
+		}
+		for k, r := range sp.rows {
+			if len(r.early) > 0 {
+				sp.chk.withheld(k.slot, k.ballot)
+			}
 		}
 		r := sp.chk.result(func(s paxos.Slot, b paxos.Ballot) string {
 			c, ok := h.chosen[s]

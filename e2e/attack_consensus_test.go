@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -42,10 +43,10 @@ func consensusAttacks() []attack {
 		}}
 	}
 	return []attack{
-		forge("forged MsgSnapshot replacing a follower's state", func(c *cluster, to *node) []paxos.Message {
+		forge("forged MsgSnapshot offering a follower a state far ahead", func(c *cluster, to *node) []paxos.Message {
 			return []paxos.Message{{Type: paxos.MsgSnapshot, Cluster: e2eClusterID, From: otherID(to), To: paxos.NodeID(to.id),
 				Ballot: paxos.Ballot{Round: 1 << 30, Node: otherID(to)}, Commit: 1 << 20,
-				Snapshot: &paxos.Snapshot{Meta: paxos.SnapshotMeta{Slot: 1 << 20, Members: []paxos.NodeID{1, 2, 3}}, Data: []byte("garbage, not a snapshot")}}}
+				Snapshot: &paxos.SnapshotMeta{Slot: 1 << 20, Members: []paxos.NodeID{1, 2, 3}}}}
 		}),
 		forge("forged Accepts of an attacker's PUT", func(c *cluster, to *node) []paxos.Message {
 			b := paxos.Ballot{Round: 1 << 20, Node: otherID(to)}
@@ -80,6 +81,44 @@ func consensusAttacks() []attack {
 					}
 				}
 			})
+		}},
+		{name: "snapshot transfer requested by a non-member", run: func(t *testing.T, c *cluster, cl *client.Client) string {
+			// The transfer connection's magic ("SNP1") and a request
+			// framed as a sealed one from node 1 but with a forged tag:
+			// the node must refuse it at its head, before sending a
+			// byte of state (kv/replica/snapshot_wire.go).
+			var leaked int
+			harm := c.unharmed(cl, func() {
+				req := []byte{1, 1}                                 // kind request, version 1
+				req = binary.LittleEndian.AppendUint64(req, 0xfeed) // transfer id
+				req = binary.LittleEndian.AppendUint64(req, 1)      // from: node 1
+				req = binary.LittleEndian.AppendUint64(req, 0)      // commit
+				head := []byte{0xC5, 2, 0, 0}                       // sealed, snapshot channel
+				head = binary.LittleEndian.AppendUint64(head, e2eClusterID)
+				head = binary.LittleEndian.AppendUint64(head, 1)                             // sender: node 1
+				head = binary.LittleEndian.AppendUint64(head, uint64(time.Now().UnixNano())) // incarnation
+				head = binary.LittleEndian.AppendUint64(head, 1)                             // counter
+				frame := append([]byte("SNP1"), binary.LittleEndian.AppendUint32(nil, uint32(len(head)+len(req)+8))...)
+				frame = append(frame, head...)
+				frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged head tag
+				frame = append(frame, req...)
+				frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged tag
+				for _, nd := range c.nodes {
+					conn, err := net.DialTimeout("tcp", nd.consensus, time.Second)
+					if err != nil {
+						continue
+					}
+					conn.SetDeadline(time.Now().Add(2 * time.Second))
+					conn.Write(frame)
+					n, _ := io.Copy(io.Discard, conn)
+					leaked += int(n)
+					conn.Close()
+				}
+			})
+			if harm == "" && leaked > 0 {
+				harm = fmt.Sprintf("the nodes answered a forged snapshot request with %d bytes", leaked)
+			}
+			return harm
 		}},
 		{name: "replayed packets sealed with the real secret by an old incarnation", run: func(t *testing.T, c *cluster, cl *client.Client) string {
 			// An insider's capture from an earlier life of node 1: valid

@@ -114,6 +114,9 @@ func (n *Node) handleAccept(m *Message) {
 		return
 	}
 	n.followLeader(m.From)
+	if n.joining {
+		return // nothing is stored before the snapshot (join.go)
+	}
 	var first, last Slot
 	for i := range m.Entries {
 		e := m.Entries[i]
@@ -157,7 +160,7 @@ func (n *Node) handleCatchup(m *Message) {
 		return
 	}
 	n.followLeader(m.From)
-	for i := range m.Entries {
+	for i := 0; i < len(m.Entries) && !n.joining; i++ {
 		e := m.Entries[i]
 		if e.Slot <= n.commit {
 			continue
@@ -188,22 +191,11 @@ func (n *Node) handleSnapshot(m *Message) {
 		}
 		n.followLeader(m.From)
 	}
-	s := m.Snapshot
-	if s.Meta.Slot > n.commit {
-		if n.role != RoleFollower {
-			// Phase 1 or 2 state is relative to the old commit index;
-			// start over from the snapshot.
-			n.becomeFollower()
-		}
-		n.log.truncateBelow(s.Meta.Slot + 1)
-		n.commit = s.Meta.Slot
-		n.delivered = s.Meta.Slot
-		n.conf.reset(s.Meta.Slot+1, s.Meta.Members)
-		for _, id := range s.Meta.Members {
-			n.known[id] = true
-		}
-		n.snap = s
-		n.pendingSnap = s
+	// The state itself is fetched by the application (Ready.SnapshotOffer,
+	// then InstallSnapshot); the newest offer above commit waits for the
+	// next Ready.
+	if s := m.Snapshot; s.Slot > n.commit && (n.snapOffer == nil || s.Slot >= n.snapOffer.Meta.Slot) {
+		n.snapOffer = &SnapshotOffer{From: m.From, Meta: cloneSnapshotMeta(*s)}
 	}
 	if fromLeader {
 		n.learnCommit(m.Commit, m.Ballot)
@@ -214,7 +206,7 @@ func (n *Node) handleSnapshot(m *Message) {
 // offerSnapshot sends this node's snapshot to a node found lagging below
 // its compaction point, at most once per election timeout per node.
 func (n *Node) offerSnapshot(to NodeID) {
-	if n.snap == nil || n.snap.Data == nil {
+	if n.snap == nil {
 		return
 	}
 	if t, ok := n.snapOffered[to]; ok && n.now-t < int64(n.cfg.ElectionTicks) {
@@ -263,11 +255,11 @@ func (n *Node) commitConf(e *Entry) {
 	if !ok {
 		return
 	}
-	members, err := applyConfChange(n.conf.at(e.Slot), cc)
+	voters, learners, err := applyConfChange(n.conf.at(e.Slot), n.conf.learnersAt(e.Slot), cc)
 	if err != nil {
 		// Every replica reaches the same verdict on the same bytes.
 		return
 	}
-	n.conf.add(e.Slot+1, members)
+	n.conf.add(e.Slot+1, voters, learners)
 	n.known[cc.Node] = true
 }

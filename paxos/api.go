@@ -61,16 +61,28 @@ type Entry struct {
 type ConfChangeType uint8
 
 const (
-	ConfAddNode    ConfChangeType = 1
+	// ConfAddNode adds a voter.
+	ConfAddNode ConfChangeType = 1
+	// ConfRemoveNode removes a voter or a learner.
 	ConfRemoveNode ConfChangeType = 2
+	// ConfAddLearner adds a learner: it receives the log but counts in no
+	// quorum and never campaigns (membership.go).
+	ConfAddLearner ConfChangeType = 3
+	// ConfPromote makes a learner a voter.
+	ConfPromote ConfChangeType = 4
 )
 
-// ConfChange adds or removes one acceptor. It is proposed through the log
-// (ProposeConfChange) and takes effect by the rule documented on
+// ConfChange adds, promotes or removes one member. It is proposed through
+// the log (ProposeConfChange) and takes effect by the rule documented on
 // ProposeConfChange.
 type ConfChange struct {
 	Type ConfChangeType
 	Node NodeID
+	// Context is opaque to the core (at most ConfChangeContextBytesMax
+	// bytes): it travels in the entry and comes back with it in
+	// Ready.Committed. kv/replica puts the resulting membership there,
+	// with every member's addresses.
+	Context []byte
 }
 
 // ReadState answers a ReadIndex request: once the application has applied
@@ -115,15 +127,24 @@ type AckEvent struct {
 // SnapshotMeta describes an application snapshot: the state after applying
 // every slot <= Slot, with the membership in force at that point (the one
 // that governs the slots above Slot, so a ConfChange at Slot is included).
+// The core deals only in this metadata: the application keeps the means to
+// serve its state (a snapshot of its store) and moves the bytes itself.
 type SnapshotMeta struct {
 	Slot    Slot
-	Members []NodeID
+	Members []NodeID // the voters
+	// Learners are the learners of that membership (see membership.go).
+	Learners []NodeID
 }
 
-// Snapshot is opaque application state plus its metadata.
-type Snapshot struct {
+// SnapshotOffer tells a node that lags below another's compaction point
+// that From holds a snapshot at Meta.Slot (or later) which it can serve.
+// It is advice (Ready.SnapshotOffer): the application may fetch the state
+// from From, stage it durably, and then call InstallSnapshot with the
+// metadata of what it fetched. Dropping an offer is harmless: a node is
+// offered again while it lags.
+type SnapshotOffer struct {
+	From NodeID
 	Meta SnapshotMeta
-	Data []byte
 }
 
 // Role is a node's view of its own part in the group.
@@ -156,12 +177,16 @@ type Status struct {
 	Promised   Ballot // highest ballot promised
 	Ballot     Ballot // the ballot this node leads or campaigns with (when it does)
 	Commit     Slot
-	Applied    Slot // the highest slot the application reported through Advance
-	LastSlot   Slot // highest slot with an accepted entry here
-	FirstSlot  Slot // lowest slot still held in the log (above the snapshot)
-	Members    []NodeID
+	Applied    Slot     // the highest slot the application reported through Advance
+	LastSlot   Slot     // highest slot with an accepted entry here
+	FirstSlot  Slot     // lowest slot still held in the log (above the snapshot)
+	Members    []NodeID // the voters of the latest membership
+	Learners   []NodeID // its learners
 	LeaseValid bool
 	Dropped    uint64 // bad messages dropped and counted
+	// Transferring is the node leadership is being handed to
+	// (TransferLeadership), while the hand-over runs.
+	Transferring NodeID
 }
 
 // DurableState is what a node recovers from stable storage when it
@@ -172,12 +197,10 @@ type DurableState struct {
 	// snapshot, in slot order. Later writes of the same slot supersede
 	// earlier ones; the caller passes only the winner.
 	Accepted []Entry
-	// Snapshot, when non-nil, is the latest snapshot the application holds.
+	// Snapshot, when non-nil, is the latest snapshot the application holds
+	// (its metadata; the application keeps the means to serve the state,
+	// so the node offers it to laggards from the start).
 	Snapshot *SnapshotMeta
-	// SnapshotData is that snapshot's opaque data, when the caller has it
-	// at hand. Without it the node cannot send a snapshot to a lagging
-	// acceptor until the application calls Compact again.
-	SnapshotData []byte
 	// Applied is the highest slot already applied to the application state
 	// (it is stored with the data, so it survives restarts). Committed
 	// entries at or below it are never delivered again.
@@ -194,4 +217,12 @@ var (
 	ErrStopped        = errors.New("paxos: node stopped")
 	ErrNotMember      = errors.New("paxos: not a member of the group")
 	ErrLeaseHeld      = errors.New("paxos: a lease granted to another leader is still running")
+	// ErrTransferring: the leader is handing leadership over
+	// (TransferLeadership) and takes no new proposal or change; the
+	// caller retries at the next leader.
+	ErrTransferring = errors.New("paxos: leadership is being transferred")
+	// ErrSnapshotStale: InstallSnapshot of a snapshot at or below the
+	// node's commit index (it moved past it meanwhile); the caller
+	// discards what it staged.
+	ErrSnapshotStale = errors.New("paxos: snapshot at or below the commit index")
 )

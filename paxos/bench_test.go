@@ -85,7 +85,7 @@ func benchStepReady(b *testing.B, size, perOp int) {
 		if i%4096 == 4095 {
 			// Keep the logs short, as an application taking snapshots would.
 			for _, n := range g.nodes {
-				if err := n.Compact(n.applied, nil); err != nil {
+				if err := n.Compact(n.applied); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -96,7 +96,8 @@ func (n *Node) handlePromise(m *Message) {
 // ProposeConfChange). It sends Prepares to members not asked yet.
 func (n *Node) checkPhase1() {
 	c := n.cand
-	chain := [][]NodeID{n.conf.at(c.from)}
+	voters, learners := n.conf.at(c.from), n.conf.learnersAt(c.from)
+	chain := [][]NodeID{voters}
 	var ccSlots []Slot
 	for s, v := range c.values {
 		if v.e.Type == EntryConfChange {
@@ -110,8 +111,9 @@ func (n *Node) checkPhase1() {
 	for _, s := range ccSlots {
 		v := c.values[s]
 		if cc, ok := entryConfChange(&v.e); ok {
-			if next, err := applyConfChange(chain[len(chain)-1], cc); err == nil {
-				chain = append(chain, next)
+			if nv, nl, err := applyConfChange(voters, learners, cc); err == nil {
+				voters, learners = nv, nl
+				chain = append(chain, nv)
 			}
 		}
 	}

@@ -15,12 +15,22 @@ import (
 //	           nentries:u32 entry*  [snapshot if flags&flagSnapshot]
 //	entry   := slot:u64 ballot.round:u64 ballot.node:u64 type:u8
 //	           ncmds:u32 (len:u32 bytes)*
-//	snapshot:= slot:u64 nmembers:u32 member:u64* len:u32 bytes
+//	snapshot:= slot:u64 nmembers:u32 member:u64* nlearners:u32 learner:u64*
 //
 // Every count and length is checked against the limits before anything is
 // allocated, so a hostile length cannot make the decoder allocate much.
+//
+// Versions: 1 carried the snapshot's data in MsgSnapshot (len:u32 bytes
+// after the members); 2 carries only its metadata (the state is streamed
+// by the runtime outside consensus messages); 3 adds the learners to the
+// snapshot metadata, flagJoining and MsgTransfer (membership.go, join.go,
+// transfer.go). A node decodes only its own
+// version, so a cluster crosses a version change by stopping every node,
+// upgrading, and starting them again. The ConfChange encoding inside
+// EntryConfChange entries is durable in acceptor logs and keeps its own
+// versions (membership.go), independent of this one.
 const (
-	codecVersion = 1
+	codecVersion = 3
 
 	// EntriesPerMessageMax bounds the entries one message carries.
 	EntriesPerMessageMax = 4096
@@ -28,19 +38,19 @@ const (
 	CmdsPerEntryMax = 4096
 	// CmdBytesMax bounds one command.
 	CmdBytesMax = 1 << 20
-	// MessageBytesMax bounds one encoded message (snapshots included).
+	// MessageBytesMax bounds one encoded message.
 	MessageBytesMax = 64 << 20
 	// messageEntryBytesMax bounds the encoded entries the protocol puts in
 	// one message, leaving room for the header under MessageBytesMax.
 	messageEntryBytesMax = MessageBytesMax / 2
-	// SnapshotBytesMax bounds the snapshot data a MsgSnapshot carries.
-	SnapshotBytesMax = MessageBytesMax - 1<<20
 	// MembersMax bounds the membership of a group.
 	MembersMax = 64
 
 	flagReject   = 1 << 0
 	flagSnapshot = 1 << 1
-	flagsKnown   = flagReject | flagSnapshot
+	// flagJoining: Message.Joining (a heartbeat answer of a joining node).
+	flagJoining = 1 << 2
+	flagsKnown  = flagReject | flagSnapshot | flagJoining
 
 	messageHeaderBytes = 3 + 8*10 + 4
 	entryHeaderBytes   = 8*3 + 1 + 4
@@ -76,6 +86,9 @@ func AppendMessage(buf []byte, m *Message) []byte {
 	if m.Snapshot != nil {
 		flags |= flagSnapshot
 	}
+	if m.Joining {
+		flags |= flagJoining
+	}
 	buf = append(buf, codecVersion, byte(m.Type), flags)
 	buf = binary.LittleEndian.AppendUint64(buf, m.Cluster)
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.From))
@@ -91,15 +104,41 @@ func AppendMessage(buf []byte, m *Message) []byte {
 		buf = AppendEntry(buf, &m.Entries[i])
 	}
 	if s := m.Snapshot; s != nil {
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(s.Meta.Slot))
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Meta.Members)))
-		for _, id := range s.Meta.Members {
-			buf = binary.LittleEndian.AppendUint64(buf, uint64(id))
-		}
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Data)))
-		buf = append(buf, s.Data...)
+		buf = AppendSnapshotMeta(buf, s)
 	}
 	return buf
+}
+
+// AppendSnapshotMeta appends the encoding of a snapshot's metadata (the
+// snapshot part of a message; the runtime stamps snapshot streams with it
+// too).
+func AppendSnapshotMeta(buf []byte, s *SnapshotMeta) []byte {
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(s.Slot))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Members)))
+	for _, id := range s.Members {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(id))
+	}
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s.Learners)))
+	for _, id := range s.Learners {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(id))
+	}
+	return buf
+}
+
+// UnmarshalSnapshotMeta decodes exactly one AppendSnapshotMeta encoding.
+// Malformed input (a member count above MembersMax included) is an error,
+// never a panic; the result does not alias b. It checks the encoding, not
+// the values (InstallSnapshot checks those).
+func UnmarshalSnapshotMeta(b []byte) (SnapshotMeta, error) {
+	d := decoder{b: b}
+	s := d.snapshotMeta()
+	if d.err != nil {
+		return SnapshotMeta{}, d.err
+	}
+	if len(d.b) != 0 {
+		return SnapshotMeta{}, fmt.Errorf("%w: %d trailing bytes after snapshot metadata", errDecode, len(d.b))
+	}
+	return s, nil
 }
 
 func appendBallot(buf []byte, b Ballot) []byte {
@@ -130,6 +169,7 @@ func UnmarshalMessage(b []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown flags %#x", errDecode, flags)
 	}
 	m.Reject = flags&flagReject != 0
+	m.Joining = flags&flagJoining != 0
 	m.Cluster = d.u64()
 	m.From = NodeID(d.u64())
 	m.To = NodeID(d.u64())
@@ -159,20 +199,8 @@ func UnmarshalMessage(b []byte) (Message, error) {
 		}
 	}
 	if flags&flagSnapshot != 0 {
-		s := &Snapshot{}
-		s.Meta.Slot = Slot(d.u64())
-		nm := d.u32()
-		if d.err == nil && nm > MembersMax {
-			return Message{}, fmt.Errorf("%w: %d members exceed %d", errDecode, nm, MembersMax)
-		}
-		if d.err == nil && nm > 0 {
-			s.Meta.Members = make([]NodeID, 0, nm)
-			for i := uint32(0); i < nm && d.err == nil; i++ {
-				s.Meta.Members = append(s.Meta.Members, NodeID(d.u64()))
-			}
-		}
-		s.Data = d.bytes(MessageBytesMax)
-		m.Snapshot = s
+		s := d.snapshotMeta()
+		m.Snapshot = &s
 	}
 	if d.err != nil {
 		return Message{}, d.err
@@ -277,6 +305,38 @@ func (d *decoder) bytes(limit int) []byte {
 	copy(out, d.b)
 	d.b = d.b[n:]
 	return out
+}
+
+func (d *decoder) snapshotMeta() SnapshotMeta {
+	var s SnapshotMeta
+	s.Slot = Slot(d.u64())
+	s.Members = d.nodeIDs("members", MembersMax)
+	s.Learners = d.nodeIDs("learners", MembersMax-len(s.Members))
+	if d.err != nil {
+		return SnapshotMeta{}
+	}
+	return s
+}
+
+// nodeIDs reads a u32 count (at most limit) and that many node ids.
+func (d *decoder) nodeIDs(what string, limit int) []NodeID {
+	n := d.u32()
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if uint64(n) > uint64(limit) {
+		d.err = fmt.Errorf("%w: %d %s exceed %d", errDecode, n, what, limit)
+		return nil
+	}
+	if uint64(n)*8 > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: %d %s in %d bytes", errDecode, n, what, len(d.b))
+		return nil
+	}
+	ids := make([]NodeID, 0, n)
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		ids = append(ids, NodeID(d.u64()))
+	}
+	return ids
 }
 
 func (d *decoder) entry() Entry {

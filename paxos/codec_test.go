@@ -23,7 +23,13 @@ func sampleMessages() []Message {
 		{Type: MsgAccepted, Cluster: 7, From: 1, To: 2, Ballot: b, Slot: 4, Index: 4, Commit: 3},
 		{Type: MsgHeartbeatResp, Cluster: 7, From: 1, To: 2, Ballot: Ballot{Round: 9, Node: 3}, Reject: true, Context: 2},
 		{Type: MsgSnapshot, Cluster: 7, From: 2, To: 1, Ballot: b, Commit: 8,
-			Snapshot: &Snapshot{Meta: SnapshotMeta{Slot: 8, Members: []NodeID{1, 2, 3}}, Data: []byte("app state")}},
+			Snapshot: &SnapshotMeta{Slot: 8, Members: []NodeID{1, 2, 3}}},
+		{Type: MsgSnapshot, Cluster: 7, From: 2, To: 1, Ballot: b, Commit: 9,
+			Snapshot: &SnapshotMeta{Slot: 9, Members: []NodeID{1, 2, 3}, Learners: []NodeID{4}}},
+		{Type: MsgHeartbeatResp, Cluster: 7, From: 4, To: 2, Ballot: b, Context: 3, Joining: true},
+		{Type: MsgTransfer, Cluster: 7, From: 2, To: 1, Ballot: b, Context: 1},
+		{Type: MsgAccept, Cluster: 7, From: 2, To: 1, Ballot: b, Commit: 4,
+			Entries: []Entry{{Slot: 5, Ballot: b, Type: EntryConfChange, Cmds: [][]byte{EncodeConfChange(ConfChange{Type: ConfAddLearner, Node: 4, Context: []byte("ctx")})}}}},
 	}
 }
 
@@ -70,7 +76,7 @@ func TestEntryAndConfChangeRoundTrip(t *testing.T) {
 		t.Fatalf("entry round trip: %+v, %v", got, err)
 	}
 	cc := ConfChange{Type: ConfRemoveNode, Node: 5}
-	if got, err := DecodeConfChange(EncodeConfChange(cc)); err != nil || got != cc {
+	if got, err := DecodeConfChange(EncodeConfChange(cc)); err != nil || !reflect.DeepEqual(got, cc) {
 		t.Fatalf("conf change round trip: %+v, %v", got, err)
 	}
 	if _, err := DecodeConfChange([]byte{1, 3, 0, 0, 0, 0, 0, 0, 0, 1}); err == nil {

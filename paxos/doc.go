@@ -27,7 +27,12 @@
 // batched into slots (SlotCmdsMax, SlotBytesMax) when the caller collects a
 // Ready. The leader learns a commit from a majority of MsgAccepted for the
 // same (slot, ballot); every count is reported as an AckEvent and through
-// AckCount. The commit index travels on the next MsgAccept or MsgHeartbeat.
+// AckCount. The leader's own acceptance is one of them only once it is
+// durable: it travels in Ready.OwnAccepted, which the caller persists in
+// parallel with sending the Accepts, and counts when the caller reports it
+// with OwnAcceptedDurable; until then the leader delivers no committed slot
+// it holds only in memory (ownvote.go). The commit index travels on the
+// next MsgAccept or MsgHeartbeat.
 // A follower commits slot s <= Commit only when it holds the value accepted
 // under the sender's ballot (the leader proposes one value per slot per
 // ballot); otherwise its heartbeat answer shows it lagging and the leader
@@ -82,6 +87,12 @@
 //
 // One change at a time, and a ConfChange stops the pipeline until it
 // commits; see ProposeConfChange for the rule and the safety argument.
+// Members are voters or learners (membership.go): a learner receives the
+// log but counts in no quorum, grants no lease and never campaigns;
+// ConfPromote makes it a voter once it is within PromoteLagSlotsMax of the
+// leader. A node started with Config.Join knows no membership until it
+// installs a snapshot (join.go). TransferLeadership hands leadership to a
+// caught-up voter without waiting out the leases (transfer.go).
 //
 // # Bad input
 //

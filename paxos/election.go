@@ -1,7 +1,5 @@
 package paxos
 
-import "slices"
-
 // resetElectionTimer restarts the election countdown with a fresh
 // randomized timeout in [ElectionTicks, 2*ElectionTicks).
 func (n *Node) resetElectionTimer() {
@@ -11,6 +9,7 @@ func (n *Node) resetElectionTimer() {
 
 // becomeFollower drops any leadership or candidacy.
 func (n *Node) becomeFollower() {
+	n.demoteOwn()
 	n.role = RoleFollower
 	n.lead = nil
 	n.cand = nil
@@ -18,8 +17,6 @@ func (n *Node) becomeFollower() {
 	n.prechecking = false
 	n.resetElectionTimer()
 }
-
-func (n *Node) isMember() bool { return slices.Contains(n.conf.latest(), n.id) }
 
 func (n *Node) tickElection(k int) {
 	if n.cfg.ExternalElection {
@@ -37,7 +34,7 @@ func (n *Node) tickElection(k int) {
 // that was cut off (and whose timer fired) cannot depose a leader the rest
 // still hear from.
 func (n *Node) startPreCheck() {
-	if !n.isMember() || n.leaseBlocks(n.id) {
+	if !n.isVoter() || n.leaseBlocks(n.id) {
 		return
 	}
 	n.precheckRound++

@@ -187,7 +187,7 @@ func (it *interaction) run(td *datadriven.TestData) string {
 	case "compact":
 		id := it.arg(td, 0)
 		s, _ := strconv.ParseUint(td.CmdArgs[1].Key, 10, 64)
-		if err := nw.nodes[id].Compact(Slot(s), []byte(fmt.Sprintf("snap@%d", s))); err != nil {
+		if err := nw.compactAt(id, Slot(s), []byte(fmt.Sprintf("snap@%d", s))); err != nil {
 			fmt.Fprintf(&it.out, "error: %v\n", err)
 		}
 	case "stabilize":
@@ -332,7 +332,7 @@ func fmtMsg(m *Message) string {
 	case MsgHeartbeat, MsgHeartbeatResp:
 		fmt.Fprintf(&b, " seq=%d commit=%d", m.Context, m.Commit)
 	case MsgSnapshot:
-		fmt.Fprintf(&b, " snap=%d members=%v", m.Snapshot.Meta.Slot, m.Snapshot.Meta.Members)
+		fmt.Fprintf(&b, " snap=%d members=%v", m.Snapshot.Slot, m.Snapshot.Members)
 	}
 	if len(m.Entries) > 0 {
 		es := make([]string, len(m.Entries))

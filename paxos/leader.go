@@ -145,10 +145,11 @@ func (n *Node) becomeLeader() {
 	}
 }
 
-// syncPeers makes the peer table match the latest membership.
+// syncPeers makes the peer table match the latest membership, voters and
+// learners alike.
 func (n *Node) syncPeers() {
 	l := n.lead
-	members := n.conf.latest()
+	members := slices.Concat(n.conf.latest(), n.conf.latestLearners())
 	for id, p := range l.peers {
 		if !slices.Contains(members, id) {
 			delete(l.peers, id)
@@ -167,19 +168,21 @@ func (n *Node) syncPeers() {
 	}
 }
 
-// leaderAccept stores e as accepted by the leader itself and counts that.
+// leaderAccept stores e as accepted by the leader itself. The acceptance
+// counts as the leader's vote only once it is durable (OwnAcceptedDurable,
+// ownvote.go).
 func (n *Node) leaderAccept(e Entry) {
 	l := n.lead
 	n.log.set(e)
-	n.accepted = append(n.accepted, e)
+	n.holdOwn(e)
 	n.noteKnown(&e)
 	if e.Type == EntryConfChange {
 		l.ccSlots = append(l.ccSlots, e.Slot)
 	}
 	a := &slotAcks{sentTick: n.now}
 	l.acks[e.Slot] = a
-	if slices.Contains(n.conf.at(e.Slot), n.id) {
-		n.countAck(e.Slot, a, n.id)
+	if TestingVoteBeforePersist && slices.Contains(n.conf.at(e.Slot), n.id) {
+		n.countAck(e.Slot, a, n.id) // planted: counted before it is durable
 	}
 }
 
@@ -215,7 +218,7 @@ func (n *Node) leaderCommitted(s Slot, e *Entry) {
 	if len(l.ccSlots) > 0 && l.ccSlots[0] == s {
 		l.ccSlots = l.ccSlots[1:]
 		n.syncPeers()
-		if !n.isMember() {
+		if !n.isVoter() {
 			// Removed: hand over by stepping down; the remaining members
 			// elect a leader among themselves.
 			n.becomeFollower()
@@ -244,7 +247,7 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 	if l.ccQueued != nil || len(l.ccSlots) > 0 {
 		return ErrConfChangeBusy
 	}
-	if _, err := applyConfChange(n.conf.latest(), cc); err != nil {
+	if err := n.checkConfChange(cc); err != nil {
 		return err
 	}
 	l.ccQueued = &cc
@@ -254,7 +257,7 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 // canAssign reports whether the leader may fill a new slot now.
 func (n *Node) canAssign() bool {
 	l := n.lead
-	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax
+	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax && !n.ownUnstableFull() && !n.transferring()
 }
 
 // flush turns queued proposals into slots and sends the Accepts the
@@ -301,7 +304,7 @@ func (n *Node) flush() {
 	}
 	if l.sentThrough < limit {
 		from := l.sentThrough + 1
-		members := n.conf.at(from)
+		members := n.replicasAt(from)
 		for lo := from; lo <= limit; {
 			ents := n.logRange(lo, limit)
 			for _, id := range members {
@@ -316,6 +319,7 @@ func (n *Node) flush() {
 	if l.barrier {
 		n.broadcastHeartbeat()
 	}
+	n.checkTransfer()
 }
 
 // logRange copies the entries from lo on, through hi at most, as many as one
@@ -385,7 +389,7 @@ func (n *Node) broadcastHeartbeat() {
 		n.leaseHolder = n.id
 		n.leaseUntil = n.now + int64(n.cfg.LeaseTicks)
 	}
-	for _, id := range n.conf.latest() {
+	for _, id := range slices.Concat(n.conf.latest(), n.conf.latestLearners()) {
 		if id != n.id {
 			n.send(Message{Type: MsgHeartbeat, To: id, Ballot: l.ballot, Commit: n.commit, Context: l.hbSeq})
 		}
@@ -404,7 +408,7 @@ func (n *Node) retransmit() {
 		return
 	}
 	due := func(a *slotAcks) bool { return a == nil || n.now-a.sentTick >= n.retransmitInterval(a) }
-	members := n.conf.at(lo)
+	members := n.replicasAt(lo)
 	for _, id := range members {
 		if id == n.id {
 			continue
@@ -468,7 +472,7 @@ func (n *Node) handleAccepted(m *Message) {
 	p.commit = max(p.commit, m.Commit)
 	for s := m.Slot; s <= m.Index && n.role == RoleLeader; s++ {
 		a := l.acks[s]
-		if a == nil || slices.Contains(a.from, m.From) || !slices.Contains(n.conf.at(s), m.From) {
+		if a == nil || slices.Contains(a.from, m.From) || !n.countsFor(s, m.From) {
 			continue
 		}
 		n.countAck(s, a, m.From)
@@ -530,12 +534,13 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 func (n *Node) sendCatchup(to NodeID, p *peer) {
 	l := n.lead
 	from := p.commit + 1
-	if from < n.log.first {
-		if n.snap == nil || n.snap.Data == nil || (p.lastSnapTick != 0 && n.now-p.lastSnapTick < int64(n.cfg.ElectionTicks)) {
+	if from < n.log.first || n.joinerNeedsSnapshot(to, p) {
+		snap := n.offerableSnapshot() // join.go
+		if snap == nil || (p.lastSnapTick != 0 && n.now-p.lastSnapTick < int64(n.cfg.ElectionTicks)) {
 			return
 		}
 		p.lastSnapTick = n.now
-		n.send(Message{Type: MsgSnapshot, To: to, Ballot: l.ballot, Commit: n.commit, Snapshot: n.snap})
+		n.send(Message{Type: MsgSnapshot, To: to, Ballot: l.ballot, Commit: n.commit, Snapshot: snap})
 		return
 	}
 	hi := min(n.commit, from+catchupEntriesMax-1)

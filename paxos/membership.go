@@ -7,31 +7,100 @@ import (
 	"slices"
 )
 
+// Membership. A configuration has voters and learners:
+//
+//   - Voters are the acceptors: every quorum (commit, phase 1, pre-check,
+//     check quorum, lease) is a majority of the voters of the slot it
+//     concerns, and only voters campaign.
+//   - Learners receive the log like any acceptor (Accepts, heartbeats,
+//     catch-up, snapshots) and answer, but no count ever includes them: a
+//     learner's Accepted commits nothing, its heartbeat answer extends no
+//     lease. A learner is a future voter that is catching up; ConfPromote
+//     makes it one (refused while it lags: ErrLearnerBehind).
+//
+// Voters and learners are disjoint, together at most MembersMax. Every
+// change is one ConfChange through the log, one at a time, under the rule
+// on ProposeConfChange. Adding or removing a learner leaves every quorum
+// as it was; promoting one or removing a voter changes the voters by one,
+// so every majority before intersects every majority after.
+
 // ErrBadConfChange reports a membership change that cannot apply (adding a
-// member, removing a non-member, removing the last member, too many members).
+// member, removing a non-member, promoting a non-learner, removing the last
+// voter, too many members).
 var ErrBadConfChange = errors.New("paxos: invalid membership change")
 
-// confChangeBytes is the encoded size of a ConfChange: version, type, node.
-const confChangeBytes = 1 + 1 + 8
+// ErrLearnerBehind reports a ConfPromote of a learner whose commit index,
+// as the leader last heard it, is more than PromoteLagSlotsMax below the
+// leader's (or that the leader has not heard from): promoted now, it could
+// not acknowledge new slots, and the group would have one more voter that
+// cannot help form a quorum.
+var ErrLearnerBehind = errors.New("paxos: the learner is too far behind to be promoted")
+
+// PromoteLagSlotsMax is how many slots a learner's commit index may lag
+// the leader's for ConfPromote to be accepted.
+const PromoteLagSlotsMax = inflightSlotsMax
+
+// ConfChangeContextBytesMax bounds ConfChange.Context.
+const ConfChangeContextBytesMax = 64 << 10
+
+// ConfChange encodings. confChangeVersionV1 is the original one (type and
+// node, no context; types ConfAddNode and ConfRemoveNode only): entries in
+// acceptor logs written before learners existed still decode. New changes
+// are encoded as confChangeVersion:
+//
+//	version u8 = 2 | type u8 | node u64 | context length u32 | context
+const (
+	confChangeVersionV1 = 1
+	confChangeVersion   = 2
+	confChangeV1Bytes   = 1 + 1 + 8
+	confChangeHeadBytes = 1 + 1 + 8 + 4
+)
 
 // EncodeConfChange returns the encoding of cc carried in an EntryConfChange.
 func EncodeConfChange(cc ConfChange) []byte {
-	b := make([]byte, 0, confChangeBytes)
-	b = append(b, codecVersion, byte(cc.Type))
-	return binary.LittleEndian.AppendUint64(b, uint64(cc.Node))
+	b := make([]byte, 0, confChangeHeadBytes+len(cc.Context))
+	b = append(b, confChangeVersion, byte(cc.Type))
+	b = binary.LittleEndian.AppendUint64(b, uint64(cc.Node))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(cc.Context)))
+	return append(b, cc.Context...)
 }
 
-// DecodeConfChange decodes what EncodeConfChange produced.
+// DecodeConfChange decodes what EncodeConfChange produced (either version).
+// The result does not alias b.
 func DecodeConfChange(b []byte) (ConfChange, error) {
-	if len(b) != confChangeBytes {
-		return ConfChange{}, fmt.Errorf("%w: conf change of %d bytes, want %d", errDecode, len(b), confChangeBytes)
+	if len(b) == 0 {
+		return ConfChange{}, fmt.Errorf("%w: empty conf change", errDecode)
 	}
-	if b[0] != codecVersion {
+	var cc ConfChange
+	switch b[0] {
+	case confChangeVersionV1:
+		if len(b) != confChangeV1Bytes {
+			return ConfChange{}, fmt.Errorf("%w: conf change of %d bytes, want %d", errDecode, len(b), confChangeV1Bytes)
+		}
+		cc = ConfChange{Type: ConfChangeType(b[1]), Node: NodeID(binary.LittleEndian.Uint64(b[2:]))}
+		if cc.Type != ConfAddNode && cc.Type != ConfRemoveNode {
+			return ConfChange{}, fmt.Errorf("%w: version 1 conf change type %d", errDecode, cc.Type)
+		}
+	case confChangeVersion:
+		if len(b) < confChangeHeadBytes {
+			return ConfChange{}, fmt.Errorf("%w: conf change of %d bytes, want at least %d", errDecode, len(b), confChangeHeadBytes)
+		}
+		cc = ConfChange{Type: ConfChangeType(b[1]), Node: NodeID(binary.LittleEndian.Uint64(b[2:]))}
+		n := binary.LittleEndian.Uint32(b[10:])
+		if n > ConfChangeContextBytesMax {
+			return ConfChange{}, fmt.Errorf("%w: conf change context of %d bytes exceeds %d", errDecode, n, ConfChangeContextBytesMax)
+		}
+		if uint64(len(b)-confChangeHeadBytes) != uint64(n) {
+			return ConfChange{}, fmt.Errorf("%w: conf change context of %d bytes in %d", errDecode, n, len(b)-confChangeHeadBytes)
+		}
+		if n > 0 {
+			cc.Context = slices.Clone(b[confChangeHeadBytes:])
+		}
+		if cc.Type < ConfAddNode || cc.Type > ConfPromote {
+			return ConfChange{}, fmt.Errorf("%w: conf change type %d", errDecode, cc.Type)
+		}
+	default:
 		return ConfChange{}, fmt.Errorf("%w: conf change version %d", errDecode, b[0])
-	}
-	cc := ConfChange{Type: ConfChangeType(b[1]), Node: NodeID(binary.LittleEndian.Uint64(b[2:]))}
-	if cc.Type != ConfAddNode && cc.Type != ConfRemoveNode {
-		return ConfChange{}, fmt.Errorf("%w: conf change type %d", errDecode, cc.Type)
 	}
 	if cc.Node == 0 {
 		return ConfChange{}, fmt.Errorf("%w: conf change names node 0", errDecode)
@@ -50,39 +119,104 @@ func entryConfChange(e *Entry) (ConfChange, bool) {
 	return cc, err == nil
 }
 
-// applyConfChange returns the membership after cc, or an error when cc does
-// not apply to members. members is not modified.
-func applyConfChange(members []NodeID, cc ConfChange) ([]NodeID, error) {
-	has := slices.Contains(members, cc.Node)
+// applyConfChange returns the voters and learners after cc, or an error
+// when cc does not apply to them. The arguments are not modified; the
+// results are sorted.
+func applyConfChange(voters, learners []NodeID, cc ConfChange) ([]NodeID, []NodeID, error) {
+	isVoter, isLearner := slices.Contains(voters, cc.Node), slices.Contains(learners, cc.Node)
 	switch cc.Type {
-	case ConfAddNode:
-		if has {
-			return nil, fmt.Errorf("%w: node %d is already a member", ErrBadConfChange, cc.Node)
+	case ConfAddNode, ConfAddLearner:
+		if isVoter {
+			return nil, nil, fmt.Errorf("%w: node %d is already a voter", ErrBadConfChange, cc.Node)
 		}
-		if len(members) >= MembersMax {
-			return nil, fmt.Errorf("%w: %d members is the limit", ErrBadConfChange, MembersMax)
+		if isLearner {
+			return nil, nil, fmt.Errorf("%w: node %d is already a learner", ErrBadConfChange, cc.Node)
 		}
-		out := append(slices.Clone(members), cc.Node)
-		slices.Sort(out)
-		return out, nil
+		if len(voters)+len(learners) >= MembersMax {
+			return nil, nil, fmt.Errorf("%w: %d members is the limit", ErrBadConfChange, MembersMax)
+		}
+		if cc.Type == ConfAddNode {
+			return sortedWith(voters, cc.Node), slices.Clone(learners), nil
+		}
+		return slices.Clone(voters), sortedWith(learners, cc.Node), nil
+	case ConfPromote:
+		if !isLearner {
+			return nil, nil, fmt.Errorf("%w: node %d is not a learner", ErrBadConfChange, cc.Node)
+		}
+		return sortedWith(voters, cc.Node), without(learners, cc.Node), nil
 	case ConfRemoveNode:
-		if !has {
-			return nil, fmt.Errorf("%w: node %d is not a member", ErrBadConfChange, cc.Node)
+		switch {
+		case isLearner:
+			return slices.Clone(voters), without(learners, cc.Node), nil
+		case !isVoter:
+			return nil, nil, fmt.Errorf("%w: node %d is not a member", ErrBadConfChange, cc.Node)
+		case len(voters) == 1:
+			return nil, nil, fmt.Errorf("%w: cannot remove the last voter", ErrBadConfChange)
 		}
-		if len(members) == 1 {
-			return nil, fmt.Errorf("%w: cannot remove the last member", ErrBadConfChange)
-		}
-		out := slices.DeleteFunc(slices.Clone(members), func(id NodeID) bool { return id == cc.Node })
-		return out, nil
+		return without(voters, cc.Node), slices.Clone(learners), nil
 	}
-	return nil, fmt.Errorf("%w: type %d", ErrBadConfChange, cc.Type)
+	return nil, nil, fmt.Errorf("%w: type %d", ErrBadConfChange, cc.Type)
+}
+
+func sortedWith(ids []NodeID, id NodeID) []NodeID {
+	out := append(slices.Clone(ids), id)
+	slices.Sort(out)
+	return out
+}
+
+func without(ids []NodeID, id NodeID) []NodeID {
+	return slices.DeleteFunc(slices.Clone(ids), func(x NodeID) bool { return x == id })
+}
+
+// checkConfChange is the leader's admission of cc (ProposeConfChange): it
+// must apply to the latest membership, and a learner is promoted only once
+// the leader has heard it within PromoteLagSlotsMax of its commit index.
+func (n *Node) checkConfChange(cc ConfChange) error {
+	if len(cc.Context) > ConfChangeContextBytesMax {
+		return fmt.Errorf("%w: context of %d bytes exceeds %d", ErrBadConfChange, len(cc.Context), ConfChangeContextBytesMax)
+	}
+	if cc.Node == 0 {
+		return fmt.Errorf("%w: node 0", ErrBadConfChange)
+	}
+	if _, _, err := applyConfChange(n.conf.latest(), n.conf.latestLearners(), cc); err != nil {
+		return err
+	}
+	if cc.Type == ConfPromote {
+		p := n.lead.peers[cc.Node]
+		heard, ok := n.heard[cc.Node]
+		switch {
+		case p == nil || !ok || n.now-heard > int64(n.cfg.ElectionTicks):
+			return fmt.Errorf("%w: node %d has not been heard from within an election timeout", ErrLearnerBehind, cc.Node)
+		case p.commit+PromoteLagSlotsMax < n.commit:
+			return fmt.Errorf("%w: node %d reported commit index %d, the leader's is %d (at most %d behind)",
+				ErrLearnerBehind, cc.Node, p.commit, n.commit, PromoteLagSlotsMax)
+		}
+	}
+	return nil
+}
+
+// isVoter reports whether this node is a voter of the latest membership:
+// only voters campaign and lead.
+func (n *Node) isVoter() bool { return slices.Contains(n.conf.latest(), n.id) }
+
+// countsFor reports whether an Accepted from id counts toward slot s: only
+// the voters of s form its quorum.
+func (n *Node) countsFor(s Slot, id NodeID) bool {
+	return slices.Contains(n.conf.at(s), id) || (TestingLearnerAcksCount && slices.Contains(n.conf.learnersAt(s), id))
+}
+
+// replicasAt lists every member of the membership governing slot s,
+// voters and learners: they all get the slot's Accepts.
+func (n *Node) replicasAt(s Slot) []NodeID {
+	return slices.Concat(n.conf.at(s), n.conf.learnersAt(s))
 }
 
 // confEpoch is a membership in force for every slot >= from (until the next
 // epoch).
 type confEpoch struct {
-	from    Slot
-	members []NodeID // sorted
+	from     Slot
+	members  []NodeID // the voters, sorted
+	learners []NodeID // sorted, disjoint from members
 }
 
 // confHistory is the sequence of memberships decided by committed
@@ -92,29 +226,44 @@ type confHistory struct {
 	epochs []confEpoch
 }
 
-// at returns the membership for slot s.
-func (h *confHistory) at(s Slot) []NodeID {
+// epochAt returns the epoch governing slot s.
+func (h *confHistory) epochAt(s Slot) *confEpoch {
 	for i := len(h.epochs) - 1; i >= 0; i-- {
 		if h.epochs[i].from <= s {
-			return h.epochs[i].members
+			return &h.epochs[i]
 		}
 	}
-	return h.epochs[0].members
+	return &h.epochs[0]
 }
 
-// latest returns the newest membership.
+// at returns the voters for slot s.
+func (h *confHistory) at(s Slot) []NodeID { return h.epochAt(s).members }
+
+// learnersAt returns the learners for slot s.
+func (h *confHistory) learnersAt(s Slot) []NodeID { return h.epochAt(s).learners }
+
+// latest returns the newest voters.
 func (h *confHistory) latest() []NodeID { return h.epochs[len(h.epochs)-1].members }
 
-// add records that members govern slots >= from.
-func (h *confHistory) add(from Slot, members []NodeID) {
-	h.epochs = append(h.epochs, confEpoch{from: from, members: members})
+// latestLearners returns the newest learners.
+func (h *confHistory) latestLearners() []NodeID { return h.epochs[len(h.epochs)-1].learners }
+
+// add records that voters and learners govern slots >= from.
+func (h *confHistory) add(from Slot, voters, learners []NodeID) {
+	h.epochs = append(h.epochs, confEpoch{from: from, members: voters, learners: learners})
 }
 
-// reset forgets everything and starts with members from slot from.
-func (h *confHistory) reset(from Slot, members []NodeID) {
-	m := slices.Clone(members)
-	slices.Sort(m)
-	h.epochs = []confEpoch{{from: from, members: m}}
+// reset forgets everything and starts with members (all voters) from slot
+// from.
+func (h *confHistory) reset(from Slot, members []NodeID) { h.resetWith(from, members, nil) }
+
+// resetWith forgets everything and starts with voters and learners from
+// slot from.
+func (h *confHistory) resetWith(from Slot, voters, learners []NodeID) {
+	v, l := slices.Clone(voters), slices.Clone(learners)
+	slices.Sort(v)
+	slices.Sort(l)
+	h.epochs = []confEpoch{{from: from, members: v, learners: l}}
 }
 
 // prune drops epochs wholly below slot s (kept: the one in force at s).

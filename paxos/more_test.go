@@ -123,7 +123,7 @@ func TestCompactAndSnapshotCatchup(t *testing.T) {
 	}
 	n := nw.nodes[l]
 	applied := n.Status().Applied
-	if err := n.Compact(applied, []byte("state")); err != nil {
+	if err := nw.compact(l, []byte("state")); err != nil {
 		t.Fatal(err)
 	}
 	if st := n.Status(); st.FirstSlot != applied+1 {
@@ -346,8 +346,7 @@ func TestSnapshotOfferedToLaggingCandidate(t *testing.T) {
 	}
 	nw.tick(2)
 	for _, id := range []NodeID{1, 2} {
-		n := nw.nodes[id]
-		if err := n.Compact(n.applied, []byte("s")); err != nil {
+		if err := nw.compact(id, []byte("s")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,8 +33,13 @@ const (
 	// a pre-check or prepare from a node below its compaction point (a
 	// snapshot holds only chosen state, so it is safe from anyone).
 	MsgSnapshot MsgType = 10
+	// MsgTransfer is a leader's hand-over (TransferLeadership, transfer.go):
+	// sent under its ballot as it steps down, it releases the lease the
+	// receiver granted the sender, and tells the receiver named in Context
+	// to campaign at once.
+	MsgTransfer MsgType = 11
 
-	msgTypeMax = MsgSnapshot
+	msgTypeMax = MsgTransfer
 )
 
 func (t MsgType) String() string {
@@ -59,6 +64,8 @@ func (t MsgType) String() string {
 		return "Catchup"
 	case MsgSnapshot:
 		return "Snapshot"
+	case MsgTransfer:
+		return "Transfer"
 	}
 	return "MsgType(?)"
 }
@@ -67,7 +74,7 @@ func (t MsgType) String() string {
 // under its own ballot (so Ballot.Node must equal From).
 func (t MsgType) fromProposer() bool {
 	switch t {
-	case MsgPrepare, MsgAccept, MsgHeartbeat, MsgCatchup:
+	case MsgPrepare, MsgAccept, MsgHeartbeat, MsgCatchup, MsgTransfer:
 		return true
 	}
 	return false

@@ -1,6 +1,7 @@
 package paxos
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,7 +19,14 @@ type network struct {
 	nodes   map[NodeID]*Node
 	durable map[NodeID]*durable
 	applied map[NodeID][]Entry
-	snaps   map[NodeID]*Snapshot
+	snaps   map[NodeID]*testSnap // the snapshot each node installed last
+	// staged holds the state a node fetched after an offer and staged for
+	// InstallSnapshot (the next Ready's Snapshot names it).
+	staged map[NodeID]*testSnap
+	// offers is the last snapshot offer each node's Ready carried; with
+	// noFetch the harness does not fetch it (the test does).
+	offers  map[NodeID]*SnapshotOffer
+	noFetch bool
 	cut     map[[2]NodeID]bool // from -> to dropped
 	down    map[NodeID]bool
 	// dropNext drops messages for which it returns true (nil: none).
@@ -27,6 +35,16 @@ type network struct {
 	reads    map[NodeID][]ReadState
 	acks     map[NodeID][]AckEvent
 	sent     int
+	// own holds the leaders' own acceptances whose persist has not
+	// completed, for the nodes a test holds them on (ownvote_test.go).
+	own ownPersists
+}
+
+// testSnap is an application snapshot of the test network: opaque data and
+// its metadata.
+type testSnap struct {
+	Meta SnapshotMeta
+	Data []byte
 }
 
 type durable struct {
@@ -34,11 +52,11 @@ type durable struct {
 	accepted map[Slot]Entry
 	applied  Slot
 	snap     *SnapshotMeta
-	snapData []byte
+	snapData []byte // the application's snapshot, which it serves to laggards
 }
 
 func (d *durable) state() DurableState {
-	st := DurableState{Promised: d.promised, Applied: d.applied, Snapshot: d.snap, SnapshotData: d.snapData}
+	st := DurableState{Promised: d.promised, Applied: d.applied, Snapshot: d.snap}
 	for _, s := range slices.Sorted(maps.Keys(d.accepted)) {
 		if d.snap != nil && s <= d.snap.Slot {
 			continue
@@ -59,7 +77,7 @@ func newNetwork(t testing.TB, size int) *network {
 		ids[i] = NodeID(i + 1)
 	}
 	nw := &network{t: t, ids: ids, nodes: map[NodeID]*Node{}, durable: map[NodeID]*durable{},
-		applied: map[NodeID][]Entry{}, snaps: map[NodeID]*Snapshot{}, cut: map[[2]NodeID]bool{}, down: map[NodeID]bool{},
+		applied: map[NodeID][]Entry{}, snaps: map[NodeID]*testSnap{}, staged: map[NodeID]*testSnap{}, offers: map[NodeID]*SnapshotOffer{}, cut: map[[2]NodeID]bool{}, down: map[NodeID]bool{},
 		reads: map[NodeID][]ReadState{}, acks: map[NodeID][]AckEvent{}}
 	for _, id := range ids {
 		nw.start(id, testConfig(id, ids))
@@ -88,14 +106,42 @@ func (nw *network) start(id NodeID, cfg Config) {
 // compact takes an application snapshot on id through its applied slot and
 // keeps it with the durable state, as an application would.
 func (nw *network) compact(id NodeID, data []byte) error {
+	return nw.compactAt(id, nw.nodes[id].applied, data)
+}
+
+// compactAt compacts id through slot with data as its application
+// snapshot.
+func (nw *network) compactAt(id NodeID, slot Slot, data []byte) error {
 	n := nw.nodes[id]
-	if err := n.Compact(n.applied, data); err != nil {
+	if err := n.Compact(slot); err != nil {
 		return err
 	}
-	meta := n.snap.Meta
+	meta := *n.snap
 	nw.durable[id].snap = &meta
 	nw.durable[id].snapData = data
 	return nil
+}
+
+// fetch serves an offer as a runtime would: the offering node's
+// application snapshot, stamped with the metadata its node gives for that
+// slot, staged on id and handed to InstallSnapshot (after id's Advance).
+func (nw *network) fetch(id NodeID, offer *SnapshotOffer) {
+	src := nw.durable[offer.From]
+	if nw.down[offer.From] || src == nil || src.snap == nil {
+		return // the transfer fails; the offer comes again
+	}
+	meta, err := nw.nodes[offer.From].SnapshotMetaAt(src.snap.Slot)
+	if err != nil {
+		nw.t.Fatalf("node %d: offered slot %d but has no metadata for its snapshot at %d: %v", offer.From, offer.Meta.Slot, src.snap.Slot, err)
+	}
+	if meta.Slot < offer.Meta.Slot {
+		nw.t.Fatalf("node %d: offered slot %d but holds a snapshot at %d", offer.From, offer.Meta.Slot, meta.Slot)
+	}
+	if err := nw.nodes[id].InstallSnapshot(meta); err == nil {
+		nw.staged[id] = &testSnap{Meta: meta, Data: src.snapData}
+	} else if !errors.Is(err, ErrSnapshotStale) {
+		nw.t.Fatalf("node %d: InstallSnapshot(%+v): %v", id, meta, err)
+	}
 }
 
 // crash stops id; restart brings it back from its durable state only.
@@ -122,7 +168,13 @@ func (nw *network) handleReady(id NodeID) bool {
 	if nw.down[id] || !n.HasReady() {
 		return false
 	}
-	rd := n.Ready()
+	nw.readyDone(id, n.Ready())
+	return true
+}
+
+// readyDone handles rd, id's Ready, by the contract, then Advances.
+func (nw *network) readyDone(id NodeID, rd Ready) {
+	n := nw.nodes[id]
 	d := nw.durable[id]
 	if rd.Promised != nil {
 		if rd.Promised.Less(d.promised) {
@@ -138,13 +190,18 @@ func (nw *network) handleReady(id NodeID) bool {
 		nw.queue = append(nw.queue, m)
 	}
 	if rd.Snapshot != nil {
-		nw.snaps[id] = rd.Snapshot
-		meta := rd.Snapshot.Meta
+		st := nw.staged[id]
+		if st == nil || st.Meta.Slot != rd.Snapshot.Slot {
+			nw.t.Fatalf("node %d: Ready names snapshot %+v, staged %+v", id, *rd.Snapshot, st)
+		}
+		delete(nw.staged, id)
+		nw.snaps[id] = st
+		meta := st.Meta
 		d.snap = &meta
-		d.snapData = rd.Snapshot.Data
+		d.snapData = st.Data
 		d.applied = meta.Slot
 		// The application state is the snapshot: its history is opaque.
-		nw.applied[id] = append(nw.applied[id][:0:0], Entry{Slot: meta.Slot, Type: EntryNoop, Cmds: [][]byte{rd.Snapshot.Data}})
+		nw.applied[id] = append(nw.applied[id][:0:0], Entry{Slot: meta.Slot, Type: EntryNoop, Cmds: [][]byte{st.Data}})
 	}
 	for _, e := range rd.Committed {
 		if e.Slot != d.applied+1 {
@@ -156,7 +213,14 @@ func (nw *network) handleReady(id NodeID) bool {
 	nw.reads[id] = append(nw.reads[id], rd.ReadStates...)
 	nw.acks[id] = append(nw.acks[id], rd.AckEvents...)
 	n.Advance(rd)
-	return true
+	nw.ownAccepted(id, rd.OwnAccepted)
+	if rd.SnapshotOffer != nil {
+		o := *rd.SnapshotOffer
+		nw.offers[id] = &o
+		if !nw.noFetch {
+			nw.fetch(id, &o)
+		}
+	}
 }
 
 // settle runs Ready/deliver rounds until nothing moves.

@@ -37,8 +37,13 @@ type Message struct {
 	// Reject marks a refusal; Ballot then carries the refusing acceptor's
 	// promised ballot.
 	Reject bool
-	// Snapshot is the application snapshot (MsgSnapshot only).
-	Snapshot *Snapshot
+	// Joining marks the heartbeat answer of a node started with
+	// Config.Join that has no membership yet (join.go): only a snapshot
+	// can catch it up.
+	Joining bool
+	// Snapshot is the metadata of the sender's snapshot (MsgSnapshot
+	// only): the state itself never travels in a consensus message.
+	Snapshot *SnapshotMeta
 }
 
 // Config configures a Node. Times are in ticks: the node has no clock, the
@@ -64,6 +69,13 @@ type Config struct {
 	// Seed makes the randomized election timeouts deterministic.
 	Seed int64
 
+	// Join starts a node that is not in the membership yet and knows
+	// nothing of it (join.go): it ignores Members, stores and commits
+	// nothing until it installs a snapshot, and never campaigns before.
+	// Without a snapshot in DurableState a joining node must be started
+	// with Join every time, until it has installed one.
+	Join bool
+
 	// ExternalElection, when true, stops Tick from ever starting an
 	// election: an outside timer (the accel plane's heartbeat engine) calls
 	// Campaign instead, and reports heartbeats it handled through
@@ -78,15 +90,26 @@ type Ready struct {
 	// Promised is non-nil when the promised ballot rose; it must be durable
 	// before Messages are sent.
 	Promised *Ballot
-	// Accepted are entries this node accepted; they must be durable before
-	// Messages are sent. A later entry for the same slot supersedes an
-	// earlier one.
+	// Accepted are entries this node accepted as an acceptor (of another
+	// node's ballot, on catch-up, or its own when it stopped leading before
+	// handing them out); they must be durable before Messages are sent.
 	Accepted []Entry
+	// OwnAccepted are this leader's own acceptances of the values it
+	// proposes, all under its ballot, in contiguous increasing slots. They
+	// must be made durable, but Messages need not wait: the caller persists
+	// them in parallel with sending and then reports them with
+	// OwnAcceptedDurable (see the contract on Node). They must not become
+	// durable before Promised.
+	OwnAccepted []Entry
 	// Messages go out after Promised and Accepted are durable.
 	Messages []Message
-	// Snapshot, when non-nil, must be installed into the application
-	// before Committed is applied.
-	Snapshot *Snapshot
+	// Snapshot, when non-nil, names the snapshot InstallSnapshot accepted:
+	// the application swaps in the state it staged for it before
+	// Committed is applied.
+	Snapshot *SnapshotMeta
+	// SnapshotOffer, when non-nil, is a peer's offer of a snapshot this
+	// node lags below (see SnapshotOffer): advice, not an obligation.
+	SnapshotOffer *SnapshotOffer
 	// Committed entries are delivered in slot order, each exactly once.
 	Committed []Entry
 	// ReadStates answer ReadIndex calls.
@@ -103,8 +126,26 @@ type Ready struct {
 //     Promise or Accepted once what it promised or accepted survives a
 //     crash),
 //  2. send rd.Messages,
-//  3. install rd.Snapshot and apply rd.Committed in slot order,
-//  4. call Advance(rd).
+//  3. install rd.Snapshot (swap in the state staged for it) and apply
+//     rd.Committed in slot order,
+//  4. call Advance(rd);
+//
+// and, not in that order but in parallel with steps 2-4 and later Readys,
+//  5. make rd.OwnAccepted durable, then call OwnAcceptedDurable for them
+//     (the leader's vote counts only from then on: ownvote.go).
+//
+// Durable writes keep Ready order per slot: an entry handed out in
+// Accepted or OwnAccepted supersedes every entry for its slot handed out
+// earlier (OwnAccepted after Accepted within one Ready), whatever order the
+// writes complete in; one append-only log written in Ready order does
+// this. A committed slot is delivered only once this node holds its value
+// durably: a slot held only in a not yet reported OwnAccepted waits, and so
+// does every slot after it.
+//
+// Snapshots move outside the core: a lagging node's Ready carries
+// SnapshotOffer; the application fetches the state from the offering peer
+// (which serves it from its own store), stages it durably, and only then
+// calls InstallSnapshot, whose Ready carries Snapshot.
 //
 // Each Ready must be followed by its Advance before the next Ready. Ready
 // hands over the pending output: a Ready that is dropped without being
@@ -139,12 +180,13 @@ type Node struct {
 	// Invariant: log.first-1 <= applied <= delivered <= commit, and every
 	// slot in [log.first, commit] holds the chosen value.
 	commit    Slot
-	delivered Slot // committed entries handed out by Ready through here
+	delivered Slot // committed entries handed out by Ready through here (<= deliverable())
 	applied   Slot // reported by Advance
 
-	snap        *Snapshot        // latest local snapshot; Data nil after restart until Compact
+	snap        *SnapshotMeta    // latest local snapshot (the application serves its state)
 	snapOffered map[NodeID]int64 // when offerSnapshot last sent to a node (bounded by known)
-	pendingSnap *Snapshot        // installed from a leader, to hand out in Ready
+	pendingSnap *SnapshotMeta    // accepted by InstallSnapshot, to hand out in Ready
+	snapOffer   *SnapshotOffer   // the newest offer of a snapshot above commit, to hand out in Ready
 
 	conf  confHistory
 	known map[NodeID]bool // every node named by any membership seen
@@ -162,15 +204,29 @@ type Node struct {
 	leaseHolder NodeID
 	leaseUntil  int64
 
-	cand *candidate // non-nil while role == RoleCandidate
-	lead *leader    // non-nil while role == RoleLeader
+	cand *candidate    // non-nil while role == RoleCandidate
+	lead *leader       // non-nil while role == RoleLeader
+	xfer transferState // leadership hand-over (transfer.go)
+	// joining: started with Config.Join and no snapshot installed yet;
+	// joiners: the nodes whose last heartbeat answer said they are
+	// joining (join.go).
+	joining bool
+	joiners map[NodeID]bool
 
 	// Pending output, handed over by Ready.
 	msgs          []Message
 	accepted      []Entry
+	ownAccepted   []Entry // this leader's own acceptances (ownvote.go)
 	promisedDirty bool
 	readStates    []ReadState
 	ackEvents     []AckEvent
+
+	// unstable holds the own acceptances handed out (or about to be) in
+	// Ready.OwnAccepted and not yet reported durable, by slot: they count
+	// for nothing and hold back delivery (ownvote.go). At most
+	// ownUnstableSlotsMax entries, plus stale ones below a snapshot until
+	// their report comes.
+	unstable map[Slot]Ballot
 
 	dropped uint64
 	// heard is when a valid message from each sender last arrived (for
@@ -225,8 +281,12 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 			return nil, errors.New("paxos: durable state: snapshot without members")
 		}
 		first = st.Snapshot.Slot + 1
-		n.conf.reset(first, st.Snapshot.Members)
-		n.snap = &Snapshot{Meta: SnapshotMeta{Slot: st.Snapshot.Slot, Members: slices.Clone(st.Snapshot.Members)}, Data: st.SnapshotData}
+		n.conf.resetWith(first, st.Snapshot.Members, st.Snapshot.Learners)
+		m := cloneSnapshotMeta(*st.Snapshot)
+		n.snap = &m
+	} else if cfg.Join {
+		n.joining = true
+		n.conf.reset(1, nil)
 	} else {
 		if len(cfg.Members) == 0 || len(cfg.Members) > MembersMax {
 			return nil, fmt.Errorf("paxos: config: %d members, want 1..%d", len(cfg.Members), MembersMax)
@@ -313,6 +373,7 @@ func (n *Node) Tick() {
 	default:
 		n.tickElection(1)
 	}
+	n.tickTransfer(1)
 }
 
 // Elapse advances the clock by k ticks at once, as a runtime does when its
@@ -334,6 +395,7 @@ func (n *Node) Elapse(k int) {
 	default:
 		n.tickElection(k)
 	}
+	n.tickTransfer(k)
 }
 
 // Campaign starts an election now: the pre-check round, then phase 1 if a
@@ -345,7 +407,7 @@ func (n *Node) Campaign() error {
 	switch {
 	case n.role == RoleLeader:
 		return nil
-	case !n.isMember():
+	case !n.isVoter():
 		return ErrNotMember
 	case n.leaseBlocks(n.id):
 		return ErrLeaseHeld
@@ -400,11 +462,14 @@ func (n *Node) Step(m Message) error {
 	case MsgHeartbeat:
 		n.handleHeartbeat(&m)
 	case MsgHeartbeatResp:
+		n.noteJoining(&m) // join.go
 		n.handleHeartbeatResp(&m)
 	case MsgCatchup:
 		n.handleCatchup(&m)
 	case MsgSnapshot:
 		n.handleSnapshot(&m)
+	case MsgTransfer:
+		n.handleTransfer(&m)
 	}
 	return nil
 }
@@ -420,6 +485,9 @@ func (n *Node) Step(m Message) error {
 func (n *Node) Propose(cmds [][]byte) error {
 	if n.role != RoleLeader {
 		return ErrNotLeader
+	}
+	if n.transferring() {
+		return ErrTransferring
 	}
 	return n.lead.enqueue(cmds)
 }
@@ -454,6 +522,9 @@ func (n *Node) ProposeConfChange(cc ConfChange) error {
 	if n.role != RoleLeader {
 		return ErrNotLeader
 	}
+	if n.transferring() {
+		return ErrTransferring
+	}
 	return n.lead.enqueueConfChange(n, cc)
 }
 
@@ -473,35 +544,99 @@ func (n *Node) ReadIndex(id uint64) error {
 }
 
 // Compact tells the node that the application holds a snapshot through
-// slot, so the log below it may be truncated and the snapshot sent to
-// lagging acceptors. slot must not exceed the applied slot. The node keeps
-// data (ownership passes to it) and truncates every slot <= slot.
-func (n *Node) Compact(slot Slot, data []byte) error {
+// slot (or can serve one at slot or later), so the log below it may be
+// truncated and the snapshot offered to lagging acceptors. slot must not
+// exceed the applied slot. The node records only the metadata and
+// truncates every slot <= slot: O(1) in the size of the state.
+func (n *Node) Compact(slot Slot) error {
 	if slot > n.applied {
 		return fmt.Errorf("paxos: compact through slot %d beyond applied %d", slot, n.applied)
 	}
-	if n.snap != nil && slot < n.snap.Meta.Slot {
-		return fmt.Errorf("paxos: compact through slot %d below snapshot %d", slot, n.snap.Meta.Slot)
+	if n.snap != nil && slot < n.snap.Slot {
+		return fmt.Errorf("paxos: compact through slot %d below snapshot %d", slot, n.snap.Slot)
 	}
 	if slot == 0 {
 		return errors.New("paxos: compact through slot 0")
 	}
-	if len(data) > SnapshotBytesMax {
-		return fmt.Errorf("paxos: snapshot of %d bytes exceeds SnapshotBytesMax %d", len(data), SnapshotBytesMax)
-	}
-	// The snapshot holds the state after applying slot, so it carries the
-	// membership in force for the slots above it.
-	n.snap = &Snapshot{Meta: SnapshotMeta{Slot: slot, Members: slices.Clone(n.conf.at(slot + 1))}, Data: data}
+	meta := n.metaAt(slot)
+	n.snap = &meta
 	n.log.truncateBelow(slot + 1)
 	n.conf.prune(slot + 1)
+	return nil
+}
+
+// SnapshotMetaAt returns the metadata of a snapshot of the application
+// state after slot: the membership in force for the slots above it. A
+// node serving its state to a laggard stamps the stream with it. slot must
+// lie in [FirstSlot-1, Commit] (below, the membership history was pruned;
+// above, it is not final), and not be 0.
+func (n *Node) SnapshotMetaAt(slot Slot) (SnapshotMeta, error) {
+	if slot == 0 || slot+1 < n.log.first || slot > n.commit {
+		return SnapshotMeta{}, fmt.Errorf("paxos: no snapshot metadata for slot %d outside [%d, %d]", slot, n.log.first-1, n.commit)
+	}
+	return n.metaAt(slot), nil
+}
+
+// metaAt is the metadata of a snapshot after slot (slot+1 >= log.first):
+// the state after applying slot governs the slots above it, so it carries
+// the membership in force there.
+func (n *Node) metaAt(slot Slot) SnapshotMeta {
+	return SnapshotMeta{Slot: slot, Members: slices.Clone(n.conf.at(slot + 1)), Learners: slices.Clone(n.conf.learnersAt(slot + 1))}
+}
+
+// InstallSnapshot tells the node that the application staged, durably and
+// verified, the state after meta.Slot (fetched after a SnapshotOffer, with
+// the metadata the serving peer stamped on it). When meta.Slot is above the
+// commit index the node starts over from it: the log below it goes, the
+// commit index and the membership are reset, and the next Ready carries
+// Snapshot = meta, which the application must install before any later
+// committed entry. At or below the commit index it returns
+// ErrSnapshotStale and changes nothing (the transfer arrived late or was
+// superseded; the application discards what it staged). Like Step, it is an
+// input: never between a Ready and its Advance.
+//
+// It is safe whoever served the state: a snapshot holds only chosen
+// values, and every slot at or below meta.Slot is chosen.
+func (n *Node) InstallSnapshot(meta SnapshotMeta) error {
+	if err := validSnapshotMeta(&meta); err != nil {
+		return err
+	}
+	stale := meta.Slot <= n.commit
+	if TestingInstallStaleSnapshot {
+		// The planted bug: compare with where the log starts, not with
+		// the commit index.
+		stale = meta.Slot+1 <= n.log.first
+	}
+	if stale {
+		return ErrSnapshotStale
+	}
+	if n.role != RoleFollower {
+		// Phase 1 or 2 state is relative to the old commit index;
+		// start over from the snapshot.
+		n.becomeFollower()
+	}
+	m := cloneSnapshotMeta(meta)
+	n.log.truncateBelow(m.Slot + 1)
+	n.commit = m.Slot
+	n.delivered = m.Slot
+	n.conf.resetWith(m.Slot+1, m.Members, m.Learners)
+	for _, id := range slices.Concat(m.Members, m.Learners) {
+		n.known[id] = true
+	}
+	n.joining = false // a joining node has its membership now (join.go)
+	n.snap = &m
+	n.pendingSnap = &m
+	if n.snapOffer != nil && n.snapOffer.Meta.Slot <= m.Slot {
+		n.snapOffer = nil
+	}
 	return nil
 }
 
 // HasReady reports whether Ready would return anything.
 func (n *Node) HasReady() bool {
 	n.flush()
-	return n.promisedDirty || len(n.accepted) > 0 || len(n.msgs) > 0 || n.pendingSnap != nil ||
-		n.delivered < n.commit || len(n.readStates) > 0 || len(n.ackEvents) > 0
+	return n.promisedDirty || len(n.accepted) > 0 || len(n.ownAccepted) > 0 || len(n.msgs) > 0 || n.pendingSnap != nil ||
+		n.snapOffer != nil || n.delivered < n.deliverable() || len(n.readStates) > 0 || len(n.ackEvents) > 0
 }
 
 // Ready returns what the caller must persist, send and apply, and hands the
@@ -515,18 +650,20 @@ func (n *Node) Ready() Ready {
 		n.promisedDirty = false
 	}
 	rd.Accepted, n.accepted = n.accepted, nil
+	rd.OwnAccepted, n.ownAccepted = n.ownAccepted, nil
 	rd.Messages, n.msgs = n.msgs, nil
 	rd.Snapshot, n.pendingSnap = n.pendingSnap, nil
-	if n.delivered < n.commit {
-		rd.Committed = make([]Entry, 0, n.commit-n.delivered)
-		for s := n.delivered + 1; s <= n.commit; s++ {
+	rd.SnapshotOffer, n.snapOffer = n.snapOffer, nil
+	if through := n.deliverable(); n.delivered < through {
+		rd.Committed = make([]Entry, 0, through-n.delivered)
+		for s := n.delivered + 1; s <= through; s++ {
 			e := n.log.get(s)
 			if e == nil {
 				n.invariantf("committed slot %d has no entry", s)
 			}
 			rd.Committed = append(rd.Committed, *e)
 		}
-		n.delivered = n.commit
+		n.delivered = through
 	}
 	rd.ReadStates, n.readStates = n.readStates, nil
 	rd.AckEvents, n.ackEvents = n.ackEvents, nil
@@ -535,8 +672,8 @@ func (n *Node) Ready() Ready {
 
 // Advance acknowledges that rd was handled as the contract says.
 func (n *Node) Advance(rd Ready) {
-	if rd.Snapshot != nil && rd.Snapshot.Meta.Slot > n.applied {
-		n.applied = rd.Snapshot.Meta.Slot
+	if rd.Snapshot != nil && rd.Snapshot.Slot > n.applied {
+		n.applied = rd.Snapshot.Slot
 	}
 	if k := len(rd.Committed); k > 0 {
 		if s := rd.Committed[k-1].Slot; s > n.applied {
@@ -569,11 +706,15 @@ func (n *Node) Status() Status {
 		LastSlot:  n.log.last(),
 		FirstSlot: n.log.first,
 		Members:   slices.Clone(n.conf.latest()),
+		Learners:  slices.Clone(n.conf.latestLearners()),
 		Dropped:   n.dropped,
 	}
 	if n.role == RoleLeader {
 		st.Ballot = n.lead.ballot
 		st.LeaseValid = n.leaseValid()
+		if n.transferring() {
+			st.Transferring = n.xfer.to
+		}
 	} else if n.role == RoleCandidate {
 		st.Ballot = n.cand.ballot
 	}
@@ -599,6 +740,7 @@ func (n *Node) AckCount(slot Slot) (ballot Ballot, count int) {
 func (n *Node) send(m Message) {
 	m.Cluster = n.cfg.ClusterID
 	m.From = n.id
+	m.Joining = n.joining && m.Type == MsgHeartbeatResp // join.go
 	n.msgs = append(n.msgs, m)
 }
 

@@ -15,6 +15,9 @@ const heardNodesMax = 4 * MembersMax
 // PeerProgress is what this node knows of another member.
 type PeerProgress struct {
 	ID NodeID
+	// Learner says ID is a learner of the latest membership (it counts in
+	// no quorum); otherwise it is a voter.
+	Learner bool
 	// Heard says a valid message from ID reached this node (in any role);
 	// HeardAgoTicks is how many ticks ago the last one did.
 	Heard         bool
@@ -48,7 +51,7 @@ func (n *Node) noteHeard(id NodeID) {
 	}
 	if _, ok := n.heard[id]; !ok && len(n.heard) >= heardNodesMax {
 		// Full: forget senders that are no longer members.
-		members := n.conf.latest()
+		members := slices.Concat(n.conf.latest(), n.conf.latestLearners())
 		for x := range n.heard {
 			if !slices.Contains(members, x) {
 				delete(n.heard, x)
@@ -62,17 +65,18 @@ func (n *Node) noteHeard(id NodeID) {
 }
 
 // PeerProgress returns what this node knows of every other member of the
-// latest membership, in id order: when it last heard from each, and on the
-// leader their replication progress (Tracked). It allocates; call it for
-// observers, not per message.
+// latest membership, voters and learners, in id order: when it last heard
+// from each, and on the leader their replication progress (Tracked). It
+// allocates; call it for observers, not per message.
 func (n *Node) PeerProgress() []PeerProgress {
-	members := n.conf.latest()
+	learners := n.conf.latestLearners()
+	members := slices.Concat(n.conf.latest(), learners)
 	out := make([]PeerProgress, 0, len(members))
 	for _, id := range members {
 		if id == n.id {
 			continue
 		}
-		pp := PeerProgress{ID: id}
+		pp := PeerProgress{ID: id, Learner: slices.Contains(learners, id)}
 		if t, ok := n.heard[id]; ok {
 			pp.Heard, pp.HeardAgoTicks = true, n.now-t
 		}

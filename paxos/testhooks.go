@@ -32,7 +32,29 @@ var (
 	// above a ConfChange that is not committed yet (the pipeline stop and
 	// the send cap both removed).
 	TestingAssignPastConfChange bool
+	// TestingLearnerAcksCount counts a learner's Accepted toward a slot's
+	// quorum as if it were a voter (the quorum size stays the voters').
+	TestingLearnerAcksCount bool
 )
+
+// TestingTransferKeepsLease, test only: a leader handing over
+// (TransferLeadership) releases its acceptors' leases without stepping
+// down, and goes on answering reads from its own lease (paxossim's lease
+// oracle must catch it).
+var TestingTransferKeepsLease bool
+
+// TestingInstallStaleSnapshot is test only: InstallSnapshot accepts a
+// snapshot at or below the commit index (any above the log's first slot),
+// rolling the node back. paxossim's planted test must catch it through the
+// offer, fetch and install flow (late transfers). Production code never
+// sets it.
+var TestingInstallStaleSnapshot bool
+
+// TestingVoteBeforePersist is test only: when true the leader counts its
+// own acceptance toward the quorum as soon as it accepts, before the caller
+// reports it durable (OwnAcceptedDurable). paxossim's planted test shows
+// its oracles catch it. Production code never sets it.
+var TestingVoteBeforePersist bool
 
 // quorum returns the number of acceptors out of n that form a majority.
 func quorum(n int) int {

@@ -59,6 +59,9 @@ func (n *Node) validate(m *Message) error {
 			return fmt.Errorf("entries out of order at slot %d", e.Slot)
 		}
 	}
+	if m.Joining && m.Type != MsgHeartbeatResp {
+		return fmt.Errorf("joining flag on %v", m.Type)
+	}
 	if m.Reject {
 		return nil
 	}
@@ -109,14 +112,25 @@ func (n *Node) validate(m *Message) error {
 		}
 	case MsgSnapshot:
 		s := m.Snapshot
-		if s == nil || s.Meta.Slot == 0 || s.Meta.Slot > m.Commit || len(s.Meta.Members) == 0 || len(s.Meta.Members) > MembersMax {
-			return errors.New("snapshot missing or with impossible metadata")
+		if s == nil || s.Slot > m.Commit {
+			return errors.New("snapshot missing or above the sender's commit")
 		}
-		for _, id := range s.Meta.Members {
-			if id == 0 {
-				return errors.New("snapshot names member 0")
-			}
+		if err := validSnapshotMeta(s); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// validSnapshotMeta checks what any correct snapshot's metadata satisfies.
+func validSnapshotMeta(s *SnapshotMeta) error {
+	if s.Slot == 0 || s.Slot > slotMax || len(s.Members) == 0 || len(s.Members) > MembersMax {
+		return fmt.Errorf("%w: snapshot at slot %d with %d members", ErrBadMessage, s.Slot, len(s.Members))
+	}
+	for _, id := range s.Members {
+		if id == 0 {
+			return fmt.Errorf("%w: snapshot names member 0", ErrBadMessage)
+		}
+	}
+	return validLearners(s)
 }

@@ -102,13 +102,17 @@ type Recovery struct {
 }
 
 // Log is the acceptor log. Its methods are safe for concurrent use; they
-// are serialized by one mutex.
+// are serialized by one mutex, except that Persist does not hold it while
+// the persist barrier runs (an msync may take milliseconds, and a writer
+// must be able to Append meanwhile): flushMu serializes the barriers, and
+// Close waits for the one in progress.
 type Log struct {
-	mu   sync.Mutex
-	r    *region
-	ring []byte // r.mem[headerBytes:]
-	n    uint64 // len(ring)
-	seed uint64
+	flushMu sync.Mutex // held by Persist across its barrier, and by Close
+	mu      sync.Mutex
+	r       *region
+	ring    []byte // r.mem[headerBytes:]
+	n       uint64 // len(ring)
+	seed    uint64
 
 	meta      meta // the newest persisted meta copy
 	metaIndex int  // which copy holds it
@@ -453,21 +457,40 @@ func (l *Log) persistEnd() uint64 {
 	return l.tailPos + lineBytes
 }
 
-// Persist makes every record appended since the last Persist durable (one
-// msync, or one flush of the dirty lines plus one fence).
+// Persist makes every record appended before it was called durable (one
+// msync, or one flush of the dirty lines plus one fence). Appends may run
+// while it flushes: the flushed range ends at the end marker that was the
+// tail's when Persist began, and an Append writes only at or beyond that
+// tail, so the most a concurrent Append changes in the range is the end
+// marker's line, which it overwrites with the start of its own record. A
+// crash then finds there either the marker, that record whole (durable
+// early, which is harmless: nobody was told it is durable) or a torn record
+// that recovery cuts (recover.go); every record before it is durable either
+// way. Concurrent Persists take turns.
 func (l *Log) Persist() error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return ErrClosed
 	}
 	if l.persistedPos == l.tailPos {
+		l.mu.Unlock()
 		return nil // nothing appended; the end marker was persisted already
 	}
-	if err := l.persistRange(l.persistedPos, l.persistEnd()); err != nil {
+	from, to, tail := l.persistedPos, l.persistEnd(), l.tailPos
+	l.mu.Unlock()
+	// The region stays mapped: Close takes flushMu first. The head cannot
+	// pass from meanwhile either: TruncateBelow moves it only over records
+	// below persistedPos.
+	err := l.persistRange(from, to)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	l.persistedPos = l.tailPos
+	l.persistedPos = max(l.persistedPos, tail)
 	l.checkInvariants()
 	return nil
 }
@@ -563,6 +586,8 @@ func (l *Log) Space() (usedBytes, ringBytes int64) {
 
 // Close persists what was appended and unmaps the region.
 func (l *Log) Close() error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -52,6 +52,11 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 	case proto.OpPing:
 		return &proto.Response{}
 	}
+	if req.Op.IsMember() {
+		// The raft path's membership is its configured peers; the
+		// membership operations (kvctl member) are paxos-path only.
+		return proto.Errorf(proto.StatusBadRequest, "%v is not supported with replication = \"raft\" (membership is the configured peers)", req.Op)
+	}
 	return proto.Errorf(proto.StatusBadRequest, "opcode %v not served", req.Op)
 }
 

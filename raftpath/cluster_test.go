@@ -289,6 +289,11 @@ func TestLeaderKillRestartLinearizable(t *testing.T) {
 	if old.n.SnapshotsRestored() == 0 {
 		t.Errorf("the restarted node caught up without a snapshot; the test meant to exercise MsgSnap")
 	}
+	// The leader compacted its log (else there was no snapshot to send):
+	// SnapshotsTaken counts it and the time it took.
+	if n, took := lead.n.SnapshotsTaken(); n == 0 || took <= 0 {
+		t.Errorf("the leader compacted its log but SnapshotsTaken says %d snapshots in %v", n, took)
+	}
 	if totalLeaderChanges(c) <= oldChanges {
 		t.Errorf("no leader change counted")
 	}

@@ -126,6 +126,10 @@ type Node struct {
 	applied       atomic.Uint64 // Invariant: applied <= commit
 	leaderChanges atomic.Uint64
 	restores      atomic.Uint64
+	// snapshots counts snapshots taken for compaction, snapshotNanos the
+	// time they took in total (Ready loop writes, metrics read).
+	snapshots     atomic.Uint64
+	snapshotNanos atomic.Int64
 
 	appliedMu sync.Mutex
 	appliedCh chan struct{} // closed and replaced whenever applied grows
@@ -301,6 +305,13 @@ func (n *Node) LeaderChanges() uint64 { return n.leaderChanges.Load() }
 
 // SnapshotsRestored counts snapshots received from a leader and restored.
 func (n *Node) SnapshotsRestored() uint64 { return n.restores.Load() }
+
+// SnapshotsTaken counts the snapshots this node took for compaction and
+// the time taking them took in total (state machine flush, WAL record,
+// log compaction: the Ready loop is blocked for all of it).
+func (n *Node) SnapshotsTaken() (uint64, time.Duration) {
+	return n.snapshots.Load(), time.Duration(n.snapshotNanos.Load())
+}
 
 // Leader returns the leader this node knows (0: none).
 func (n *Node) Leader() uint64 { return n.lead.Load() }
@@ -519,6 +530,7 @@ func (n *Node) maybeSnapshot() error {
 	if applied-n.snapIndex < n.cfg.SnapshotEntries {
 		return nil
 	}
+	start := time.Now()
 	slot, err := n.sm.Flush()
 	if err != nil {
 		return err
@@ -540,6 +552,8 @@ func (n *Node) maybeSnapshot() error {
 			return fmt.Errorf("compacting the log: %w", err)
 		}
 	}
+	n.snapshots.Add(1)
+	n.snapshotNanos.Add(int64(time.Since(start)))
 	return nil
 }
 

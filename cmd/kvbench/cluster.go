@@ -34,14 +34,26 @@ type cluster struct {
 	dir       string
 	shmDir    string
 	endpoints []string
-	procs     []*nodeProc
-	tokens    []string
+	// procs are the node processes, [i-1] for node i. Only the
+	// goroutine that runs the path replaces one (a restart, under
+	// procMu); other goroutines read them through pids.
+	procs  []*nodeProc
+	procMu sync.Mutex
+	tokens []string
 	// monitor is the token of kvbench's own tenant for STATUS polls: an
 	// uncontracted tenant outside the workload, so polling never spends
 	// a workload tenant's budget.
 	monitor string
 	// lan holds the namespaces of a netns path (nil on loopback).
 	lan *lan
+	// admins are the nodes' admin addresses (/metrics), [i-1] for node i;
+	// empty for an existing cluster.
+	admins []string
+	// kvnode is the binary the nodes run (restarts use it again).
+	kvnode string
+	// benchToken, for an existing cluster, is the one token every
+	// scenario tenant uses ("" on an embedded cluster: bench_tenants.go).
+	benchToken string
 }
 
 type nodeProc struct {
@@ -68,6 +80,10 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	base := o.BasePort
 	fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", i, filepath.Join(dir, fmt.Sprintf("node%d", i)))
 	fmt.Fprintf(&b, "client_listen = \"%s:%d\"\nconsensus_listen = \"%s:%d\"\nlog_level = \"warn\"\n", addrs[i-1], base+i, addrs[i-1], base+20+i)
+	// The admin endpoint: kvbench scrapes /metrics (leader changes,
+	// snapshots, shedding; nodestats.go). It always has a token, so the
+	// namespace paths' non-loopback addresses are accepted too.
+	fmt.Fprintf(&b, "admin_listen = \"%s:%d\"\n", addrs[i-1], base+adminPortOffset+i)
 	if p.Replication == "raft" {
 		fmt.Fprintf(&b, "replication = \"raft\"\n")
 	}
@@ -87,7 +103,7 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	if mode == "shm" {
 		pmemDir = shmDir
 	}
-	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n\n", filepath.Join(pmemDir, fmt.Sprintf("node%d.pmem", i)), 64<<20, mode)
+	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n\n", filepath.Join(pmemDir, fmt.Sprintf("node%d.pmem", i)), o.pmemBytes(), mode)
 	kind := p.transport
 	if kind == "" {
 		kind = "udp"
@@ -100,6 +116,7 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	}
 	fmt.Fprintf(&b, "\n[consensus]\ntick = \"1ms\"\n\n")
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n\n", benchClusterSecret)
+	fmt.Fprintf(&b, "[admin]\ntoken = %q\n\n", benchAdminToken)
 	if p.Replication == "raft" {
 		walDir := filepath.Join(dir, fmt.Sprintf("node%d", i), "raft")
 		if p.walOnShm {
@@ -126,6 +143,8 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	}
 	// kvbench's monitor tenant: STATUS polls only, no contract.
 	fmt.Fprintf(&b, "[[tenants]]\nid = %d\nname = \"kvbench-monitor\"\ntoken = %q\npriority = \"critical\"\n", o.Tenants+1, monitorToken)
+	b.WriteString(benchTenantsConfig(o)) // the scenarios' own tenants (bench_tenants.go)
+	b.WriteString(stallConfig(o, p, i))  // [stall]: traces under --out (stages.go)
 	if p.resp {
 		_, tables := respConfig(o, i, addrs[i-1])
 		b.WriteString("\n" + tables)
@@ -166,31 +185,20 @@ func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*clus
 		c.lan = l
 		addrs = l.addrs()
 	}
+	c.kvnode = kvnode
 	for i := 1; i <= o.Nodes; i++ {
 		c.endpoints = append(c.endpoints, fmt.Sprintf("%s:%d", addrs[i-1], o.BasePort+i))
+		c.admins = append(c.admins, fmt.Sprintf("%s:%d", addrs[i-1], o.BasePort+adminPortOffset+i))
 		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
 		if err := os.WriteFile(cfgPath, []byte(nodeConfig(o, p, i, dir, c.shmDir, addrs)), 0o640); err != nil {
 			c.stop()
 			return nil, err
 		}
-		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", i))
-		logf, err := os.Create(logPath)
+		np, err := c.startNode(i)
 		if err != nil {
 			c.stop()
 			return nil, err
 		}
-		cmd := exec.Command(kvnode, "--config", cfgPath)
-		if c.lan != nil {
-			cmd = c.lan.command(i, kvnode, "--config", cfgPath)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			c.stop()
-			return nil, fmt.Errorf("starting kvnode %d: %w", i, err)
-		}
-		np := &nodeProc{id: i, cmd: cmd, log: logPath, done: make(chan struct{})}
-		go func() { np.err = cmd.Wait(); logf.Close(); close(np.done) }()
 		c.procs = append(c.procs, np)
 	}
 	if _, err := c.waitLeader(ctx, leaderWaitMax); err != nil {
@@ -199,6 +207,30 @@ func startCluster(ctx context.Context, o *Options, kvnode string, p Path) (*clus
 		return nil, fmt.Errorf("%v%s", err, msg)
 	}
 	return c, nil
+}
+
+// startNode starts kvnode i (1-based) with its config in c.dir; its
+// output is appended to its log, so a restarted node keeps the log of its
+// first life.
+func (c *cluster) startNode(i int) (*nodeProc, error) {
+	cfgPath := filepath.Join(c.dir, fmt.Sprintf("node%d.toml", i))
+	logPath := filepath.Join(c.dir, fmt.Sprintf("node%d.log", i))
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.kvnode, "--config", cfgPath)
+	if c.lan != nil {
+		cmd = c.lan.command(i, c.kvnode, "--config", cfgPath)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting kvnode %d: %w", i, err)
+	}
+	np := &nodeProc{id: i, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { np.err = cmd.Wait(); logf.Close(); close(np.done) }()
+	return np, nil
 }
 
 // failureText returns the first error-looking line of the first node that
@@ -286,6 +318,8 @@ func (c *cluster) leaderPID(ctx context.Context) (int, error) {
 
 // pids lists the node processes.
 func (c *cluster) pids() []int {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
 	var out []int
 	for _, p := range c.procs {
 		out = append(out, p.cmd.Process.Pid)

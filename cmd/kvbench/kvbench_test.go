@@ -17,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp/netns"
-	"synod/bench/hist"
 	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/tenants"
@@ -110,13 +109,23 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 		t.Skip("starts kvnode clusters")
 	}
 	o := tinyOptions()
+	o.Scenarios = allScenarios // the load scenario too, at its tiny size
 	o.Kvnode = buildKvnode(t)
 	o.OutDir = t.TempDir()
 	o.DataDir = t.TempDir()
 	o.BasePort = 18100
-	_, err := run(context.Background(), &o)
+	r, err := run(context.Background(), &o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var table strings.Builder
+	writeTable(&table, r)
+	t.Log("\n" + table.String())
+	for _, row := range []string{"ceiling puts/s", "tail P99/P50", "overload tput % cap", "victim crit P99 quiet/flood",
+		"load MB/s first/last step", "load catch-up s", "leader changes overload", "leader changes load"} {
+		if !strings.Contains(table.String(), row) {
+			t.Errorf("the table has no %q row", row)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(o.OutDir, "kvbench.json"))
 	if err != nil {
@@ -185,6 +194,9 @@ func TestFlagsValidate(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dist", "pareto"}, {"--read-ratio", "1.5"}, {"--scenarios", "chaos"}, {"--paths", "nope"},
 		{"--full", "--tiny"}, {"--endpoints", "127.0.0.1:1"}, {"extra"},
+		{"--tail-share", "1.5"}, {"--overload-factor", "20"}, {"--load-gib", "5000"}, {"--ceiling-inflight", "100000"},
+		{"--load-gib", "1", "--load-step-mib", "2048"}, {"--load-writers", "5000"}, {"--pmem-mib", "1000000"}, {"--load-time-max", "-1s"},
+		{"--scenarios", "steady,loadd"},
 	} {
 		o, err := parseFlags(args)
 		if err == nil {
@@ -197,6 +209,17 @@ func TestFlagsValidate(t *testing.T) {
 	o, err := parseFlags(nil)
 	if err != nil || o.Tenants != 32 || o.ReadRatio != 0.7 || o.Nodes != 3 {
 		t.Fatalf("defaults %+v %v", o, err)
+	}
+	if o.has(scenLoad) || !o.has(scenCeiling) || !o.has(scenTail) || !o.has(scenOverload) || o.pmemBytes() != 64<<20 {
+		t.Fatalf("default scenarios %v, pmem %d: want every one but load, 64 MiB", o.Scenarios, o.pmemBytes())
+	}
+	if o.LoadGiB != 10 || o.LoadStepMiB != 1024 || o.LoadWriters != 16 || o.LoadDown != time.Minute || o.CeilingInflight != 256 ||
+		o.TailShare != 0.5 || o.OverloadFactor != 1.5 {
+		t.Fatalf("scenario defaults %+v", o)
+	}
+	o, err = parseFlags([]string{"--scenarios", "load", "--load-gib", "0.5"})
+	if err != nil || o.LoadStepMiB != 64 || o.pmemBytes() != 256<<20 {
+		t.Fatalf("--load-gib 0.5: step %d MiB, pmem %d, %v; want 64 MiB steps and kvnode's 256 MiB log", o.LoadStepMiB, o.pmemBytes(), err)
 	}
 }
 
@@ -225,10 +248,28 @@ func missingFigures(r *Report, o *Options) []string {
 			}
 			continue
 		}
-		for _, s := range scenariosFor(o, p.Path) {
+		// The JSON drops a path's unexported fields (main, resp, ...):
+		// take them from the path of that name.
+		path := p.Path
+		for _, known := range allPaths() {
+			if known.Name == p.Name {
+				path = known
+			}
+		}
+		for _, s := range scenariosFor(o, path) {
 			ph := p.Phases[s]
 			if ph == nil {
 				add("%s: no %s phase", p.Name, s)
+				continue
+			}
+			if !path.resp && len(o.Endpoints) == 0 {
+				// Every embedded phase read the nodes' /metrics.
+				if ph.Cluster == nil || ph.Cluster.LeaderChangesMetric < 0 || len(ph.Cluster.Nodes) != o.Nodes {
+					add("%s/%s: no leader-change count from the nodes' metrics: %+v", p.Name, s, ph.Cluster)
+				}
+			}
+			if s == scenCeiling || s == scenTail || s == scenOverload || s == scenLoad {
+				out = append(out, missingScenarioFigures(p, s, ph, o)...)
 				continue
 			}
 			if ph.Read.Count == 0 || ph.Write.Count == 0 || ph.Read.P99Us == 0 || ph.Write.P999Us == 0 ||
@@ -243,7 +284,7 @@ func missingFigures(r *Report, o *Options) []string {
 				add("%s: hog phase without a note", p.Name)
 			}
 		}
-		if p.Base == "" && (p.VictimP99SteadyUs == 0 || p.VictimP99NoisyUs == 0 || p.InterferenceRatio == 0) {
+		if p.Base == "" && o.has(scenNoisy) && (p.VictimP99SteadyUs == 0 || p.VictimP99NoisyUs == 0 || p.InterferenceRatio == 0) {
 			add("%s: interference figures missing", p.Name)
 		}
 	}
@@ -257,21 +298,15 @@ func missingFigures(r *Report, o *Options) []string {
 // shows the completeness check reports each.
 func TestMissingFiguresCatchesGaps(t *testing.T) {
 	o := tinyOptions()
+	o.Scenarios = allScenarios
 	full := func() *Report {
-		ph := func(s string) *PhaseResult {
-			h := hist.Summary{Count: 10, P50Us: 1, P90Us: 2, P99Us: 3, P999Us: 4, MaxUs: 5}
-			p := &PhaseResult{Scenario: s, Read: h, Write: h, Victim: h, ThroughputOps: 100,
-				TenantP99Us: make([]int64, o.Tenants), ReadCurve: []hist.Point{{}}, WriteCurve: []hist.Point{{}},
-				CPUSeconds: 1, CPUPer1000: 0.5, BulkScan: h, HogNote: "pinned"}
-			return p
-		}
 		r := &Report{Machine: Machine{CPUs: 2, GoVersion: "go", CPUModel: "cpu"},
 			Headline: Headline{Against: "paxos", WriteP99Ratio: 1, InterferenceRatio: map[string]float64{"raft": 1}}}
 		for _, p := range allPaths()[:2] {
 			pr := &PathResult{Path: p, Status: "ok", Phases: map[string]*PhaseResult{},
 				VictimP99SteadyUs: 1, VictimP99NoisyUs: 1, InterferenceRatio: 1}
 			for _, s := range o.Scenarios {
-				pr.Phases[s] = ph(s)
+				pr.Phases[s] = completePhase(s, &o)
 			}
 			r.Paths = append(r.Paths, pr)
 		}
@@ -281,15 +316,41 @@ func TestMissingFiguresCatchesGaps(t *testing.T) {
 		t.Fatalf("a complete report flagged: %v", m)
 	}
 	for name, plant := range map[string]func(r *Report){
-		"write p99.9":   func(r *Report) { r.Paths[0].Phases["steady"].Write.P999Us = 0 },
-		"noisy phase":   func(r *Report) { delete(r.Paths[1].Phases, "noisy") },
-		"tenant p99s":   func(r *Report) { r.Paths[0].Phases["hog"].TenantP99Us = nil },
-		"cpu figure":    func(r *Report) { r.Paths[1].Phases["steady"].CPUPer1000 = 0 },
-		"durability":    func(r *Report) { r.Paths[0].Durability = "" },
-		"main path n/a": func(r *Report) { r.Paths[0].Status, r.Paths[0].Reason = "n/a", "x" },
-		"interference":  func(r *Report) { r.Paths[1].InterferenceRatio = 0 },
-		"headline":      func(r *Report) { r.Headline.WriteP99Ratio = 0 },
-		"machine":       func(r *Report) { r.Machine.CPUModel = "" },
+		"write p99.9":           func(r *Report) { r.Paths[0].Phases["steady"].Write.P999Us = 0 },
+		"noisy phase":           func(r *Report) { delete(r.Paths[1].Phases, "noisy") },
+		"tenant p99s":           func(r *Report) { r.Paths[0].Phases["hog"].TenantP99Us = nil },
+		"cpu figure":            func(r *Report) { r.Paths[1].Phases["steady"].CPUPer1000 = 0 },
+		"durability":            func(r *Report) { r.Paths[0].Durability = "" },
+		"main path n/a":         func(r *Report) { r.Paths[0].Status, r.Paths[0].Reason = "n/a", "x" },
+		"interference":          func(r *Report) { r.Paths[1].InterferenceRatio = 0 },
+		"headline":              func(r *Report) { r.Headline.WriteP99Ratio = 0 },
+		"machine":               func(r *Report) { r.Machine.CPUModel = "" },
+		"leader-change metric":  func(r *Report) { r.Paths[0].Phases["noisy"].Cluster.LeaderChangesMetric = -1 },
+		"no cluster window":     func(r *Report) { r.Paths[1].Phases["tail"].Cluster = nil },
+		"ceiling phase":         func(r *Report) { delete(r.Paths[0].Phases, scenCeiling) },
+		"ceiling figures":       func(r *Report) { r.Paths[0].Phases[scenCeiling].Ceiling = nil },
+		"ceiling throughput":    func(r *Report) { r.Paths[1].Phases[scenCeiling].ThroughputOps = 0 },
+		"tail offered":          func(r *Report) { r.Paths[0].Phases[scenTail].Tail.OfferedOps *= 2 },
+		"tail ratio below 1":    func(r *Report) { r.Paths[1].Phases[scenTail].Tail.P99OverP50 = 0.5 },
+		"tail p99.9":            func(r *Report) { r.Paths[0].Phases[scenTail].Write.P999Us = 0 },
+		"overload figures":      func(r *Report) { r.Paths[0].Phases[scenOverload].Overload = nil },
+		"overload share":        func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.ShareOfCapacity = 2 },
+		"overload victim":       func(r *Report) { r.Paths[0].Phases[scenOverload].Overload.Victims[1].Quiet.Count = 0 },
+		"overload one victim":   func(r *Report) { o := r.Paths[0].Phases[scenOverload].Overload; o.Victims = o.Victims[:1] },
+		"overload paxos shed":   func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.ShedByClass = nil },
+		"overload flood rate":   func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.FloodOfferedOps = 1 },
+		"load figures":          func(r *Report) { r.Paths[0].Phases[scenLoad].Load = nil },
+		"load stalled":          func(r *Report) { r.Paths[1].Phases[scenLoad].Load.Stalled = true },
+		"load cut off":          func(r *Report) { r.Paths[0].Phases[scenLoad].Load.CutOff = true },
+		"load short":            func(r *Report) { r.Paths[1].Phases[scenLoad].Load.LoadedBytes /= 2 },
+		"load step row":         func(r *Report) { l := r.Paths[0].Phases[scenLoad].Load; l.Steps = l.Steps[1:] },
+		"load step rss":         func(r *Report) { r.Paths[0].Phases[scenLoad].Load.Steps[0].Nodes = nil },
+		"load end disk":         func(r *Report) { r.Paths[0].Phases[scenLoad].Load.End = []NodeSample{{RSSBytes: 1, DataBytes: -1}} },
+		"load no restart":       func(r *Report) { r.Paths[1].Phases[scenLoad].Load.Restart = nil },
+		"load not caught up":    func(r *Report) { r.Paths[0].Phases[scenLoad].Load.Restart.CatchUpSeconds = -1 },
+		"load no commit target": func(r *Report) { r.Paths[0].Phases[scenLoad].Load.Restart.LeaderCommitAtRestart = 0 },
+		"load leader is victim": func(r *Report) { l := r.Paths[1].Phases[scenLoad].Load.Restart; l.LeaderAtRestart = l.Node },
+		"load slowdown":         func(r *Report) { r.Paths[1].Phases[scenLoad].Load.Slowdown = 0 },
 	} {
 		r := full()
 		plant(r)

@@ -4,14 +4,18 @@
 //	kvbench              quick scaled reference workload (about a minute on 2 cores)
 //	kvbench --full       the long run
 //	kvbench --paths raft,paxos --scenarios steady --rate 3000
+//	kvbench --paths raft,paxos --scenarios load   10 GiB of 4 KiB values, then a follower restart
 //	kvbench --endpoints 127.0.0.1:7001,... --token T   an existing cluster
 //	kvbench rtt          AF_XDP vs kernel UDP round trips (afxdp/rtt)
 //
 // Every path runs on a fresh embedded cluster of kvnode child processes on
 // loopback, or (paxos-udp-netns, paxos-afxdp; root only) each in a network
 // namespace of its own on a veth bridge. Load is open-loop Poisson; latency counts from the intended
-// send time. docs/benchmarking.md explains the method, the knobs and how
-// to read the output.
+// send time. Scenarios: steady, noisy and hog (the tenants' workload), and
+// ceiling, tail, overload and load (scenario_*.go: capacity closed loop,
+// the tail at half of it, a flood at 1.5x it, a store loaded to GiBs).
+// docs/benchmarking.md explains the method, the knobs and how to read the
+// output.
 package main
 
 import (
@@ -34,6 +38,12 @@ func main() {
 		case "hog":
 			if err := hogMain(os.Args[2:]); err != nil {
 				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			return
+		case "stalls":
+			if err := stallsMain(os.Args[2:], os.Stdout); err != nil { // stalltrace.go
+				fmt.Fprintf(os.Stderr, "kvbench stalls: %v\n", err)
 				os.Exit(1)
 			}
 			return
@@ -98,15 +108,33 @@ func parseFlags(args []string) (*Options, error) {
 	fs.Float64Var(&contract, "contract-factor", 0, "victims' contract = this x their share of --rate")
 	fs.IntVar(&hogCPUs, "hog-cpus", 0, "CPUs the hog burns and the leader is pinned to")
 	fs.StringVar(&paths, "paths", "", "comma-separated paths (default all): "+pathNames())
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated: steady,noisy,hog")
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated (default all but load): "+strings.Join(allScenarios, ","))
 	fs.StringVar(&endpoints, "endpoints", "", "an existing cluster's client addresses (no embedded cluster)")
 	fs.StringVar(&token, "token", "", "with --endpoints: the token every tenant uses")
 	fs.StringVar(&kvnode, "kvnode", "", "kvnode binary (default: next to kvbench, in PATH, or built with go build)")
 	fs.StringVar(&out, "out", "", "output directory for kvbench.json and PNGs")
 	fs.StringVar(&dataDir, "data-dir", "", "where clusters keep data (default: the temp dir; must be a disk for fsync-file)")
 	fs.IntVar(&basePort, "base-port", 0, "first loopback port (clients base+1.., consensus base+21..)")
+	var (
+		ceilInflight, loadStep, loadWriters, pmemMiB int
+		tailShare, overFactor, victimRate, loadGiB   float64
+		loadDown, loadStall, loadCatchup, loadTime   time.Duration
+	)
+	fs.IntVar(&ceilInflight, "ceiling-inflight", 0, "ceiling: closed-loop requests in flight measuring capacity")
+	fs.Float64Var(&tailShare, "tail-share", 0, "tail: offered load as a share of the measured capacity")
+	fs.Float64Var(&overFactor, "overload-factor", 0, "overload: the flood's offered load over the measured capacity")
+	fs.Float64Var(&victimRate, "victim-rate", 0, "overload: each victim tenant's offered ops/s")
+	fs.Float64Var(&loadGiB, "load-gib", 0, "load: GiB of 4 KiB values to load")
+	fs.IntVar(&loadStep, "load-step-mib", 0, "load: one report row per this many MiB loaded (default 1024, or an eighth of --load-gib below 2 GiB)")
+	fs.IntVar(&loadWriters, "load-writers", 0, "load: closed-loop writers")
+	fs.DurationVar(&loadDown, "load-down", -1, "load: how long a follower is down at the end (the load goes on)")
+	fs.DurationVar(&loadStall, "load-stall", 0, "load: end the load when nothing is acknowledged for this long")
+	fs.DurationVar(&loadCatchup, "load-catchup-max", 0, "load: how long to wait for the restarted follower to catch up")
+	fs.DurationVar(&loadTime, "load-time-max", 0, "load: end the load (as cut off, with what it loaded) after loading this long")
+	fs.IntVar(&pmemMiB, "pmem-mib", 0, "paxos acceptor log size in MiB (default 64, or 256 with the load scenario)")
 	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
+	stallFlags := addStallFlags(fs) // stages.go
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -144,6 +172,30 @@ func parseFlags(args []string) (*Options, error) {
 	setF(&o.ZipfS, zipfS)
 	setF(&o.Rate, rate)
 	setF(&o.ContractFactor, contract)
+	setI(&o.CeilingInflight, ceilInflight)
+	setI(&o.LoadWriters, loadWriters)
+	setI(&o.PMemMiB, pmemMiB)
+	setF(&o.TailShare, tailShare)
+	setF(&o.OverloadFactor, overFactor)
+	setF(&o.VictimRate, victimRate)
+	setF(&o.LoadGiB, loadGiB)
+	if loadStep > 0 {
+		o.LoadStepMiB = loadStep
+	} else if loadGiB > 0 {
+		o.LoadStepMiB = loadStepDefault(loadGiB)
+	}
+	if loadDown >= 0 {
+		o.LoadDown = loadDown
+	}
+	if loadStall > 0 {
+		o.LoadStall = loadStall
+	}
+	if loadCatchup > 0 {
+		o.LoadCatchupMax = loadCatchup
+	}
+	if loadTime != 0 { // a negative one is refused by validate
+		o.LoadTimeMax = loadTime
+	}
 	if readRatio >= 0 {
 		o.ReadRatio = readRatio
 	}
@@ -188,6 +240,7 @@ func parseFlags(args []string) (*Options, error) {
 	o.DataDir = dataDir
 	o.NoPlots = o.NoPlots || noPlots
 	o.Quiet = o.Quiet || quiet
+	stallFlags.apply(&o)
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -282,7 +335,7 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 	r.Elapsed = time.Since(r.Started).Round(time.Second).String()
 	r.headline()
 	if len(o.Endpoints) == 0 {
-		r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady scenario only")
+		r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady, ceiling and tail scenarios only")
 	} else {
 		r.Notes = append(r.Notes, "an existing cluster: no hog scenario and no CPU figures (kvbench does not control its processes)")
 	}

@@ -139,6 +139,14 @@ func writeTable(w io.Writer, r *Report) {
 		}
 		fmt.Fprintln(tw)
 	}
+	// steadyRow is a row of the steady phase: left out when no path ran
+	// it (--scenarios ceiling,tail,... prints no empty steady figures).
+	steadyRan := ranScenario(r, scenSteady)
+	steadyRow := func(name string, f func(p *PathResult) string) {
+		if steadyRan {
+			row(name, f)
+		}
+	}
 	phase := func(p *PathResult, s string) *PhaseResult {
 		if ph := p.Phases[s]; ph != nil {
 			return ph
@@ -179,7 +187,7 @@ func writeTable(w io.Writer, r *Report) {
 		{"P99.9", func(ph *PhaseResult) int64 { return ph.Read.P999Us }},
 		{"max", func(ph *PhaseResult) int64 { return ph.Read.MaxUs }},
 	} {
-		row("read "+pc.name, func(p *PathResult) string { return ms(pc.get(phase(p, "steady"))) })
+		steadyRow("read "+pc.name, func(p *PathResult) string { return ms(pc.get(phase(p, "steady"))) })
 	}
 	for _, pc := range []struct {
 		name string
@@ -191,11 +199,11 @@ func writeTable(w io.Writer, r *Report) {
 		{"P99.9", func(ph *PhaseResult) int64 { return ph.Write.P999Us }},
 		{"max", func(ph *PhaseResult) int64 { return ph.Write.MaxUs }},
 	} {
-		row("write "+pc.name, func(p *PathResult) string { return ms(pc.get(phase(p, "steady"))) })
+		steadyRow("write "+pc.name, func(p *PathResult) string { return ms(pc.get(phase(p, "steady"))) })
 	}
-	row("throughput ops/s", func(p *PathResult) string { return fmt.Sprintf("%.0f", phase(p, "steady").ThroughputOps) })
-	row("errors (steady)", func(p *PathResult) string { return fmt.Sprint(phase(p, "steady").Errors) })
-	row("victim P99 quiet", func(p *PathResult) string { return ms(p.VictimP99SteadyUs) })
+	steadyRow("throughput ops/s", func(p *PathResult) string { return fmt.Sprintf("%.0f", phase(p, "steady").ThroughputOps) })
+	steadyRow("errors (steady)", func(p *PathResult) string { return fmt.Sprint(phase(p, "steady").Errors) })
+	steadyRow("victim P99 quiet", func(p *PathResult) string { return ms(p.VictimP99SteadyUs) })
 	row("victim P99 noisy", func(p *PathResult) string {
 		if _, ok := p.Phases["noisy"]; !ok {
 			return "-"
@@ -213,12 +221,6 @@ func writeTable(w io.Writer, r *Report) {
 			return "-"
 		}
 		return ms(p.Phases["hog"].Write.P99Us)
-	})
-	row("leader changes (hog)", func(p *PathResult) string {
-		if _, ok := p.Phases["hog"]; !ok {
-			return "-"
-		}
-		return fmt.Sprint(p.LeaderChangesHog)
 	})
 	row("client lag max ms", func(p *PathResult) string {
 		var lag float64
@@ -240,6 +242,7 @@ func writeTable(w io.Writer, r *Report) {
 		}
 		return fmt.Sprintf("%.3f", v)
 	})
+	scenarioRows(r, row) // ceiling, tail, overload, load; leader changes per scenario (report_scenarios.go)
 	tw.Flush()
 	fmt.Fprintln(w, "\ndurability per column:")
 	for _, p := range r.Paths {
@@ -252,6 +255,8 @@ func writeTable(w io.Writer, r *Report) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	writeLoadDetail(w, r)
+	writeStageDetail(w, r) // stages.go
 	h := r.Headline
 	if h.Against != "" {
 		fmt.Fprintf(w, "\nwrite P99 raft / %s = %.2fx, write P99.9 raft / %s = %.2fx\n", h.Against, h.WriteP99Ratio, h.Against, h.WriteP999Ratio)

@@ -39,6 +39,16 @@ type PhaseResult struct {
 	ReadCurve     []hist.Point     `json:"read_curve"`
 	WriteCurve    []hist.Point     `json:"write_curve"`
 	HogNote       string           `json:"hog_note,omitempty"`
+	// Cluster is what the nodes' /metrics counted over the recorded
+	// window and their footprint at its end (nodestats.go; nil on an
+	// existing cluster).
+	Cluster *ClusterWindow `json:"cluster,omitempty"`
+	// The figures of the ceiling, tail, overload and load scenarios
+	// (scenario_*.go); nil in the others.
+	Ceiling  *CeilingResult  `json:"ceiling,omitempty"`
+	Tail     *TailResult     `json:"tail,omitempty"`
+	Overload *OverloadResult `json:"overload,omitempty"`
+	Load     *LoadResult     `json:"load,omitempty"`
 }
 
 // PathResult is one path's run.
@@ -65,7 +75,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 	var c *cluster
 	var err error
 	if len(o.Endpoints) > 0 {
-		c = &cluster{path: p, endpoints: o.Endpoints, monitor: o.Token}
+		c = &cluster{path: p, endpoints: o.Endpoints, monitor: o.Token, benchToken: o.Token}
 		for range o.Tenants {
 			c.tokens = append(c.tokens, o.Token)
 		}
@@ -93,6 +103,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 	lw := watchLeaders(c)
 	defer lw.close()
 	scen := scenariosFor(o, p)
+	st := &pathRun{}
 	for _, s := range scen {
 		if ctx.Err() != nil {
 			break
@@ -104,7 +115,7 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 		if len(pr.Phases) == 0 {
 			warm += o.Settle
 		}
-		ph, err := runPhase(ctx, o, c, w, lw, s, warm, bar)
+		ph, err := runScenario(ctx, o, c, w, lw, st, s, warm, bar)
 		if err != nil {
 			pr.Status, pr.Reason = "failed", fmt.Sprintf("%s: %v", s, err)
 			return pr
@@ -135,23 +146,31 @@ func runPath(ctx context.Context, o *Options, kvnode string, p Path, bar *progre
 	return pr
 }
 
-// scenariosFor lists the scenarios path p runs: every one for a main
-// path, steady for an ablation, no hog on an existing cluster (kvbench
-// cannot pin or starve another cluster's processes).
+// scenariosFor lists the scenarios of o that path p runs, in the order of
+// allScenarios: every one on a main path; on an ablation steady and the
+// per-path figures (ceiling, tail); steady only on resp (redis-benchmark
+// drives it); no hog or load on an existing cluster (kvbench can neither
+// pin, starve nor restart another cluster's processes).
 func scenariosFor(o *Options, p Path) []string {
-	if len(o.Endpoints) > 0 {
-		var out []string
-		for _, s := range o.Scenarios {
-			if s != "hog" {
-				out = append(out, s)
-			}
+	var out []string
+	for _, s := range allScenarios {
+		if !o.has(s) {
+			continue
 		}
-		return out
+		switch {
+		case len(o.Endpoints) > 0 && (s == scenHog || s == scenLoad):
+			continue
+		case p.resp && s != scenSteady:
+			continue
+		case len(o.Endpoints) == 0 && !p.main && s != scenSteady && s != scenCeiling && s != scenTail:
+			continue
+		}
+		out = append(out, s)
 	}
-	if !p.main {
-		return []string{"steady"}
+	if p.resp && len(out) == 0 {
+		out = []string{scenSteady} // redis-benchmark's column is the path
 	}
-	return o.Scenarios
+	return out
 }
 
 // runPhase runs one scenario: the steady open-loop load, plus tenant 1's
@@ -204,11 +223,13 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 		return s
 	}
 	t0Done, t1Done := make(chan struct{}), make(chan struct{})
+	var win *windowWatch // the nodes' /metrics over the window (nodestats.go)
 	t0 := time.AfterFunc(warmup, func() {
 		defer close(t0Done)
 		v := sumCPU()
+		ww := c.openWindow(ctx)
 		cpuMu.Lock()
-		cpu0 = v
+		cpu0, win = v, ww
 		cpuMu.Unlock()
 		lw.reset()
 	})
@@ -218,7 +239,11 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 		cpuMu.Lock()
 		cpu1 = v
 		changesAtEnd = lw.count()
+		ww := win
 		cpuMu.Unlock()
+		if ww != nil {
+			ph.Cluster = ww.close(ctx)
+		}
 	}
 	t1 := time.AfterFunc(warmup+o.Duration, func() { defer close(t1Done); endWindow() })
 	res := load.Run(ctx, load.Config{Rate: o.Rate, Warmup: warmup, Duration: o.Duration,

@@ -157,6 +157,7 @@ func newRootCmd() *cobra.Command {
 		}),
 	})
 	root.AddCommand(newSnapshotCmd(g)) // backups over the admin endpoint (snapshot.go)
+	root.AddCommand(newMemberCmd(g))   // membership changes (member.go)
 	return root
 }
 

@@ -1,6 +1,6 @@
 // Command kvctl is synod's command-line client: get, put, delete, cas,
-// scan and status against a cluster, over the binary protocol; and
-// backups (snapshot save, snapshot status).
+// scan and status against a cluster, over the binary protocol; backups
+// (snapshot save, snapshot status); and membership (member).
 //
 // Endpoints and the tenant token come from --endpoints/--token or from
 // SYNOD_ENDPOINTS (comma-separated host:port) and SYNOD_TOKEN.
@@ -16,6 +16,11 @@
 // kvctl snapshot save FILE backs up the whole cluster from the leader's
 // admin endpoint (--admin, --admin-token; not the client port), and
 // kvctl snapshot status FILE verifies a backup and prints what it holds.
+//
+// kvctl member list | add | promote | remove | transfer-leadership lists
+// and changes the membership through the leader's client port, with the
+// nodes' admin token (--admin-token, --admin-token-file or
+// SYNOD_ADMIN_TOKEN) on each request (member.go).
 package main
 
 import (

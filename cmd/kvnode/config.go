@@ -73,6 +73,14 @@ type Config struct {
 	Limits LimitsConfig `toml:"limits"`
 	// RESPConfig: resp_listen, the Redis protocol endpoint (config_resp.go).
 	RESPConfig
+	// Stall is the stall detector ([stall], config_stall.go).
+	Stall StallConfig `toml:"stall"`
+	// Memory is the node's memory budget ([memory], config_memory.go).
+	Memory MemoryConfig `toml:"memory"`
+
+	// join is kvnode --join (main.go): a new node, not yet in the
+	// committed membership, that waits to be added (kv/replica members.go).
+	join bool
 }
 
 // PeerConfig is one member of the group.
@@ -212,7 +220,7 @@ func parseConfig(b []byte) (*Config, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate, c.validateRESP} {
+	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate, c.validateRESP, c.validateStall, c.validateMemory} {
 		if err := v(); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

@@ -53,5 +53,9 @@ func (c *Config) clientShares() (map[tenants.ID]int, error) {
 // parseConfig).
 func (c *Config) smOptions() sm.Options {
 	shares, _ := c.clientShares()
-	return sm.Options{ClientsMax: shares}
+	o := sm.Options{ClientsMax: shares}
+	if plan, err := c.memoryPlan(); err == nil { // validated by parseConfig
+		plan.applySM(&o) // Pebble's share of [memory] (config_memory.go)
+	}
+	return o
 }

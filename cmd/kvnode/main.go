@@ -3,6 +3,7 @@
 //
 //	kvnode --config examples/kvnode.toml
 //	kvnode --dev
+//	kvnode --config node4.toml --join   (a new member of a running cluster; kvctl member add)
 //	kvnode restore --from FILE --config node1.toml   (a new member from a backup; restore.go)
 //
 // See examples/kvnode.toml for every config key.
@@ -32,6 +33,7 @@ func main() {
 		dev        = flag.Bool("dev", false, "start a 3-replica cluster on loopback with temporary data and print how to connect")
 		devPort    = flag.Int("dev-port", devPortDefault, "with --dev: base port (clients use base+1.., consensus base+11.., admin base+21.., RESP base+31..)")
 		devKeep    = flag.Bool("dev-keep", false, "with --dev: keep the temporary data and logs on exit")
+		join       = flag.Bool("join", false, "with --config and an empty data_dir: join a running cluster (wait to be added with kvctl member add, then catch up by snapshot)")
 	)
 	flag.Parse()
 	var err error
@@ -42,6 +44,7 @@ func main() {
 		var cfg *Config
 		cfg, err = loadConfig(*configPath)
 		if err == nil {
+			cfg.join = *join
 			err = runNode(cfg)
 		}
 	default:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,7 +26,13 @@ import (
 
 // runNode runs one replica until SIGTERM/SIGINT or a fatal error.
 func runNode(cfg *Config) error {
+	// The Go runtime's share of [memory] (config_memory.go), on either path.
+	cfg.applyMemory(newLogger(cfg))
+	applyGCPercent(newLogger(cfg)) // gc.go: relies on the memory limit just set
 	if cfg.Replication == "raft" {
+		if cfg.join {
+			return errors.New(`--join is not supported with replication = "raft": its membership is the configured peers`)
+		}
 		return runRaftNode(cfg)
 	}
 	log := newLogger(cfg)
@@ -33,6 +40,15 @@ func runNode(cfg *Config) error {
 	reg, err := tenants.NewRegistry(cfg.tenantSpecs())
 	if err != nil {
 		return err
+	}
+	// The stall detector ([stall]): slow stages are counted, logged and
+	// traced (internal/stall). Closed last, after the replica.
+	stalls, err := cfg.stallDetector(log)
+	if err != nil {
+		return err
+	}
+	if stalls != nil {
+		defer stalls.Close()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("creating data_dir: %w", err)
@@ -77,6 +93,9 @@ func runNode(cfg *Config) error {
 	}
 
 	promReg := newPromRegistry()
+	if stalls != nil {
+		promReg.MustRegister(stalls.Collector())
+	}
 	faults := &replica.Faults{}
 	tmetrics := tenants.NewMetrics(reg)
 	promReg.MustRegister(tmetrics)
@@ -99,6 +118,8 @@ func runNode(cfg *Config) error {
 		// scheduler across tenants.
 		Tenants:       reg,
 		TenantMetrics: tmetrics,
+		Stalls:        stalls,
+		Join:          cfg.join, // --join (kv/replica members.go)
 	}
 	var traceFile *os.File
 	if cfg.Accel == "soft" {
@@ -158,7 +179,9 @@ func runNode(cfg *Config) error {
 	// Shed by priority before the backlog starves consensus
 	// (kv/replica/overload.go), then the tenant's own contract.
 	admitter = replica.NewOverloadGuard(rep, reg, admitter)
-	srv := server.New(cfg.clientServerConfig(admitter), reg, backend, log.With().Str("loop", "server").Logger())
+	scfg := cfg.clientServerConfig(admitter)
+	scfg.AdminToken = cfg.Admin.token // authorizes kvctl member (kv/server admin.go)
+	srv := server.New(scfg, reg, backend, log.With().Str("loop", "server").Logger())
 	promReg.MustRegister(srv.Collector()) // connection caps, response budgets ([limits])
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err == nil {
@@ -254,7 +277,8 @@ type accelStatus struct {
 }
 
 // adminMux serves /metrics, /status and, when enabled, /debug/faults
-// (POST block=2,3 drops traffic to and from those peers; block= heals).
+// (POST block=2,3 drops traffic to and from those peers; block= heals;
+// delay_persist=1s delays the next acceptor-log persist once).
 // adminHandler puts the token check in front of it.
 func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Faults, faultInjection bool) *http.ServeMux {
 	mux := debugMux(reg)
@@ -278,7 +302,10 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 	if faultInjection {
 		mux.HandleFunc("/debug/faults", func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost {
-				http.Error(w, "POST block=ID,ID (empty heals)", http.StatusMethodNotAllowed)
+				http.Error(w, "POST block=ID,ID (empty heals) or delay_persist=DURATION", http.StatusMethodNotAllowed)
+				return
+			}
+			if persistDelayFault(w, r, faults) { // faults_persist.go
 				return
 			}
 			var ids []paxos.NodeID

@@ -92,7 +92,9 @@ func runRaftNode(cfg *Config) error {
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
 	backend := raftpath.NewBackend(node)
-	srv := server.New(cfg.clientServerConfig(shaperAdmitter{shaper}), reg, backend, log.With().Str("loop", "server").Logger())
+	scfg := cfg.clientServerConfig(shaperAdmitter{shaper})
+	scfg.AdminToken = cfg.Admin.token // member ops are refused by the raft backend, with the reason
+	srv := server.New(scfg, reg, backend, log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err == nil {
 		ln, err = cfg.TLS.listener(ln) // TLS when [tls] sets a certificate
@@ -108,7 +110,7 @@ func runRaftNode(cfg *Config) error {
 		node.Close()
 		return err
 	}
-	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, newPromRegistry(), durability), log))
+	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, raftPromRegistry(node), durability), log))
 	if err != nil {
 		srv.Close()
 		closeRESP(rs)

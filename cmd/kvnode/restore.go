@@ -13,7 +13,9 @@ package main
 // goes on from there. The new cluster has its own cluster id (and should
 // have its own cluster secret): every consensus message carries the
 // cluster id and a node drops any other, so a member of the old cluster
-// can never be mixed into the new one.
+// can never be mixed into the new one. For the same reason the membership
+// it records is the config's [[peers]] (all voters, with their addresses),
+// not the backup's: the file's members are the old cluster's.
 //
 // It refuses, before creating anything, when the data directory holds
 // anything or the acceptor log file exists (a restore creates a member, it
@@ -24,6 +26,7 @@ package main
 // fails, so it can be run again.
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -186,6 +189,15 @@ func restoreSM(dir string, cfg *Config, info *backup.Info, path string) error {
 	if err == nil && store.Applied() != info.Slot {
 		err = fmt.Errorf("applied slot %d after the restore, the backup says %d", store.Applied(), info.Slot)
 	}
+	if err == nil {
+		// The membership is the new cluster's, from the config: the
+		// backup's record (if it holds one) names the old cluster's
+		// members and addresses, which must never be mixed in (the same
+		// reason the cluster id changes). Every member is restored from
+		// the same file with the same [[peers]], so they all start from
+		// the same membership; later changes go through the log.
+		err = store.SetMembership(configMembers(cfg))
+	}
 	if cerr := store.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -193,6 +205,17 @@ func restoreSM(dir string, cfg *Config, info *backup.Info, path string) error {
 		return fmt.Errorf("restore: restoring the state machine: %w", err)
 	}
 	return nil
+}
+
+// configMembers is the config's [[peers]] as a membership record: every
+// peer a voter, in id order.
+func configMembers(cfg *Config) []sm.Member {
+	out := make([]sm.Member, 0, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		out = append(out, sm.Member{ID: p.ID, ConsensusAddr: p.ConsensusAddr, ClientAddr: p.ClientAddr})
+	}
+	slices.SortFunc(out, func(a, b sm.Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 func peerIDs(cfg *Config) []uint64 {

@@ -140,6 +140,11 @@ func TestSnapshotEndpointAndRestore(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		src.put(t, fmt.Sprint("k", i), fmt.Sprint("v", i))
 	}
+	// A membership record of the old cluster, with addresses the new
+	// one does not have: the restore must not carry it over.
+	if err := src.sm.SetMembership([]sm.Member{{ID: 1, ConsensusAddr: "10.9.9.9:1", ClientAddr: "old:1"}, {ID: 2, ConsensusAddr: "10.9.9.9:2", ClientAddr: "old:2"}}); err != nil {
+		t.Fatal(err)
+	}
 	h := snapshotHandler(src.r, src.sm, 7, zerolog.Nop())
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -216,6 +221,14 @@ func TestSnapshotEndpointAndRestore(t *testing.T) {
 		t.Fatal("the restored acceptor log opened under the old cluster id")
 	}
 	dst := startSolo(t, 8, filepath.Join(dir, "data"), filepath.Join(dir, "pmem", "n1.pmem"))
+	// The restored membership is the new config's, not the backup's.
+	if rec, ok, err := dst.sm.Membership(); err != nil || !ok || len(rec.Members) != 1 ||
+		rec.Members[0] != (sm.Member{ID: 1, ConsensusAddr: "127.0.0.1:2", ClientAddr: "127.0.0.1:1"}) {
+		t.Fatalf("restored membership %+v (%v %v), want the config's one peer", rec, ok, err)
+	}
+	if st := dst.r.Status(); fmt.Sprint(st.Members) != "[1]" {
+		t.Fatalf("restored node's voters %v, want [1]", st.Members)
+	}
 	if got := uint64(dst.r.Applied()); got < info.Slot {
 		t.Fatalf("restored node applied %d, backup slot %d", got, info.Slot)
 	}

@@ -8,6 +8,11 @@
 // (or Options.RequestTimeout when ctx has no deadline) and by
 // Options.RetriesMax retries.
 //
+// Whatever the number of calls waiting, a Client opens at most one
+// connection per server at a time: calls that need one wait for the single
+// dial in progress, and failed dials back off per server (endpoint.go,
+// DialsAllowed).
+//
 // Writes are exactly-once: the client has a random id and numbers its
 // writes; a retried write reuses its (client id, seq), so a write that
 // committed before a leader change is not applied twice, and the retry is
@@ -31,6 +36,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +52,9 @@ const (
 	BackoffMaxDefault     = 500 * time.Millisecond
 	DialTimeoutDefault    = 2 * time.Second
 	RequestTimeoutDefault = 10 * time.Second
+	// triedRememberedMax bounds the addresses one call remembers having
+	// tried (to back off when NOT_LEADER sends it back to one of them).
+	triedRememberedMax = 8
 	// writesInflightMax bounds the span of this client's unanswered write
 	// sequences (lowest unanswered to newest, inclusive), so that the
 	// server's exactly-once window (sm.ResultsPerClientMax, the same
@@ -122,22 +131,32 @@ type Client struct {
 	opts      Options
 	endpoints []string
 	id        uint64
-	tenant    tenants.ID
+
+	// life ends at Close; it bounds every dial (endpoint.go).
+	life     context.Context
+	stopLife context.CancelFunc
 
 	mu     sync.Mutex
 	target string // where requests go: the believed leader
 	next   int    // next endpoint to try when the target fails
-	conns  map[string]*conn
-	closed bool
+	// eps holds each address's connection, dial in progress and back-off
+	// (endpoint.go). Invariant: at most endpointsMax entries with no dial
+	// in progress.
+	eps      map[string]*endpoint
+	useCount uint64
+	closed   bool
+	tenant   tenants.ID // from the first connection's HELLO
 
 	// win hands out write sequences and keeps their span within the
 	// server's exactly-once window (window.go).
 	win writeWindow
 }
 
-// Dial connects to the first endpoint that accepts the token and returns a
-// client. A rejected token fails at once with ErrUnauthorized.
-func Dial(ctx context.Context, endpoints []string, token string, opts Options) (*Client, error) {
+// New returns a client of endpoints without connecting to any: its first
+// call dials (the first endpoint first). Tenant is 0 until a connection
+// has been made. It is for a caller that must not wait for a connection
+// while holding its own locks (kv/resp's proxy); Dial connects first.
+func New(endpoints []string, token string, opts Options) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: no endpoints", ErrConnection)
 	}
@@ -148,71 +167,64 @@ func Dial(ctx context.Context, endpoints []string, token string, opts Options) (
 		}
 	}
 	c := &Client{token: token, opts: opts.withDefaults(), endpoints: append([]string(nil), endpoints...),
-		id: binary.BigEndian.Uint64(idb[:]), conns: map[string]*conn{}}
+		id: binary.BigEndian.Uint64(idb[:]), eps: map[string]*endpoint{}}
+	c.life, c.stopLife = context.WithCancel(context.Background())
+	c.target, c.next = c.endpoints[0], 1%len(c.endpoints)
 	c.win.init()
+	return c, nil
+}
+
+// Dial connects to the first endpoint that accepts the token and returns a
+// client. A rejected token fails at once with ErrUnauthorized.
+func Dial(ctx context.Context, endpoints []string, token string, opts Options) (*Client, error) {
+	c, err := New(endpoints, token, opts)
+	if err != nil {
+		return nil, err
+	}
 	var errs []error
 	for i, ep := range c.endpoints {
-		cn, err := c.dial(ctx, ep)
+		_, err := c.connTo(ctx, ep)
 		if err == nil {
-			c.tenant = cn.tenant
+			c.mu.Lock()
 			c.target, c.next = ep, (i+1)%len(c.endpoints)
+			c.mu.Unlock()
 			return c, nil
 		}
 		if errors.Is(err, ErrUnauthorized) || ctx.Err() != nil {
+			c.Close()
 			return nil, err
 		}
 		errs = append(errs, err)
 	}
+	c.Close()
 	return nil, errors.Join(errs...)
 }
 
 // ID returns the client id used for exactly-once writes.
 func (c *Client) ID() uint64 { return c.id }
 
-// Tenant returns the tenant the token authenticated.
-func (c *Client) Tenant() tenants.ID { return c.tenant }
+// Tenant returns the tenant the token authenticated (0 before the first
+// connection of a client made by New).
+func (c *Client) Tenant() tenants.ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tenant
+}
 
-// Close closes every connection. Calls in progress fail with ErrClosed.
+// Close closes every connection and stops the dials in progress. Calls in
+// progress fail with ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	for _, cn := range c.conns {
-		cn.close()
+	c.stopLife()
+	for _, ep := range c.eps {
+		if ep.cn != nil {
+			ep.cn.close()
+		}
 	}
-	c.conns = map[string]*conn{}
+	clear(c.eps)
 	return nil
-}
-
-func (c *Client) dial(ctx context.Context, addr string) (*conn, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if cn := c.conns[addr]; cn != nil && cn.dead() == nil {
-		c.mu.Unlock()
-		return cn, nil
-	}
-	c.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
-	defer cancel()
-	cn, err := dialConn(dctx, c.opts.Dial, c.opts.TLS, addr, c.token)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		cn.close()
-		return nil, ErrClosed
-	}
-	if old := c.conns[addr]; old != nil && old.dead() == nil {
-		cn.close() // another caller won the race
-		return old, nil
-	}
-	c.conns[addr] = cn
-	return cn, nil
 }
 
 // currentTarget returns where the next attempt goes.
@@ -248,21 +260,41 @@ func (c *Client) backoff(attempt int) time.Duration {
 }
 
 // do runs req with redirects and retries and returns the final response
-// (OK or an error status that retrying cannot change) or an error.
+// (OK or an error status that retrying cannot change) or an error. A
+// write's first unacked comes from the client's window.
 func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	return c.retry(ctx, req, true)
+}
+
+// retry is the loop of every call (do, Forward): it sends req to the
+// current target over the target's one connection (connTo), follows
+// NOT_LEADER, and retries connection failures, UNAVAILABLE and THROTTLED,
+// within ctx (RequestTimeout when it has no deadline) and RetriesMax.
+// With ownWindow, each attempt of a write carries the client's current
+// first unacked; without, req goes as it is.
+//
+// A redirect to a named leader is retried at once, unless this call
+// already sent an attempt there: then nodes are sending it round in a
+// circle (stale views during an election) and it backs off like after any
+// other failure, so no call spins between them.
+func (c *Client) retry(ctx context.Context, req *proto.Request, ownWindow bool) (*proto.Response, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
 		defer cancel()
 	}
 	var lastErr error
+	var tried []string // where this call's attempts went (up to triedRememberedMax)
 	for attempt := 0; ; attempt++ {
 		target := c.currentTarget()
+		if len(tried) < triedRememberedMax && !slices.Contains(tried, target) {
+			tried = append(tried, target)
+		}
 		wait := time.Duration(0)
-		cn, err := c.dial(ctx, target)
+		cn, err := c.connTo(ctx, target)
 		var resp *proto.Response
 		if err == nil {
-			if req.Op.IsWrite() {
+			if ownWindow && req.Op.IsWrite() {
 				req.FirstUnacked = c.firstUnacked(req.Seq)
 			}
 			resp, err = cn.roundTrip(ctx, req)
@@ -281,11 +313,15 @@ func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, e
 			lastErr = err
 		case resp.Status == proto.StatusNotLeader:
 			lastErr = errorOf(resp)
-			if resp.Leader != "" && resp.Leader != target {
-				c.redirect(target, resp.Leader)
-			} else {
+			switch {
+			case resp.Leader == "" || resp.Leader == target:
 				c.redirect(target, "")
 				wait = c.backoff(attempt)
+			case slices.Contains(tried, resp.Leader):
+				c.redirect(target, resp.Leader)
+				wait = c.backoff(attempt)
+			default:
+				c.redirect(target, resp.Leader)
 			}
 		case resp.Status == proto.StatusThrottled:
 			lastErr = errorOf(resp)

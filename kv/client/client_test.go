@@ -286,8 +286,8 @@ func TestPipelinedOnOneConnection(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if len(c.conns) != 1 {
-		t.Fatalf("%d connections, want 1", len(c.conns))
+	if n := c.liveConns(); n != 1 {
+		t.Fatalf("%d connections, want 1", n)
 	}
 }
 

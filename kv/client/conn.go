@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,9 @@ type conn struct {
 	out   chan []byte   // encoded requests for the writer
 	slots chan struct{} // bounds requests in flight to proto.InflightPerConnMax
 	done  chan struct{} // closed when the connection is dead
+	// answered is set by the first response to a request: the connection
+	// proved useful, so its death is not a dial failure (endpoint.go).
+	answered atomic.Bool
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -152,6 +156,7 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
 			return
 		}
+		c.answered.Store(true)
 		c.mu.Lock()
 		ch := c.pending[resp.ID]
 		delete(c.pending, resp.ID)

@@ -25,6 +25,9 @@ var (
 	// ErrConnection wraps transport failures (dial, reset, protocol
 	// violation by the server).
 	ErrConnection = errors.New("client: connection failed")
+	// ErrConflict: a membership operation conflicts with one in progress
+	// (or a learner has not caught up); nothing was done (members.go).
+	ErrConflict = errors.New("client: conflicts with a membership change in progress")
 )
 
 var statusErrors = map[proto.Status]error{
@@ -38,6 +41,7 @@ var statusErrors = map[proto.Status]error{
 	proto.StatusUnavailable:   ErrUnavailable,
 	proto.StatusSequenceStale: ErrSequenceStale,
 	proto.StatusInternal:      ErrInternal,
+	proto.StatusConflict:      ErrConflict,
 }
 
 // StatusError is a non-OK response. errors.Is(err, ErrX) matches its status.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"synod/kv/proto"
 )
@@ -27,62 +26,9 @@ func (c *Client) Forward(ctx context.Context, req *proto.Request) (*proto.Respon
 	case req.Op.IsWrite() && (req.ClientID == 0 || req.Seq == 0 || req.FirstUnacked == 0 || req.FirstUnacked > req.Seq):
 		return nil, fmt.Errorf("%w: Forward of a %v without a valid write identity", ErrBadRequest, req.Op)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-	}
-	// The loop of do, except that a write's first unacked is the
-	// caller's: do's comes from this client's own window, which a
-	// forwarding client never uses.
-	var lastErr error
-	for attempt := 0; ; attempt++ {
-		target := c.currentTarget()
-		wait := time.Duration(0)
-		cn, err := c.dial(ctx, target)
-		var resp *proto.Response
-		if err == nil {
-			resp, err = cn.roundTrip(ctx, req)
-		}
-		switch {
-		case ctx.Err() != nil:
-			if lastErr != nil {
-				return nil, fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
-			}
-			return nil, ctx.Err()
-		case errors.Is(err, ErrClosed) || errors.Is(err, ErrUnauthorized):
-			return nil, err
-		case err != nil:
-			c.redirect(target, "")
-			wait = c.backoff(attempt)
-			lastErr = err
-		case resp.Status == proto.StatusNotLeader:
-			lastErr = errorOf(resp)
-			if resp.Leader != "" && resp.Leader != target {
-				c.redirect(target, resp.Leader)
-			} else {
-				c.redirect(target, "")
-				wait = c.backoff(attempt)
-			}
-		case resp.Status == proto.StatusThrottled:
-			lastErr = errorOf(resp)
-			wait = max(resp.RetryAfter, time.Microsecond)
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-				return nil, lastErr
-			}
-		case resp.Status == proto.StatusUnavailable:
-			lastErr = errorOf(resp)
-			wait = c.backoff(attempt)
-		default:
-			return resp, nil
-		}
-		if attempt >= c.opts.RetriesMax {
-			return nil, lastErr
-		}
-		if wait > 0 {
-			if err := c.opts.Sleep(ctx, wait); err != nil {
-				return nil, fmt.Errorf("%w (last error: %v)", err, lastErr)
-			}
-		}
-	}
+	// do's loop, except that a write's first unacked is the caller's: do's
+	// comes from this client's own window, which a forwarding client never
+	// uses. The same rules hold: one connection per endpoint, shared by
+	// every forwarded request, with per-endpoint back-off (endpoint.go).
+	return c.retry(ctx, req, false)
 }

@@ -101,7 +101,7 @@ func (c *Client) Status(ctx context.Context) (*proto.ClusterStatus, error) {
 // retries (kvctl status uses it to show every member's own figures). Like
 // Status, it asks for the progress extension first.
 func (c *Client) StatusAt(ctx context.Context, addr string) (*proto.ClusterStatus, error) {
-	cn, err := c.dial(ctx, addr)
+	cn, err := c.connTo(ctx, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -111,10 +111,19 @@ const (
 	OpScan   Opcode = 7 // range scan within the tenant, with a limit
 	OpBatch  Opcode = 8 // atomic multi-key write
 	OpStatus Opcode = 9 // cluster and member status (kvctl status)
+	// Membership operations (member.go): operator requests carrying the
+	// admin token, executed by the leader.
+	OpMemberList     Opcode = 10
+	OpMemberAdd      Opcode = 11 // add a learner
+	OpMemberRemove   Opcode = 12
+	OpMemberPromote  Opcode = 13 // learner -> voter
+	OpTransferLeader Opcode = 14
 )
 
 var opNames = [...]string{OpNone: "NONE", OpHello: "HELLO", OpPing: "PING", OpGet: "GET", OpPut: "PUT",
-	OpDelete: "DELETE", OpCAS: "CAS", OpScan: "SCAN", OpBatch: "BATCH", OpStatus: "STATUS"}
+	OpDelete: "DELETE", OpCAS: "CAS", OpScan: "SCAN", OpBatch: "BATCH", OpStatus: "STATUS",
+	OpMemberList: "MEMBER_LIST", OpMemberAdd: "MEMBER_ADD", OpMemberRemove: "MEMBER_REMOVE",
+	OpMemberPromote: "MEMBER_PROMOTE", OpTransferLeader: "TRANSFER_LEADER"}
 
 func (o Opcode) String() string {
 	if int(o) < len(opNames) && opNames[o] != "" {
@@ -124,7 +133,7 @@ func (o Opcode) String() string {
 }
 
 // Valid reports whether o is a known opcode.
-func (o Opcode) Valid() bool { return o >= OpHello && o <= OpStatus }
+func (o Opcode) Valid() bool { return o >= OpHello && o <= OpTransferLeader }
 
 // IsWrite reports whether o changes state and therefore carries a
 // (client id, sequence) pair for exactly-once application.
@@ -159,12 +168,16 @@ const (
 	StatusUnavailable   Status = 8  // no quorum, shutting down, timed out: retry later
 	StatusSequenceStale Status = 9  // write (client, seq) older than what the server remembers
 	StatusInternal      Status = 10 // server-side failure (storage error); not retried by clients
+	// StatusConflict: a membership operation conflicts with what the
+	// cluster is doing (a change or a leadership transfer in progress, a
+	// learner not caught up): nothing was done; retry later.
+	StatusConflict Status = 11
 )
 
 var statusNames = [...]string{StatusOK: "OK", StatusNotFound: "NOT_FOUND", StatusCASMismatch: "CAS_MISMATCH",
 	StatusNotLeader: "NOT_LEADER", StatusThrottled: "THROTTLED", StatusTooLarge: "TOO_LARGE",
 	StatusBadRequest: "BAD_REQUEST", StatusUnauthorized: "UNAUTHORIZED", StatusUnavailable: "UNAVAILABLE",
-	StatusSequenceStale: "SEQUENCE_STALE", StatusInternal: "INTERNAL"}
+	StatusSequenceStale: "SEQUENCE_STALE", StatusInternal: "INTERNAL", StatusConflict: "CONFLICT"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) && statusNames[s] != "" {
@@ -174,7 +187,7 @@ func (s Status) String() string {
 }
 
 // Valid reports whether s is a known status.
-func (s Status) Valid() bool { return s <= StatusInternal }
+func (s Status) Valid() bool { return s <= StatusConflict }
 
 // Header is the fixed-size part of every frame.
 type Header struct {

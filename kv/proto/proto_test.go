@@ -27,6 +27,11 @@ func sampleRequests() []*Request {
 			{Op: OpCAS, Key: []byte("c"), ExpectPresent: true, Expect: []byte("x"), Value: []byte("y")},
 		}},
 		{Op: OpStatus, Tenant: 7, ID: 9},
+		{Op: OpMemberList, Tenant: 7, ID: 10, AdminToken: "admin-token-0123456789"},
+		{Op: OpMemberAdd, Tenant: 7, ID: 11, AdminToken: "admin-token-0123456789", MemberID: 4, ConsensusAddr: "10.0.0.4:7001", ClientAddr: "10.0.0.4:7000"},
+		{Op: OpMemberRemove, Tenant: 7, ID: 12, AdminToken: "t", MemberID: 3},
+		{Op: OpMemberPromote, Tenant: 7, ID: 13, AdminToken: "t", MemberID: 4},
+		{Op: OpTransferLeader, Tenant: 7, ID: 14, AdminToken: "t", MemberID: 2},
 	}
 }
 
@@ -92,6 +97,12 @@ func sampleResponses() []*Response {
 		{Op: OpStatus, Tenant: 7, ID: 8, Cluster: &ClusterStatus{Self: 2, LeaderID: 1, LeaderAddr: "a:1", Ballot: Ballot{Round: 3, Node: 1},
 			Members: []MemberStatus{{ID: 1, Addr: "a:1", Role: RoleLeader, Ballot: Ballot{3, 1}, Commit: 10, Applied: 9, Reachable: true},
 				{ID: 2, Addr: "a:2", Role: RoleFollower, Commit: 10, Applied: 10}}}},
+		{Op: OpMemberAdd, Tenant: 7, ID: 9, Membership: &MembershipReply{Leader: 1, Slot: 40, Pending: true, Members: []MemberInfo{
+			{ID: 1, ConsensusAddr: "10.0.0.1:7001", ClientAddr: "10.0.0.1:7000", Tracked: true, Reachable: true, Commit: 41},
+			{ID: 4, Learner: true, ConsensusAddr: "10.0.0.4:7001", ClientAddr: "10.0.0.4:7000", Tracked: true, Commit: 3},
+			{ID: 5, ConsensusAddr: "c", ClientAddr: "d"}}}},
+		{Op: OpMemberList, Tenant: 7, ID: 10, Membership: &MembershipReply{}},
+		{Op: OpMemberPromote, Tenant: 7, ID: 11, Status: StatusConflict, Message: "learner 4 is behind"},
 	}
 }
 

@@ -49,6 +49,13 @@ type Request struct {
 	// StatusFormatBasic for the basic reply, StatusFormatProgress for the
 	// progress extension too (status_ext.go).
 	StatusFormat uint8
+
+	// Membership operations (member.go): the operator's admin token, the
+	// member concerned, and for MEMBER_ADD its addresses.
+	AdminToken    string
+	MemberID      uint64
+	ConsensusAddr string
+	ClientAddr    string
 }
 
 // BatchOp is one operation of a BATCH: OpPut, OpDelete or OpCAS. A CAS
@@ -86,6 +93,8 @@ func AppendRequestBody(b []byte, req *Request) []byte {
 		}
 	case OpGet:
 		b = appendBytes16(b, req.Key)
+	case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
+		b = appendMemberRequest(b, req)
 	case OpPut, OpDelete, OpCAS:
 		b = appendWriteID(b, req)
 		b = appendKeyOp(b, req.Op, req.Key, req.Value, req.ExpectPresent, req.Expect)
@@ -165,6 +174,8 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 	case OpPut, OpDelete, OpCAS:
 		readWriteID(r, req)
 		req.Key, req.Value, req.ExpectPresent, req.Expect = readKeyOp(r, h.Op)
+	case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
+		readMemberRequest(r, req)
 	case OpScan:
 		req.Start = r.bytes16("start", KeyBytesMax)
 		req.End = r.bytes16("end", KeyBytesMax)

@@ -34,6 +34,9 @@ type Response struct {
 	// STATUS (OK)
 	Cluster *ClusterStatus
 
+	// Membership operations (OK, member.go)
+	Membership *MembershipReply
+
 	// Error body.
 	RetryAfter time.Duration // THROTTLED: wait at least this long (microsecond resolution)
 	FailedOp   uint32        // BATCH CAS_MISMATCH: index of the first failing operation
@@ -60,6 +63,10 @@ const (
 	RoleFollower  Role = 1
 	RoleCandidate Role = 2
 	RoleLeader    Role = 3
+	// RoleLearner: a learner (it receives the log, does not vote). Older
+	// decoders refuse it; a reply shows it only for a cluster with
+	// learners.
+	RoleLearner Role = 4
 )
 
 func (r Role) String() string {
@@ -70,6 +77,8 @@ func (r Role) String() string {
 		return "candidate"
 	case RoleLeader:
 		return "leader"
+	case RoleLearner:
+		return "learner"
 	}
 	return "unknown"
 }
@@ -184,6 +193,8 @@ func AppendResponse(b []byte, resp *Response) []byte {
 			if cs.Extended {
 				b = appendStatusExt(b, members)
 			}
+		case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
+			b = appendMembershipReply(b, resp.Membership)
 		}
 	}
 	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-HeaderBytes))
@@ -259,7 +270,7 @@ func DecodeResponse(h Header, body []byte) (*Response, error) {
 				m.ID = r.u64("member id")
 				m.Addr = string(r.bytes16("member addr", AddrBytesMax))
 				m.Role = Role(r.u8("role"))
-				if r.err == nil && m.Role > RoleLeader {
+				if r.err == nil && m.Role > RoleLearner {
 					r.fail("unknown role %d", m.Role)
 				}
 				m.Ballot = readBallot(r)
@@ -270,6 +281,8 @@ func DecodeResponse(h Header, body []byte) (*Response, error) {
 			}
 			readStatusExt(r, cs) // when the reply carries it
 			resp.Cluster = cs
+		case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
+			resp.Membership = readMembershipReply(r)
 		}
 	}
 	if err := r.done(); err != nil {

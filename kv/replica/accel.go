@@ -59,6 +59,11 @@ type accelMirror struct {
 	// loop (entries or snapshot).
 	delivered atomic.Uint64
 
+	// table is the plane's member table, voters the voters it was
+	// written for (accel_members.go; consensus loop, under mu).
+	table  [accel.ReplicasMax]paxos.NodeID
+	voters []paxos.NodeID
+
 	fast fastPath  // follower accept fast path (accel_fast.go)
 	wal  *accelWAL // the fast path's WAL: the acceptor log
 
@@ -105,7 +110,7 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 	cfg := &r.cfg
 	spec := accel.DefaultSpec()
 	spec.WindowSlots = accelWindowSlots
-	spec.Replicas = max(len(members), 1)
+	spec.Replicas = accel.ReplicasMax // room for the voters to change (accel_members.go)
 	spec.Quorum = len(members)/2 + 1
 	toTicks := func(n int) uint32 { return uint32(time.Duration(n) * cfg.Tick / accel.TickDuration) }
 	spec.HeartbeatPeriodTicks = max(toTicks(cfg.HeartbeatTicks), 1)
@@ -135,13 +140,7 @@ func newAccelMirror(r *Replica, members []paxos.NodeID, promised paxos.Ballot) (
 	}
 	a.plane = p
 	a.mu.Lock()
-	for i, id := range members {
-		a.buf = p.SetMember(a.buf, i, id)
-		if id == cfg.ID {
-			a.buf = p.SetSelf(a.buf, i)
-		}
-	}
-	a.buf = p.SetQuorum(a.buf, spec.Quorum)
+	a.setMembersLocked(members)
 	if !promised.IsZero() {
 		a.buf = p.SetPromised(a.buf, promised)
 		a.promised = promised
@@ -164,6 +163,7 @@ func (a *accelMirror) flushLocked() {
 // registers writes the plane's registers from the node's status and opens
 // or closes the follower fast path (consensus loop, after the Ready loop).
 func (a *accelMirror) registers(s *paxos.Status) {
+	a.syncMembers(s.Members)
 	role := accel.RoleOff
 	switch s.Role {
 	case paxos.RoleLeader:
@@ -178,6 +178,11 @@ func (a *accelMirror) registers(s *paxos.Status) {
 	if role == a.role && !a.forceRole && s.Ballot == a.ballot && s.Promised == a.promised && base == a.base {
 		a.check.forgetBelow(s.Commit)
 		return
+	}
+	if role != a.role || s.Ballot != a.ballot {
+		// Rows of another leadership waiting for their Arm never get it
+		// while this one lasts (accel_own.go).
+		a.releaseUnarmed(s.Ballot)
 	}
 	a.mu.Lock()
 	if role != a.role || a.forceRole {
@@ -238,6 +243,7 @@ func (r *Replica) AccelResult() (accel.CheckResult, bool) {
 	if r.accel == nil {
 		return accel.CheckResult{}, false
 	}
+	r.accel.excuseWaiting() // accel_own.go
 	return r.accel.check.result(), true
 }
 

@@ -102,6 +102,19 @@ func (c *accelCheck) plane(evs []accel.Event) {
 	}
 }
 
+// withheld records that the runtime held Accepteds of (s, b) back from the
+// plane for an Arm that never came (accel_own.go): like a hand-up, it
+// excuses a software-only commit of (s, b).
+func (c *accelCheck) withheld(s paxos.Slot, b paxos.Ballot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s < c.mark {
+		return // judged already
+	}
+	cs := c.slot(s)
+	cs.handedUp = addCheckBallot(cs.handedUp, b)
+}
+
 // software records the leader's committed AckEvents.
 func (c *accelCheck) software(acks []paxos.AckEvent) {
 	c.mu.Lock()

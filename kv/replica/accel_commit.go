@@ -10,13 +10,19 @@ import (
 type proposedRow struct {
 	slot      paxos.Slot
 	ballot    paxos.Ballot
-	entry     *paxos.Entry // nil: nothing armed in this row
+	used      bool         // the row holds (slot, ballot)
+	entry     *paxos.Entry // nil: the Accepts of (slot, ballot) not sent yet
+	durable   bool         // the leader's own acceptance is durable (accel_own.go)
+	armed     bool         // Arm came: sent and durable
 	committed bool         // the plane's OutCommit for (slot, ballot) came
+	// early holds the senders of Accepteds that came before the Arm
+	// (accel_own.go; at most earlyAcksPerRowMax).
+	early []paxos.NodeID
 }
 
-// sending arms the aggregator for every entry of every Accept and keeps a
-// copy of each entry (consensus loop, after the leader's own acceptance is
-// durable, before sending).
+// sending keeps a copy of each entry of every Accept and arms the
+// aggregator for those whose own acceptance is already durable, the rest
+// when it becomes durable (accel_own.go) (consensus loop, before sending).
 func (a *accelMirror) sending(msgs []paxos.Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -27,16 +33,17 @@ func (a *accelMirror) sending(msgs []paxos.Message) {
 		}
 		for j := range m.Entries {
 			e := &m.Entries[j]
-			row := &a.props[e.Slot&a.mask]
-			if row.entry == nil || row.slot != e.Slot || row.ballot != m.Ballot {
-				// A new (slot, ballot) replaces the row, as Arm replaces
-				// the aggregator's row.
-				cp := copyEntries(m.Entries[j : j+1])[0]
-				*row = proposedRow{slot: e.Slot, ballot: m.Ballot, entry: &cp}
+			// A new (slot, ballot) takes the row over, as Arm replaces
+			// the aggregator's row.
+			row := a.rowLocked(e.Slot, m.Ballot)
+			if row == nil {
+				continue
 			}
-			n := len(a.buf)
-			a.buf = a.plane.Arm(a.buf, e.Slot, m.Ballot)
-			a.noteCommitsLocked(a.buf[n:])
+			if row.entry == nil {
+				cp := copyEntries(m.Entries[j : j+1])[0]
+				row.entry = &cp
+			}
+			a.maybeArmLocked(row)
 		}
 	}
 	a.flushLocked()
@@ -55,7 +62,23 @@ func (a *accelMirror) accepted(m *paxos.Message, early bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := len(a.buf)
-	a.buf = a.plane.OnAcceptedRange(a.buf, m.Slot, last, m.Ballot, m.From)
+	// The slots sent and not armed yet hold their Accepted for the Arm
+	// (accel_own.go); the rest go to the plane in runs. Rows are matched
+	// within one window of m.Slot (a row holds one slot of the window).
+	run := m.Slot
+	scanTo := min(last, m.Slot+a.mask)
+	for s := m.Slot; s <= scanTo && s >= m.Slot; s++ {
+		if !a.holdEarlyLocked(s, m.Ballot, m.From) {
+			continue
+		}
+		if run < s {
+			a.buf = a.plane.OnAcceptedRange(a.buf, run, s-1, m.Ballot, m.From)
+		}
+		run = s + 1
+	}
+	if run <= last && run >= m.Slot {
+		a.buf = a.plane.OnAcceptedRange(a.buf, run, last, m.Ballot, m.From)
+	}
 	a.noteCommitsLocked(a.buf[n:])
 	a.flushLocked()
 	if early {
@@ -96,7 +119,7 @@ func (a *accelMirror) earlyApplyLocked() {
 	var batch []paxos.Entry
 	for len(batch) < proposeBatchCmdsMax {
 		row := &a.props[next&a.mask]
-		if row.entry == nil || row.slot != next || !row.committed || row.entry.Type == paxos.EntryConfChange {
+		if !row.used || row.entry == nil || row.slot != next || !row.committed || row.entry.Type == paxos.EntryConfChange {
 			break
 		}
 		batch = append(batch, *row.entry)
@@ -106,7 +129,7 @@ func (a *accelMirror) earlyApplyLocked() {
 		return
 	}
 	select {
-	case a.r.applyC <- applyItem{entries: batch}:
+	case a.r.applyC <- applyItem{entries: batch, queued: a.r.stageNow()}:
 		a.earlyNext = next
 		a.earlyApplied.Add(uint64(next - first))
 	default:

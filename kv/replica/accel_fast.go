@@ -116,7 +116,7 @@ func (r *Replica) acceptable(m *paxos.Message) bool {
 		len(m.Entries) > paxos.EntriesPerMessageMax {
 		return false
 	}
-	if _, ok := r.peers[m.From]; !ok {
+	if _, ok := r.peer(m.From); !ok {
 		return false
 	}
 	for i := range m.Entries {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"time"
 
 	"synod/accel"
@@ -101,14 +102,15 @@ func (a *accelMirror) timerEvents(evs []accel.Event) {
 				a.wedgedBeats.Add(1)
 				continue
 			}
-			out := make([]outMsg, 0, len(r.cfg.Peers))
-			for _, p := range r.cfg.Peers {
-				if p.ID == r.cfg.ID || r.faults.drop(p.ID) {
+			s := r.status.Load() // the latest membership: voters and learners
+			out := make([]outMsg, 0, len(s.Members)+len(s.Learners))
+			for _, id := range slices.Concat(s.Members, s.Learners) {
+				if id == r.cfg.ID || r.faults.drop(id) {
 					continue
 				}
-				f := accelFrame{kind: accelFrameHeartbeat, cluster: r.cfg.ClusterID, from: r.cfg.ID, to: p.ID,
+				f := accelFrame{kind: accelFrameHeartbeat, cluster: r.cfg.ClusterID, from: r.cfg.ID, to: id,
 					ballot: ev.Ballot, sentAt: ev.Value}
-				out = append(out, outMsg{to: p.ID, b: appendAccelFrame(make([]byte, 0, accelFrameBytes), &f)})
+				out = append(out, outMsg{to: id, b: appendAccelFrame(make([]byte, 0, accelFrameBytes), &f)})
 			}
 			if len(out) > 0 {
 				select {
@@ -153,7 +155,7 @@ func (a *accelMirror) frame(b []byte) {
 		r.metrics.InboundDropped.Inc()
 		return
 	}
-	if _, ok := r.peers[f.from]; !ok {
+	if _, ok := r.peer(f.from); !ok {
 		r.metrics.InboundDropped.Inc()
 		return
 	}

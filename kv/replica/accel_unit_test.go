@@ -63,13 +63,14 @@ func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
 	r := &Replica{
 		cfg: Config{ID: 2, ClusterID: 9, Peers: peers, Tick: time.Millisecond, ElectionTicks: 100, HeartbeatTicks: 10,
 			Accel: &AccelConfig{}, Now: time.Now},
-		peers:    map[paxos.NodeID]Peer{},
 		outbound: make(chan []outMsg, 16),
 		metrics:  NewMetrics(nil),
 	}
+	book := &peerBook{byID: map[paxos.NodeID]Peer{}}
 	for _, p := range peers {
-		r.peers[p.ID] = p
+		book.byID[p.ID] = p
 	}
+	r.book.Store(book)
 	log := &orderLog{outbound: r.outbound}
 	r.alog = log
 	st := paxos.Status{ID: 2, Role: paxos.RoleFollower, Promised: b, Leader: b.Node}

@@ -1,9 +1,7 @@
 package replica
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 
 	"synod/kv/sm"
 	"synod/paxos"
@@ -30,6 +28,8 @@ func (r *Replica) applyLoop() {
 			r.applyInput(it)
 		case <-r.snapNow:
 			r.snapshotNow()
+		case <-r.apply.flushing: // nil while no compaction flush runs
+			r.flushed()
 		}
 	}
 }
@@ -42,6 +42,10 @@ type applyState struct {
 	cmds     [][]byte
 	mine     []applyOrigin
 	broken   bool // the state machine failed: apply nothing more
+	// flushing is closed when the compaction flush of flushSlot completed
+	// (nil while none runs; snapshot_compact.go).
+	flushing  <-chan struct{}
+	flushSlot uint64
 }
 
 // applyOrigin is a command of this node's: which result answers which
@@ -81,26 +85,8 @@ func (r *Replica) applyInput(it applyItem) {
 	if as.broken {
 		return
 	}
-	if it.snap != nil {
-		if uint64(it.snap.Meta.Slot) <= r.sm.Applied() {
-			return // already past it
-		}
-		r.restoreMu.Lock()
-		err := r.sm.Restore(bytes.NewReader(it.snap.Data))
-		r.restoreMu.Unlock()
-		if err != nil {
-			as.broken = true
-			r.die(fmt.Errorf("restoring snapshot at slot %d: %w", it.snap.Meta.Slot, err))
-			return
-		}
-		applied := r.sm.Applied()
-		r.metrics.Installed.Inc()
-		r.metrics.SnapshotSlot.Set(float64(applied))
-		r.metrics.SnapshotBytes.Set(float64(len(it.snap.Data)))
-		r.log.Info().Uint64("slot", applied).Int("bytes", len(it.snap.Data)).Msg("installed snapshot")
-		r.applied.Store(applied)
-		as.lastSnap = applied
-		r.reads.release(paxos.Slot(applied))
+	if it.install != nil {
+		r.installStaged(*it.install)
 		return
 	}
 	for _, e := range it.entries {
@@ -122,9 +108,19 @@ func (r *Replica) applyInput(it applyItem) {
 				cmds = append(cmds, cmd)
 			}
 		}
-		start := r.cfg.Now()
-		results, err := r.sm.Apply(uint64(e.Slot), cmds)
-		r.metrics.applySeconds.Observe(r.cfg.Now().Sub(start).Seconds())
+		start := r.stageNow()
+		if it.queued != 0 {
+			r.writeStageTook(wsApplyQueue, r.since(it.queued, start), e.Slot)
+		}
+		var results []sm.Result
+		var err error
+		if e.Type == paxos.EntryConfChange {
+			err = r.applyConfChange(&e) // the membership record (members.go)
+		} else {
+			results, err = r.sm.Apply(uint64(e.Slot), cmds)
+		}
+		done := r.stageNow()
+		r.writeStageTook(wsApply, r.since(start, done), e.Slot)
 		if err != nil {
 			as.broken = true
 			r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
@@ -135,7 +131,7 @@ func (r *Replica) applyInput(it applyItem) {
 			if m.idx < len(results) {
 				res = results[m.idx]
 			}
-			r.answer(m.id, m.env, writeResult{res: res})
+			r.answer(m.id, m.env, writeResult{res: res, answered: done, slot: e.Slot})
 		}
 		r.applied.Store(uint64(e.Slot))
 	}
@@ -144,49 +140,5 @@ func (r *Replica) applyInput(it applyItem) {
 	r.reads.release(paxos.Slot(applied))
 	if !as.broken && applied >= as.lastSnap+as.every {
 		r.snapshot(&as.lastSnap)
-	}
-}
-
-// snapshot flushes the state machine, takes a snapshot and hands it to the
-// consensus loop, which compacts paxos and truncates the acceptor log below
-// the flushed slot (never beyond what is durable in Pebble).
-func (r *Replica) snapshot(last *uint64) {
-	durable, err := r.sm.Flush()
-	if err != nil {
-		r.log.Warn().Err(err).Msg("flush before snapshot failed")
-		return
-	}
-	rc, slot, err := r.sm.Snapshot()
-	if err != nil {
-		r.log.Warn().Err(err).Msg("snapshot failed")
-		return
-	}
-	data, err := io.ReadAll(io.LimitReader(rc, paxos.SnapshotBytesMax+1))
-	rc.Close()
-	if err != nil {
-		r.log.Warn().Err(err).Msg("reading snapshot failed")
-		return
-	}
-	*last = slot
-	if len(data) > paxos.SnapshotBytesMax {
-		// A truncated snapshot must never be handed out. Without
-		// compaction the log keeps growing until it is full, which is
-		// backpressure, not loss. (Streaming larger snapshots is not
-		// implemented.)
-		r.log.Error().Uint64("slot", slot).Int("limit", paxos.SnapshotBytesMax).
-			Msg("snapshot exceeds paxos.SnapshotBytesMax: not compacting")
-		return
-	}
-	r.metrics.Snapshots.Inc()
-	r.metrics.SnapshotSlot.Set(float64(slot))
-	r.metrics.SnapshotBytes.Set(float64(len(data)))
-	r.log.Debug().Uint64("slot", slot).Uint64("durable", durable).Int("bytes", len(data)).Msg("snapshot taken")
-	// Never block here: the consensus loop may itself be blocked handing
-	// this loop committed entries. A full control queue only delays
-	// compaction to the next snapshot.
-	select {
-	case r.controlC <- func() { r.compacted(paxos.Slot(slot), paxos.Slot(durable), data) }:
-	default:
-		r.log.Warn().Uint64("slot", slot).Msg("control queue full; compaction deferred to the next snapshot")
 	}
 }

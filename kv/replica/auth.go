@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,7 @@ import (
 //
 //	offset size field
 //	0      1    authMagic
-//	1      1    channel: authChannelDatagram or authChannelSide
+//	1      1    channel: authChannelDatagram, authChannelSide or authChannelSnapshot
 //	2      2    reserved, 0
 //	4      8    cluster id
 //	12     8    sender node id
@@ -50,6 +51,8 @@ const (
 	authMagic            = 0xC5
 	authChannelDatagram  = 0
 	authChannelSide      = 1
+	authChannelSnapshot  = 2 // snapshot transfers (snapshot_wire.go)
+	authChannelMax       = authChannelSnapshot
 	authHeaderBytes      = 36
 	authTagBytes         = 8
 	authOverheadBytes    = authHeaderBytes + authTagBytes
@@ -77,13 +80,15 @@ type Auth struct {
 	// keys[i][sender] is the key of sender under secret i; keys[0] is the
 	// one this node seals with.
 	keys    []map[paxos.NodeID]siphash.Key
-	counter [2]atomic.Uint64 // per channel
+	counter [authChannelMax + 1]atomic.Uint64 // per channel
 
 	mu      sync.Mutex
 	windows map[windowKey]*replayWindow
 
 	rejected    atomic.Uint64
 	lastLogNano atomic.Int64
+	// senders is the set of admitted senders, bit id (auth_members.go).
+	senders atomic.Uint64
 }
 
 type windowKey struct {
@@ -97,8 +102,9 @@ type replayWindow struct {
 	seen        uint64 // bit i: counter top-i was accepted
 }
 
-// NewAuth builds the authenticator of node self in cluster for the given
-// members. secrets[0] seals; every secret opens (rotation).
+// NewAuth builds the authenticator of node self in cluster, admitting the
+// given members as senders (setSenders changes them as the membership
+// does, auth_members.go). secrets[0] seals; every secret opens (rotation).
 func NewAuth(cluster uint64, self paxos.NodeID, members []paxos.NodeID, secrets [][]byte, now time.Time) (*Auth, error) {
 	if len(secrets) == 0 || len(secrets) > authSecretsMax {
 		return nil, fmt.Errorf("replica: %d cluster secrets; want 1..%d", len(secrets), authSecretsMax)
@@ -108,14 +114,13 @@ func NewAuth(cluster uint64, self paxos.NodeID, members []paxos.NodeID, secrets 
 		if len(sec) < authSecretBytesMin {
 			return nil, fmt.Errorf("replica: cluster secret %d has %d bytes; want at least %d", i, len(sec), authSecretBytesMin)
 		}
-		m := make(map[paxos.NodeID]siphash.Key, len(members))
-		for _, id := range members {
-			m[id] = deriveKey(sec, cluster, id)
-		}
-		a.keys = append(a.keys, m)
+		a.keys = append(a.keys, deriveKeys(sec, cluster))
 	}
-	if _, ok := a.keys[0][self]; !ok {
+	if !slices.Contains(members, self) {
 		return nil, fmt.Errorf("replica: node %d is not among the members it authenticates", self)
+	}
+	if err := a.setSenders(members); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -162,7 +167,7 @@ type sealedHeader struct {
 }
 
 func parseSealedHeader(b []byte) (sealedHeader, error) {
-	if len(b) < authHeaderBytes || b[0] != authMagic || b[2] != 0 || b[3] != 0 || b[1] > authChannelSide {
+	if len(b) < authHeaderBytes || b[0] != authMagic || b[2] != 0 || b[3] != 0 || b[1] > authChannelMax {
 		return sealedHeader{}, errAuthMalformed
 	}
 	u := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off : off+8]) }
@@ -198,7 +203,7 @@ func (a *Auth) open(b []byte, channel byte) ([]byte, paxos.NodeID, error) {
 	if h.cluster != a.cluster || h.sender == a.self || h.sender == 0 {
 		return nil, 0, a.reject(errAuthSender)
 	}
-	if _, known := a.keys[0][h.sender]; !known {
+	if !a.admits(h.sender) {
 		return nil, 0, a.reject(errAuthSender)
 	}
 	signed := b[:len(b)-authTagBytes]
@@ -277,26 +282,37 @@ const sideFrameHeadBytes = 4 + authHeaderBytes + authTagBytes
 // sealSide returns the side-channel frame of payload.
 func (a *Auth) sealSide(payload []byte) []byte {
 	sealed := a.seal(make([]byte, 0, len(payload)+authOverheadBytes), authChannelSide, payload)
-	frame := make([]byte, 0, sideFrameHeadBytes+len(sealed)-authHeaderBytes)
-	frame = binary.LittleEndian.AppendUint32(frame, uint32(len(sealed)))
-	frame = append(frame, sealed[:authHeaderBytes]...)
-	frame = binary.LittleEndian.AppendUint64(frame, a.keys[0][a.self].Sum64(frame))
-	return append(frame, sealed[authHeaderBytes:]...)
+	return a.frameSealed(make([]byte, 0, sideFrameHeadBytes+len(sealed)-authHeaderBytes), sealed)
+}
+
+// frameSealed appends to dst the stream frame (side channel, snapshot
+// transfers) of sealed, a packet this node sealed on a stream channel.
+func (a *Auth) frameSealed(dst, sealed []byte) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(sealed)))
+	dst = append(dst, sealed[:authHeaderBytes]...)
+	dst = binary.LittleEndian.AppendUint64(dst, a.keys[0][a.self].Sum64(dst[start:]))
+	return append(dst, sealed[authHeaderBytes:]...)
 }
 
 // openSideHead authenticates a frame head (sideFrameHeadBytes) and returns
 // the length of the sealed packet and its header, before the payload is
 // read.
 func (a *Auth) openSideHead(head []byte, lengthMax int) (sealedLen int, err error) {
+	return a.openFrameHead(head, authChannelSide, lengthMax)
+}
+
+// openFrameHead is openSideHead for any stream channel.
+func (a *Auth) openFrameHead(head []byte, channel byte, lengthMax int) (sealedLen int, err error) {
 	n := int(binary.LittleEndian.Uint32(head[0:4]))
 	h, err := parseSealedHeader(head[4 : 4+authHeaderBytes])
-	if err != nil || h.channel != authChannelSide || n < authOverheadBytes {
+	if err != nil || h.channel != channel || n < authOverheadBytes {
 		return 0, a.reject(errAuthMalformed)
 	}
 	if h.cluster != a.cluster || h.sender == a.self || h.sender == 0 {
 		return 0, a.reject(errAuthSender)
 	}
-	if _, known := a.keys[0][h.sender]; !known {
+	if !a.admits(h.sender) {
 		return 0, a.reject(errAuthSender)
 	}
 	if !a.verify(h.sender, head[:4+authHeaderBytes], binary.LittleEndian.Uint64(head[4+authHeaderBytes:])) {

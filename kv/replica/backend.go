@@ -37,6 +37,7 @@ func NewBackend(r *Replica, s *sm.SM) *Backend { return &Backend{r: r, sm: s} }
 // node (the leader); GET and SCAN take a read barrier unless FlagStaleOK.
 func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
 	start := time.Now()
+	b.admitted(ctx, req.Op, start)
 	resp := b.do(ctx, tenant, req)
 	b.Tenants.ObserveService(tenant, time.Since(start))
 	b.r.metrics.TenantOps.WithLabelValues(strconv.FormatUint(uint64(tenant), 10), req.Op.String(), resp.Status.String()).Inc()
@@ -59,13 +60,33 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		}
 		b.r.restoreMu.RLock()
 		defer b.r.restoreMu.RUnlock()
-		return b.sm.ReadResponse(tenant, req)
+		start := time.Now()
+		resp := b.sm.ReadResponse(tenant, req)
+		b.r.readStageTook(rsStateMachine, time.Since(start), 0)
+		return resp
 	case proto.OpStatus:
 		return &proto.Response{Cluster: b.clusterStatus(ctx, req.StatusFormat)}
 	case proto.OpPing:
 		return &proto.Response{}
+	case proto.OpMemberList, proto.OpMemberAdd, proto.OpMemberRemove, proto.OpMemberPromote, proto.OpTransferLeader:
+		return b.member(ctx, req) // members_backend.go
 	}
 	return proto.Errorf(proto.StatusBadRequest, "opcode %v not served", req.Op)
+}
+
+// admitted times a request's admission stage: from the server reading its
+// header (server.ReceivedAt) to Do at start.
+func (b *Backend) admitted(ctx context.Context, op proto.Opcode, start time.Time) {
+	received, ok := server.ReceivedAt(ctx)
+	if !ok {
+		return
+	}
+	switch op {
+	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
+		b.r.writeStageTook(wsAdmission, start.Sub(received), 0)
+	case proto.OpGet, proto.OpScan:
+		b.r.readStageTook(rsAdmission, start.Sub(received), 0)
+	}
 }
 
 // errResponse maps runtime errors to protocol statuses.

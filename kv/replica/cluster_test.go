@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp"
+	"synod/internal/stall"
 	"synod/kv/proto"
 	"synod/kv/sm"
 	"synod/paxos"
@@ -38,7 +39,19 @@ type testCluster struct {
 	drr       bool // a tenant scheduler in front of the proposer
 	// electionTicks overrides the default 100 (1 ms ticks) when > 0.
 	electionTicks int
-	nodes         map[paxos.NodeID]*testNode
+	// stalls is every node's stall detector (nil: none); wrapLog, when
+	// set, wraps each node's acceptor log (stages_test.go).
+	stalls  *stall.Detector
+	wrapLog func(paxos.NodeID, AcceptorLog) AcceptorLog
+	// wrapSM, when set, wraps each node's state machine
+	// (snapshot_cluster_test.go).
+	wrapSM func(paxos.NodeID, *sm.SM) StateMachine
+	// secret, when set, authenticates the cluster's consensus traffic
+	// (Config.Auth; snapshot_cluster_test.go).
+	secret []byte
+	// join starts the nodes it names with Config.Join (members_test.go).
+	join  map[paxos.NodeID]bool
+	nodes map[paxos.NodeID]*testNode
 }
 
 type testNode struct {
@@ -169,13 +182,25 @@ func (c *testCluster) start(id paxos.NodeID) {
 	if old := c.nodes[id]; old != nil {
 		faults = old.r.faults
 	}
+	var alog AcceptorLog = plog
+	if c.wrapLog != nil {
+		alog = c.wrapLog(id, plog)
+	}
+	var stm StateMachine = store
+	if c.wrapSM != nil {
+		stm = c.wrapSM(id, store)
+	}
+	var auth *Auth
+	if c.secret != nil {
+		auth = mustAuth(c.t, 9, id, c.secret)
+	}
 	r, err := New(Config{
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: c.election(), HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
-		Accel: accelCfg, Tenants: reg,
+		Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
-	}, conn, plog, store)
+	}, conn, alog, stm)
 	if err != nil {
 		c.t.Fatal(err)
 	}

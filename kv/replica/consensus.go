@@ -36,6 +36,8 @@ func (r *Replica) consensusLoop() {
 				in.kind = inTick
 			case in.fn = <-r.controlC:
 				in.kind = inControl
+			case <-r.own.doneC:
+				in.kind = inOwnDurable
 			}
 		} else {
 			select {
@@ -55,6 +57,8 @@ func (r *Replica) consensusLoop() {
 				in.kind = inRead
 			case in.fn = <-r.controlC:
 				in.kind = inControl
+			case <-r.own.doneC: // the persister finished (persister.go)
+				in.kind = inOwnDurable
 			}
 		}
 		r.consensusInput(in)
@@ -72,6 +76,7 @@ const (
 	inMirror
 	inRead
 	inControl
+	inOwnDurable
 )
 
 // consensusInput is one input the consensus loop received: a tick, the
@@ -108,6 +113,7 @@ func (r *Replica) consensusInput(in consensusInput) {
 		ls.batchIDs = make([]uint64, 0, proposeBatchCmdsMax)
 	}
 	r.clk.markAlive()
+	r.adoptInstalled() // a snapshot's membership (members.go)
 	if r.stalled != nil {
 		// The node is between Ready and Advance: ticks and control
 		// functions may add output (kept for the next Ready), never
@@ -124,6 +130,10 @@ func (r *Replica) consensusInput(in consensusInput) {
 		case inControl:
 			r.syncClock()
 			in.fn()
+		case inOwnDurable:
+			// Allowed between a Ready and its Advance (paxos ownvote.go).
+			r.syncClock()
+			r.reportOwn()
 		}
 		return
 	}
@@ -153,7 +163,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
 		bytes := 0
 		p := in.prop
+		now := r.stageNow()
 		for {
+			r.dequeued(&p, now)
 			batch = append(batch, p.env)
 			batchIDs = append(batchIDs, p.id)
 			bytes += len(p.env)
@@ -171,11 +183,13 @@ func (r *Replica) consensusInput(in consensusInput) {
 	case inDRR:
 		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
 		bytes := 0
+		now := r.stageNow()
 		for len(batch) < proposeBatchCmdsMax && bytes < proposeBatchBytesMax {
 			p, _, ok := r.drr.Dequeue()
 			if !ok {
 				break
 			}
+			r.dequeued(&p, now)
 			batch = append(batch, p.env)
 			batchIDs = append(batchIDs, p.id)
 			bytes += len(p.env)
@@ -195,6 +209,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 	case inControl:
 		r.syncClock()
 		in.fn()
+	case inOwnDurable:
+		r.syncClock()
+		r.reportOwn()
 	}
 
 	for r.node.HasReady() {
@@ -232,7 +249,9 @@ func (r *Replica) propose(batch [][]byte, ids []uint64) {
 	r.syncClock()
 	if err := r.node.Propose(batch); err != nil {
 		r.rejectProposals(ids, err)
+		return
 	}
+	r.timeline.proposed(ids, r.stageNow())
 }
 
 // step hands one message to the node with a current clock (consensus
@@ -311,48 +330,15 @@ func (r *Replica) readIndex(w *readWaiter) {
 // Advance. It returns false, having done nothing after the failed step,
 // when the acceptor log is full: the caller retries later with the same rd.
 func (r *Replica) finishReady(rd *paxos.Ready) bool {
-	// 1. Durable first: an acceptor answers only what survives a crash.
-	if rd.Promised != nil {
-		if err := r.alog.SetPromised(*rd.Promised); err != nil {
-			r.die(fmt.Errorf("persisting the promised ballot: %w", err))
-			return false
-		}
-		if r.accel != nil {
-			r.accel.promisedDurable(*rd.Promised)
-		}
+	r.readyTaken(rd) // stage stamps (stages.go)
+	// 1. Durable first: an acceptor answers only what survives a crash;
+	// the leader's own acceptances go to the persister (persister.go).
+	if !r.persistReady(rd) {
+		return false
 	}
-	accepted := rd.Accepted
-	if r.accel != nil && len(accepted) > 0 {
-		accepted = r.accel.fast.notPersisted(accepted) // the fast path persisted these
-	}
-	if len(accepted) > 0 {
-		start := r.cfg.Now()
-		err := r.alog.Append(accepted)
-		if err == nil {
-			err = r.alog.Persist()
-		}
-		r.metrics.persistSeconds.Observe(r.cfg.Now().Sub(start).Seconds())
-		if errors.Is(err, ErrLogFull) {
-			if !r.logFull.Load() {
-				r.log.Warn().Msg("acceptor log full: refusing writes until a snapshot lets it truncate")
-			}
-			r.logFull.Store(true)
-			r.metrics.LogFull.Inc()
-			r.requestSnapshot()
-			return false
-		}
-		if err != nil {
-			r.die(fmt.Errorf("persisting accepted entries: %w", err))
-			return false
-		}
-	}
-	if len(rd.Accepted) > 0 {
-		r.checkLogUsage()
-	}
-	if r.logFull.Load() {
-		r.logFull.Store(false)
-		r.log.Info().Msg("acceptor log has room again")
-	}
+	// The peer tables follow membership changes before anything is sent
+	// to a new member (members.go).
+	r.noteConfChanges(rd)
 
 	// 2. Send. Messages are encoded now: paxos may reuse their buffers
 	// after Advance.
@@ -379,25 +365,32 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 			return true
 		}
 	}
+	r.readySent()
 
 	// 3. Snapshot, then committed entries, in order, to the apply loop.
 	if rd.Snapshot != nil {
-		snap := &paxos.Snapshot{Meta: rd.Snapshot.Meta, Data: append([]byte(nil), rd.Snapshot.Data...)}
+		// The staged snapshot paxos accepted (snapshot_fetch.go).
+		meta := paxos.SnapshotMeta{Slot: rd.Snapshot.Slot}
 		select {
-		case r.applyC <- applyItem{snap: snap}:
+		case r.applyC <- applyItem{install: &meta}:
 		case <-r.stop:
 			return true
 		}
 		if r.accel != nil {
-			r.accel.deliveredThrough(snap.Meta.Slot)
+			r.accel.deliveredThrough(meta.Slot)
 		}
 	}
+	if rd.SnapshotOffer != nil {
+		r.offerSnapshot(*rd.SnapshotOffer) // the fetcher's (snapshot_fetch.go)
+	}
 	if len(rd.Committed) > 0 {
+		queued := r.stageNow()
 		select {
-		case r.applyC <- applyItem{entries: copyEntries(rd.Committed)}:
+		case r.applyC <- applyItem{entries: copyEntries(rd.Committed), queued: queued}:
 		case <-r.stop:
 			return true
 		}
+		r.readyCommitted(rd.Committed, queued)
 		if r.accel != nil {
 			r.accel.deliveredThrough(rd.Committed[len(rd.Committed)-1].Slot)
 		}
@@ -470,11 +463,21 @@ func (r *Replica) requestSnapshot() {
 // compacted runs on the consensus loop after the apply loop took a
 // snapshot through slot: paxos may drop its log below it and the acceptor
 // log may truncate.
-func (r *Replica) compacted(slot, durable paxos.Slot, data []byte) {
+func (r *Replica) compacted(slot, durable paxos.Slot) {
+	// Keep the log above a snapshot being served (snapshot_compact.go).
+	slot = r.retainFloor(slot)
+	st := r.node.Status()
+	// The state machine may be ahead of what paxos delivered (the accel
+	// early path applies committed slots first): compact no further than
+	// paxos's applied slot; the state served later is at or above it.
+	slot = min(slot, st.Applied)
+	if slot+1 <= st.FirstSlot {
+		return // nothing more to compact
+	}
 	// While a Ready is stalled on a full log, paxos is left alone (it is
 	// between Ready and Advance); only the acceptor log truncates.
 	if r.stalled == nil {
-		if err := r.node.Compact(slot, data); err != nil {
+		if err := r.node.Compact(slot); err != nil {
 			r.log.Warn().Err(err).Uint64("slot", uint64(slot)).Msg("compact")
 			return
 		}

@@ -19,7 +19,11 @@
 //	send loop       outbound -> Conn.WriteBatch, or the side channel when a message exceeds MaxPayload
 //	side senders    one per peer, queue sideQueueMsgsMax, reconnect with bounded backoff
 //	apply loop      apply queue -> StateMachine.Apply in slot order -> answers writers, wakes readers,
-//	                takes a snapshot every snapshotEverySlots applied slots
+//	                takes a snapshot every snapshotEverySlots applied slots (an asynchronous
+//	                flush: it reads no state and never blocks; snapshot_compact.go)
+//	fetch loop      one snapshot transfer at a time: an offer -> stream from the peer -> staging
+//	                -> InstallSnapshot -> the apply loop swaps it in (snapshot_fetch.go)
+//	transfer conns  one per snapshot served, at most snapshotServesMax (snapshot_serve.go)
 //
 // The receive, send, consensus and apply loops can be pinned to CPUs. Each
 // loop only receives; the work is in step functions (consensusInput,
@@ -40,8 +44,15 @@
 //
 // # Durability and space
 //
-// Ready.Accepted goes to the PMem log (one Persist per Ready) before any
-// message of that Ready is sent. The log is truncated below the slot a
+// Ready.Promised and Ready.Accepted go to the PMem log (one Persist per
+// Ready) before any message of that Ready is sent. A leader's own
+// acceptances (Ready.OwnAccepted) are appended in Ready order on the
+// consensus loop, but their Persist runs on the persister goroutine while
+// the Accepts are already out (persister.go): paxos counts the leader's
+// vote, and the leader delivers those slots, only once it completed. So
+// heartbeats, lease renewal and ticks never wait behind the leader's msync
+// (the persister's queue is bounded by ownRangesMax runs; past it the
+// consensus loop persists itself). The log is truncated below the slot a
 // snapshot covers once the state machine has flushed it. Past
 // logSnapshotUsedPercent of the log in use, a snapshot is requested; a full
 // log stalls the Ready (writes are refused with UNAVAILABLE) until a
@@ -49,8 +60,9 @@
 // New refuses a state machine that has applied less than the log's
 // truncation point (ErrStateBehindLog): those slots are nowhere on this
 // node, and starting would let it answer Prepares with holes for chosen
-// slots. A snapshot installed from the leader is verified in full before
-// it replaces anything (sm.Restore).
+// slots. A snapshot is streamed from a peer, staged beside the live state
+// and verified in full before it replaces anything (snapshot_wire.go,
+// sm.BeginStage); there is no size limit.
 //
 // # Accel
 //
@@ -79,4 +91,16 @@
 //
 // Reads ask the node for a read index (ReadIndex), wait until the applied
 // slot reaches it, then read the state machine directly.
+//
+// # Membership
+//
+// The membership is owned by the log (members.go): every change is a
+// ConfChange whose context is the whole resulting membership with
+// addresses; applying it stores that record in the state machine with the
+// slot, and a restarted node reads it back instead of its config's peers
+// (which only bootstrap a new cluster). The peer tables (address book,
+// side channel, authenticated senders, accel member table, STATUS rows)
+// follow it at run time. Membership operations and leadership transfer
+// run on the leader (members_ops.go); Config.Join starts a node that waits
+// to be added and catches up by snapshot.
 package replica

@@ -13,6 +13,8 @@ import (
 type Faults struct {
 	blocked atomic.Uint64 // bit i set: peer i blocked (ids 1..peersMax-1)
 	dropped atomic.Uint64
+	// persistDelay (ns) slows the next persist once (faults_persist.go).
+	persistDelay atomic.Int64
 }
 
 // Block drops all traffic to and from the given peers (in addition to any

@@ -47,8 +47,27 @@ type StateMachine interface {
 	// Flush makes everything applied durable and returns that slot: the
 	// acceptor log may be truncated up to it.
 	Flush() (uint64, error)
-	// Snapshot streams the state as of the last Apply and its slot.
+	// FlushAsync starts what Flush does without waiting: it returns the
+	// applied slot and a channel closed once that slot is durable.
+	FlushAsync() (uint64, <-chan struct{}, error)
+	// Snapshot streams the state as of the last Apply and its slot, from
+	// a consistent snapshot of the store taken in O(1) (served to
+	// laggards; close it when done).
 	Snapshot() (io.ReadCloser, uint64, error)
-	// Restore replaces the state with a snapshot stream, durably.
-	Restore(r io.Reader) error
+	// BeginStage starts staging a snapshot stream fetched from a peer,
+	// beside the live state (at most one at a time); the Stager's Finish
+	// leaves it complete and durable.
+	BeginStage() (*sm.Stager, error)
+	// InstallStaged swaps in the complete staged copy, which must be at
+	// slot.
+	InstallStaged(slot uint64) error
+	// DiscardStaged removes a staged copy, complete or not.
+	DiscardStaged() error
+	// ApplyMembership applies a committed membership change: it records
+	// the encoded membership (sm.EncodeMembership) with slot as applied,
+	// atomically; a malformed one changes nothing and is an error wrapping
+	// sm.ErrBadMembership.
+	ApplyMembership(slot uint64, encoded []byte) error
+	// Membership is the membership last recorded (ok false: none).
+	Membership() (m sm.Membership, ok bool, err error)
 }

@@ -46,14 +46,24 @@ type Metrics struct {
 	// SnapshotBytes that snapshot's size (apply loop).
 	SnapshotSlot  prometheus.Gauge
 	SnapshotBytes prometheus.Gauge
-	// Stage times the stages of the write path on this node, by stage:
-	// "persist" (the consensus loop appending and persisting one Ready's
-	// accepted entries to the acceptor log; entries the accel fast path
-	// persisted on the receive loop are not in it) and "apply" (applying
-	// one committed slot to the state machine).
+	// Snap are the snapshot transfer series (snapshot_metrics.go).
+	Snap snapshotMetrics
+	// Stage times the stages of the write path on this node, by stage
+	// (WriteStages; stages.go says what each one times). "persist" is the
+	// consensus loop appending and persisting one Ready's accepted entries
+	// to the acceptor log (entries the accel fast path persisted on the
+	// receive loop are not in it); "apply" is applying one committed slot
+	// to the state machine.
 	Stage *prometheus.HistogramVec
-	// persistSeconds and applySeconds are Stage's two children, looked up
-	// once.
+	// ReadStage times the stages of a linearizable read (ReadStages).
+	ReadStage *prometheus.HistogramVec
+	// Stalls counts stages that took longer than the stall detector's
+	// threshold, by path ("write", "read") and stage (stages.go); without
+	// a detector (Config.Stalls nil) nothing is counted.
+	Stalls *prometheus.CounterVec
+	// stages holds the children of Stage, ReadStage and Stalls;
+	// persistSeconds and applySeconds are two of them.
+	stages                       stageSeries
 	persistSeconds, applySeconds prometheus.Observer
 }
 
@@ -109,20 +119,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SnapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "synod_snapshot_bytes", Help: "Size of the last snapshot taken or installed, in bytes."}),
 		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "synod_write_stage_seconds", Help: "Time spent in a stage of the write path on this node: persist (one batch to the acceptor log), apply (one slot to the state machine).",
+			Name: "synod_write_stage_seconds", Help: "Time spent in a stage of the write path on this node (admission, propose_queue, ready, persist, accept_rtt, commit, apply_queue, apply, reply; see kv/replica/stages.go).",
 			Buckets: lat}, []string{"stage"}),
+		ReadStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "synod_read_stage_seconds", Help: "Time spent in a stage of a linearizable read on this node (admission, read_index, apply_wait, state_machine).",
+			Buckets: lat}, []string{"stage"}),
+		Stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "synod_stage_stalls_total", Help: "Stages that took longer than the stall threshold ([stall] threshold), by path and stage."}, []string{"path", "stage"}),
 	}
 	// Every label value of a bounded set exists from the start, so a rate
 	// over it sees the first increment (a series born at 1 shows none).
 	for _, c := range classNames {
 		m.Shed.WithLabelValues(c)
 	}
-	m.persistSeconds = m.Stage.WithLabelValues(stagePersist)
-	m.applySeconds = m.Stage.WithLabelValues(stageApply)
+	m.initStages()
+	m.Snap = newSnapshotMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
 			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed,
-			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage)
+			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage,
+			m.ReadStage, m.Stalls)
 	}
 	return m
 }

@@ -10,6 +10,11 @@ import (
 // readWaiter is one ReadBarrier call.
 type readWaiter struct {
 	ch chan error // cap 1; receives exactly one value
+	// Stage clock stamps (stages.go): queued by ReadBarrier, indexed when
+	// its read index was known, released when the apply loop reached
+	// index. Written before the value is sent on ch, read after it.
+	queued, indexed, released int64
+	index                     paxos.Slot
 }
 
 // readBatch is the reads that share one ReadIndex request. Owned by the
@@ -51,9 +56,14 @@ type readTracker struct {
 	mu      sync.Mutex
 	waiting batchHeap
 	queued  int // waiters in waiting
+
+	now func() int64 // the stage clock
 }
 
-func (t *readTracker) init() { t.byID = make(map[uint64]*readBatch) }
+func (t *readTracker) init(now func() int64) {
+	t.byID = make(map[uint64]*readBatch)
+	t.now = now
+}
 
 // release answers every waiting batch whose index is <= applied.
 func (t *readTracker) release(applied paxos.Slot) {
@@ -65,8 +75,13 @@ func (t *readTracker) release(applied paxos.Slot) {
 		done = append(done, b)
 	}
 	t.mu.Unlock()
+	if len(done) == 0 {
+		return
+	}
+	now := t.now()
 	for _, b := range done {
 		for _, w := range b.waiters {
+			w.released = now
 			w.ch <- nil
 		}
 	}
@@ -75,10 +90,15 @@ func (t *readTracker) release(applied paxos.Slot) {
 // indexed moves a batch whose read index is known to the waiting heap, or
 // answers it at once when applied already reached the index.
 func (t *readTracker) indexed(index paxos.Slot, waiters []*readWaiter, applied func() paxos.Slot) {
+	now := t.now()
+	for _, w := range waiters {
+		w.indexed, w.index = now, index
+	}
 	t.mu.Lock()
 	if applied() >= index || TestingReadBeforeApplied {
 		t.mu.Unlock()
 		for _, w := range waiters {
+			w.released = now
 			w.ch <- nil
 		}
 		return

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp"
+	"synod/internal/stall"
 	"synod/kv/sm"
 	"synod/paxos"
 	"synod/tenants"
@@ -73,6 +74,16 @@ type Config struct {
 	Now func() time.Time
 	// Seed seeds paxos's election timer jitter (0: from the clock).
 	Seed int64
+	// Join starts a node that is not in the committed membership yet,
+	// with an empty state machine (kvnode --join, members.go): it waits
+	// to be added as a learner and catches up by snapshot; Peers are
+	// then only the members it first listens to. Ignored when the state
+	// machine holds state.
+	Join bool
+	// Stalls, when non-nil, is told of every stage that takes longer than
+	// its threshold (stages.go); kvnode's [stall] table configures it.
+	// Nil: stalls are neither counted nor logged.
+	Stalls *stall.Detector
 
 	// simulated: no goroutines, no side channel; the simulator drives
 	// the loops one step at a time (replicasim_test.go).
@@ -125,8 +136,14 @@ type Replica struct {
 	sm      StateMachine
 	conn    afxdp.Conn
 	side    *sideChannel
-	peers   map[paxos.NodeID]Peer
-	byAddr  map[netip.AddrPort]paxos.NodeID
+	// book is the address book and members the membership records
+	// (consensus loop only), memberView what it publishes (members.go).
+	book       atomic.Pointer[peerBook]
+	members    memberState
+	memberView atomic.Pointer[memberView]
+	// installedMembers: the membership of a snapshot the apply loop
+	// installed, for the consensus loop to adopt.
+	installedMembers atomic.Pointer[sm.Membership]
 
 	inbound  chan paxos.Message
 	proposeC chan proposal
@@ -139,6 +156,14 @@ type Replica struct {
 	outbound chan []outMsg
 	applyC   chan applyItem
 	snapNow  chan struct{}
+
+	// Snapshot transfers (snapshot_*.go): offers waiting for the fetcher,
+	// one token per transfer served, the apply loop's word that a staged
+	// snapshot was swapped in, and the log pins of served snapshots.
+	snapOffers  chan paxos.SnapshotOffer
+	snapServes  chan struct{}
+	snapSwapped chan error
+	pins        snapPins
 
 	// boot is this process's boot id (envelope.go): random, never 0.
 	boot         uint64
@@ -155,13 +180,22 @@ type Replica struct {
 	// (status.go).
 	progress progressCalls
 
-	clk     loopClock  // the node's clock (clock.go)
-	loop    loopState  // consensus loop only
-	apply   applyState // apply loop only
-	status  atomic.Pointer[paxos.Status]
-	applied atomic.Uint64
-	logFull atomic.Bool
-	stalled *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	clk  loopClock // the node's clock (clock.go)
+	loop loopState // consensus loop only
+	// timeline stamps the slots this node proposes (stages.go;
+	// consensus loop only); stallAfter is the stall threshold (0: off).
+	timeline   timeline
+	stallAfter time.Duration
+	apply      applyState // apply loop only
+	status     atomic.Pointer[paxos.Status]
+	applied    atomic.Uint64
+	logFull    atomic.Bool
+	stalled    *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	// own is the persister's queue of the leader's own writes
+	// (persister.go); applyBacklog holds what the apply queue had no room
+	// for (apply_backlog.go; consensus loop only).
+	own          ownWrites
+	applyBacklog applyBacklog
 	// nextUsageSnap is the earliest time log usage may request another
 	// snapshot (consensus loop only).
 	nextUsageSnap time.Time
@@ -180,13 +214,18 @@ type Replica struct {
 }
 
 type proposal struct {
-	id  uint64
-	env []byte
+	id     uint64
+	env    []byte
+	queued int64 // stage clock (stages.go) when it was queued
 }
 
 type writeResult struct {
 	res sm.Result
 	err error
+	// answered is when the apply loop answered (stage clock; 0 for an
+	// error), slot the slot that held the write.
+	answered int64
+	slot     paxos.Slot
 }
 
 type writeWaiter struct {
@@ -199,11 +238,12 @@ type outMsg struct {
 	b  []byte
 }
 
-// applyItem is a snapshot to install or committed entries to apply, in
-// order.
+// applyItem is a staged snapshot to swap in (one paxos accepted:
+// snapshot_fetch.go) or committed entries to apply, in order.
 type applyItem struct {
-	snap    *paxos.Snapshot
+	install *paxos.SnapshotMeta
 	entries []paxos.Entry
+	queued  int64 // stage clock when offered to the apply loop (0: unknown)
 }
 
 // New recovers a replica from its acceptor log and state machine: the
@@ -231,8 +271,6 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		alog:     alog,
 		sm:       stm,
 		conn:     conn,
-		peers:    make(map[paxos.NodeID]Peer, len(cfg.Peers)),
-		byAddr:   make(map[netip.AddrPort]paxos.NodeID, len(cfg.Peers)),
 		inbound:  make(chan paxos.Message, inboundMsgsMax),
 		proposeC: make(chan proposal, proposeQueueMax),
 		readC:    make(chan *readWaiter, readQueueMax),
@@ -243,8 +281,16 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		pending:  make(map[uint64]*writeWaiter),
 		stop:     make(chan struct{}),
 		fatal:    make(chan error, 4),
+
+		snapOffers:  make(chan paxos.SnapshotOffer, snapshotFetchesMax),
+		snapServes:  make(chan struct{}, snapshotServesMax),
+		snapSwapped: make(chan error, 1),
 	}
-	r.reads.init()
+	r.reads.init(r.stageNow)
+	r.own.init()
+	if cfg.Stalls != nil {
+		r.stallAfter = cfg.Stalls.Threshold()
+	}
 	boot, err := newBootID()
 	if err != nil {
 		return nil, err
@@ -254,15 +300,11 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, cfg.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
 	}
-	members := make([]paxos.NodeID, 0, len(cfg.Peers))
-	sidePeers := map[paxos.NodeID]string{}
-	for _, p := range cfg.Peers {
-		r.peers[p.ID] = p
-		r.byAddr[p.ConsensusAddr] = p.ID
-		members = append(members, p.ID)
-		if p.ID != cfg.ID {
-			sidePeers[p.ID] = p.ConsensusAddr.String()
-		}
+	// The membership committed in the log, or the configured peers of a
+	// new cluster (members.go).
+	voters, learners, join, err := r.initMembership(&r.cfg, stm)
+	if err != nil {
+		return nil, err
 	}
 
 	used, ring := alog.Usage()
@@ -287,13 +329,14 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
 	if applied > 0 {
-		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: members}
+		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: voters, Learners: learners}
 	}
 	node, err := paxos.NewNode(paxos.Config{
 		ID:             cfg.ID,
 		ClusterID:      cfg.ClusterID,
-		Members:        members,
-		KnownNodes:     members, // the address book: every configured peer
+		Members:        voters,
+		KnownNodes:     r.bookIDs(), // the address book
+		Join:           join,
 		ElectionTicks:  cfg.ElectionTicks,
 		HeartbeatTicks: cfg.HeartbeatTicks,
 		LeaseTicks:     cfg.LeaseTicks,
@@ -309,7 +352,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	r.node = node
 	r.clk.init(cfg.Tick, cfg.Now) // the node's tick 0 is now
 	if cfg.Accel != nil {
-		if r.accel, err = newAccelMirror(r, members, promised); err != nil {
+		if r.accel, err = newAccelMirror(r, voters, promised); err != nil {
 			return nil, err
 		}
 		r.accel.deliveredThrough(applied)
@@ -324,12 +367,14 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	if cfg.simulated {
 		return r, nil
 	}
-	self := r.peers[cfg.ID]
-	r.side, err = newSideChannel(self.ConsensusAddr.String(), sidePeers, cfg.Auth, r.deliverSide, r.log.With().Str("loop", "side").Logger())
+	self, _ := r.peer(cfg.ID)
+	r.side, err = newSideChannel(self.ConsensusAddr.String(), nil, cfg.Auth, r.deliverSide, r.log.With().Str("loop", "side").Logger())
 	if err != nil {
 		return nil, err
 	}
 	r.side.refused = r.metrics.AuthRefused.Inc
+	r.side.serveSnapshot = r.serveSnapshotConn
+	r.refreshPeers() // the side channel's peers, the senders admitted
 	return r, nil
 }
 
@@ -341,15 +386,19 @@ func paxosSeed(cfg Config) int64 {
 	return cfg.Now().UnixNano() ^ int64(cfg.ID)
 }
 
-// Start runs the loops. If the state machine holds applied state, a
-// snapshot of it is offered to paxos first so lagging peers can catch up
-// from it.
+// Start runs the loops. Paxos offers lagging peers the state the state
+// machine holds from the start (its metadata is in the durable state; the
+// state is served from the store); if there is some, a compaction is also
+// requested at once so the recovered log truncates.
 func (r *Replica) Start() {
 	r.side.start()
-	r.loopsWG.Add(3)
+	r.loopsWG.Add(4)
 	go r.receiveLoop()
 	go r.sendLoop()
 	go r.consensusLoop()
+	go r.fetchLoop()
+	r.loopsWG.Add(1)
+	go r.persistLoop() // the leader's own writes (persister.go)
 	if r.accel != nil {
 		r.accel.startTimers()
 	}
@@ -385,10 +434,13 @@ func (r *Replica) Status() paxos.Status {
 func (r *Replica) Applied() paxos.Slot { return paxos.Slot(r.applied.Load()) }
 
 // PeerClientAddr returns the client address of member id ("" if unknown).
-func (r *Replica) PeerClientAddr(id paxos.NodeID) string { return r.peers[id].ClientAddr }
+func (r *Replica) PeerClientAddr(id paxos.NodeID) string {
+	p, _ := r.peer(id)
+	return p.ClientAddr
+}
 
 func (r *Replica) notLeader(s *paxos.Status) error {
-	return &NotLeaderError{Leader: s.Leader, ClientAddr: r.peers[s.Leader].ClientAddr}
+	return &NotLeaderError{Leader: s.Leader, ClientAddr: r.PeerClientAddr(s.Leader)}
 }
 
 // Write proposes cmd and waits until it is applied, returning the state
@@ -405,6 +457,9 @@ func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.
 	case res := <-w.ch:
 		if res.err == nil {
 			r.metrics.CommitLatency.Observe(r.cfg.Now().Sub(start).Seconds())
+			if res.answered != 0 {
+				r.writeStageTook(wsReply, r.since(res.answered, r.stageNow()), res.slot)
+			}
 		}
 		return res.res, res.err
 	case <-ctx.Done():
@@ -442,7 +497,7 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	r.pending[id] = w
 	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
-	p := proposal{id: id, env: env}
+	p := proposal{id: id, env: env, queued: r.stageNow()}
 	if r.drr != nil {
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
@@ -529,6 +584,7 @@ func (r *Replica) ReadBarrier(ctx context.Context) error {
 	case err := <-w.ch:
 		if err == nil {
 			r.metrics.ReadLatency.Observe(r.cfg.Now().Sub(start).Seconds())
+			r.readStagesTook(w)
 		}
 		return err
 	case <-ctx.Done():
@@ -548,7 +604,7 @@ func (r *Replica) submitRead() (*readWaiter, error) {
 	if s.Role != paxos.RoleLeader {
 		return nil, r.notLeader(s)
 	}
-	w := &readWaiter{ch: make(chan error, 1)}
+	w := &readWaiter{ch: make(chan error, 1), queued: r.stageNow()}
 	select {
 	case r.readC <- w:
 		return w, nil

@@ -94,11 +94,13 @@ type rsimNode struct {
 	pausedUntil         int64
 	held                []rsimPacket // packets that arrived while paused
 	consensusStallUntil int64        // a slow persist: the consensus loop is blocked
+	persistStallUntil   int64        // a slow own-write persist: the persister is blocked (persister.go)
 	applyLagUntil       int64        // the apply loop lags (after a leader change)
 	lastTick            int64
 	lastPlaneTick       int64
 	lastRole            paxos.Role
 	incarnation         int
+	xfer                *rsimXfer // the snapshot transfer to this node (replicasim_snapshot_test.go)
 }
 
 // rsimOp is a client's operation in progress.
@@ -138,6 +140,8 @@ type rsimResult struct {
 	seed                                  uint64
 	ops, pauses, restarts, stalls, lagged int
 	leaseChecks                           int
+	persistStalls, ownPersists            int
+	xfer                                  xferCounts
 	violations                            []string
 }
 
@@ -294,6 +298,7 @@ func (s *rsim) stop(n *rsimNode, crash bool) {
 	if n.r == nil {
 		return
 	}
+	s.dropTransfer(n)
 	if crash {
 		n.r.stopped.Store(true)
 		close(n.r.stop)
@@ -335,11 +340,17 @@ func (s *rsim) faultStep() {
 			}
 		}
 		s.res.restarts++
-	case x < 260: // a slow persist: the consensus loop blocks past the election timeout
+	case x < 235: // a slow persist: the consensus loop blocks past the election timeout
 		n := s.pickNode(true)
 		if n != nil {
 			n.consensusStallUntil = s.now + s.between(int64(rsimElectionTicks)*1000, int64(3*rsimElectionTicks)*1000)
 			s.res.stalls++
+		}
+	case x < 260: // a slow persist of the leader's own writes: the persister blocks, the consensus loop runs on
+		n := s.pickNode(true)
+		if n != nil {
+			n.persistStallUntil = s.now + s.between(int64(rsimElectionTicks)*1000, int64(3*rsimElectionTicks)*1000)
+			s.res.persistStalls++
 		}
 	case x < 330: // partition one node away
 		if len(s.blocked) == 0 {
@@ -466,15 +477,23 @@ func (s *rsim) nodeSteps(n *rsimNode) {
 		if !s.up(n) {
 			return
 		}
-		switch s.rng.IntN(3) {
+		switch s.rng.IntN(4) {
 		case 0, 1:
 			s.consensusStep(n)
 		case 2:
 			s.applyStep(n)
+		case 3:
+			s.persistStep(n)
 		}
 		s.send(n)
 		s.checkFatal(n)
 	}
+	s.transferStep(n)
+	if !s.up(n) {
+		return // crashed at a chunk boundary
+	}
+	s.send(n)
+	s.checkFatal(n)
 	s.planeTimers(n)
 	s.send(n)
 	s.checkLeaseCover(n)
@@ -551,6 +570,9 @@ func (s *rsim) consensusStep(n *rsimNode) {
 	if len(r.controlC) > 0 {
 		kinds = append(kinds, inControl)
 	}
+	if len(r.own.doneC) > 0 {
+		kinds = append(kinds, inOwnDurable)
+	}
 	if r.stalled == nil {
 		if len(r.inbound) > 0 {
 			kinds = append(kinds, inInbound)
@@ -582,8 +604,25 @@ func (s *rsim) consensusStep(n *rsimNode) {
 		in.read = <-r.readC
 	case inMirror:
 		in.msg = <-r.mirrors()
+	case inOwnDurable:
+		<-r.own.doneC
 	}
 	r.consensusInput(in)
+}
+
+// persistStep runs the persister once (persister.go): everything the
+// leader queued of its own writes becomes durable and is handed back to
+// the consensus loop, unless a slow persist holds it. Steps of the
+// consensus loop in between model the leader's persist completing late,
+// after its Accepts left and its followers answered; a crash in between
+// loses the writes not persisted (simLog.crash).
+func (s *rsim) persistStep(n *rsimNode) {
+	if n.persistStallUntil > s.now {
+		return
+	}
+	if n.r.persistOwn() {
+		s.res.ownPersists++
+	}
 }
 
 // applyStep runs one input of node n's apply loop.
@@ -597,6 +636,8 @@ func (s *rsim) applyStep(n *rsimNode) {
 		r.applyInput(it)
 	case <-r.snapNow:
 		r.snapshotNow()
+	case <-r.apply.flushing:
+		r.flushed()
 	default:
 	}
 }
@@ -833,6 +874,10 @@ func TestReplicaSim(t *testing.T) {
 	sum := runReplicaSims(t, first, n, false)
 	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d lease_checks=%d violations=%d\n",
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
+	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
+	x := sum.xfer
+	fmt.Printf("replicasim snapshot transfers: started=%d installed=%d failed=%d stale=%d crashes_at_chunk=%d\n",
+		x.started, x.installed, x.failed, x.stale, x.crashes)
 	for i, r := range sum.failed {
 		if i == 5 {
 			t.Errorf("... and %d more failing seeds", len(sum.failed)-i)
@@ -840,13 +885,21 @@ func TestReplicaSim(t *testing.T) {
 		}
 		t.Errorf("seed %d: %s\nreplay: go test ./kv/replica -run 'TestReplicaSim$' -replicasim.seed=%d -v", r.seed, strings.Join(r.violations, "\n  "), r.seed)
 	}
+	if sum.ownPersists == 0 {
+		t.Error("the persister never ran: the leader's own writes were not exercised")
+	}
 	if sum.pauses == 0 || sum.restarts == 0 {
 		t.Errorf("the seeds paused %d and restarted %d times: the fault schedule did not run", sum.pauses, sum.restarts)
+	}
+	if n >= 100 && (x.installed == 0 || x.failed == 0 || x.crashes == 0) {
+		t.Errorf("snapshot transfers: %d installed, %d failed, %d crashes at a chunk boundary: the seeds did not exercise them", x.installed, x.failed, x.crashes)
 	}
 }
 
 type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
+	persistStalls, ownPersists                                int
+	xfer                                                      xferCounts
 	failed                                                    []rsimResult
 }
 
@@ -859,6 +912,8 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		root = "/dev/shm"
 	}
+	defer func(b int) { snapshotChunkBytes = b }(snapshotChunkBytes)
+	snapshotChunkBytes = rsimChunkBytes
 	results := make([]*rsimResult, n)
 	var (
 		mu     sync.Mutex
@@ -900,8 +955,11 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.pauses += r.pauses
 		sum.restarts += r.restarts
 		sum.stalls += r.stalls
+		sum.persistStalls += r.persistStalls
+		sum.ownPersists += r.ownPersists
 		sum.lagged += r.lagged
 		sum.leaseChecks += r.leaseChecks
+		sum.xfer.add(r.xfer)
 		if len(r.violations) > 0 {
 			sum.failed = append(sum.failed, *r)
 		}

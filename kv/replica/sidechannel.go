@@ -40,7 +40,15 @@ type sideChannel struct {
 	refused func()         // counts a connection refused by authentication (may be nil)
 	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies
 	deliver func(b []byte) // called by receivers with a frame they own
+	// serveSnapshot, when set, is handed a connection that opens with
+	// snapshotConnMagic (a snapshot transfer, snapshot_wire.go) instead
+	// of side-channel frames; it runs on the connection's goroutine,
+	// which closes it afterwards.
+	serveSnapshot func(c net.Conn, r *bufio.Reader)
+	// peers follow the membership (setPeers, sidechannel_peers.go).
+	peersMu sync.Mutex
 	peers   map[paxos.NodeID]*sidePeer
+	started bool
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	conns   atomic.Int64 // accepted connections open
@@ -54,6 +62,7 @@ type sidePeer struct {
 	id    paxos.NodeID
 	addr  string
 	queue chan []byte
+	stop  chan struct{} // closed when the peer leaves the membership
 }
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
@@ -74,7 +83,7 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		accepted: make(map[net.Conn]struct{}),
 	}
 	for id, addr := range peers {
-		s.peers[id] = &sidePeer{id: id, addr: addr, queue: make(chan []byte, sideQueueMsgsMax)}
+		s.peers[id] = newSidePeer(id, addr)
 	}
 	return s, nil
 }
@@ -82,6 +91,9 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 func (s *sideChannel) start() {
 	s.wg.Add(1)
 	go s.acceptLoop()
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	s.started = true
 	for _, p := range s.peers {
 		s.wg.Add(1)
 		go s.sendLoop(p)
@@ -91,7 +103,9 @@ func (s *sideChannel) start() {
 // send queues one encoded message for peer id; it drops (and counts) when
 // the peer's queue is full, as Paxos retransmits.
 func (s *sideChannel) send(id paxos.NodeID, b []byte) {
+	s.peersMu.Lock()
 	p := s.peers[id]
+	s.peersMu.Unlock()
 	if p == nil {
 		s.dropped.Add(1)
 		return
@@ -152,6 +166,13 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 		s.wg.Done()
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
+	if s.serveSnapshot != nil {
+		if b, err := r.Peek(4); err == nil && binary.LittleEndian.Uint32(b) == snapshotConnMagic {
+			r.Discard(4)
+			s.serveSnapshot(c, r)
+			return
+		}
+	}
 	for {
 		var (
 			b   []byte
@@ -287,6 +308,8 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 		var b []byte
 		select {
 		case <-s.stop:
+			return
+		case <-p.stop:
 			return
 		case b = <-p.queue:
 		}

@@ -98,7 +98,7 @@ func (b *Backend) clusterStatus(ctx context.Context, format uint8) *proto.Cluste
 	r := b.r
 	s := r.Status()
 	var peers []paxos.PeerProgress
-	if len(s.Members) > 1 {
+	if len(s.Members)+len(s.Learners) > 1 {
 		if ps := r.peerProgress(ctx); ps != nil {
 			peers = ps.peers
 			// Status from the same moment, so the peers' figures and
@@ -114,7 +114,7 @@ func (b *Backend) clusterStatus(ctx context.Context, format uint8) *proto.Cluste
 		Ballot:     proto.Ballot{Round: s.Promised.Round, Node: uint64(s.Promised.Node)},
 		Extended:   format >= proto.StatusFormatProgress,
 	}
-	members := slices.Clone(s.Members)
+	members := slices.Concat(s.Members, s.Learners)
 	slices.Sort(members)
 	for _, id := range members {
 		m := proto.MemberStatus{ID: uint64(id), Addr: r.PeerClientAddr(id)}
@@ -128,6 +128,10 @@ func (b *Backend) clusterStatus(ctx context.Context, format uint8) *proto.Cluste
 				}
 			}
 			b.peerRow(&m, &s, pp)
+		}
+		if slices.Contains(s.Learners, id) {
+			// Every node knows who the learners are (the membership).
+			m.Role, m.Known = proto.RoleLearner, m.Known|proto.KnownRole
 		}
 		cs.Members = append(cs.Members, m)
 	}

@@ -192,7 +192,7 @@ func TestManyWritersOneClientCluster(t *testing.T) {
 	}
 	defer cl.Close()
 	var stale, failed atomic.Int64
-	var firstErr atomic.Value
+	var firstErr atomic.Pointer[string] // a string: atomic.Value panics on a second concrete error type
 	var wg sync.WaitGroup
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
@@ -206,7 +206,8 @@ func TestManyWritersOneClientCluster(t *testing.T) {
 					stale.Add(1)
 				case err != nil:
 					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					msg := err.Error()
+					firstErr.CompareAndSwap(nil, &msg)
 				}
 			}
 		}()
@@ -219,6 +220,6 @@ func TestManyWritersOneClientCluster(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		// A leader change under load is possible on a loaded machine;
 		// the client's own window is what this test is about.
-		t.Logf("%d writes failed (first: %v)", n, firstErr.Load())
+		t.Logf("%d writes failed (first: %s)", n, *firstErr.Load())
 	}
 }

@@ -146,7 +146,8 @@ func (r *Replica) sendLoop() {
 					r.side.send(m.to, m.b)
 					continue
 				}
-				addr := r.peers[m.to].ConsensusAddr
+				p, _ := r.peer(m.to)
+				addr := p.ConsensusAddr
 				if addr == (netip.AddrPort{}) {
 					r.metrics.OutboundDropped.Inc()
 					continue

@@ -55,7 +55,7 @@ func newProxy(peers []string, tlsConf *tls.Config) *proxy {
 // forward sends req to the leader as tenant spec; leader is the leader's
 // client address when the local NOT_LEADER answer named it.
 func (p *proxy) forward(ctx context.Context, spec tenants.Spec, leader string, req *proto.Request) *proto.Response {
-	cl, err := p.client(ctx, spec, leader)
+	cl, err := p.client(spec, leader)
 	if err != nil {
 		return responseOf(err)
 	}
@@ -66,19 +66,21 @@ func (p *proxy) forward(ctx context.Context, spec tenants.Spec, leader string, r
 	return resp
 }
 
-// client returns the tenant's client, dialling one (leader first, then
-// every peer) when it has none.
-func (p *proxy) client(ctx context.Context, spec tenants.Spec, leader string) (*client.Client, error) {
+// client returns the tenant's client, creating one (leader first, then
+// every peer) when it has none. Creating one does not dial: the client
+// dials on its first request, once per member however many requests wait
+// (kv/client's one connection per endpoint), so concurrent first commands
+// of a tenant share one client and one connection instead of each dialling
+// a client of its own.
+func (p *proxy) client(spec tenants.Spec, leader string) (*client.Client, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if cl := p.clients[spec.ID]; cl != nil {
-		p.mu.Unlock()
 		return cl, nil
 	}
-	p.mu.Unlock()
 	eps := make([]string, 0, len(p.peers)+1)
 	if leader != "" {
 		eps = append(eps, leader)
@@ -91,21 +93,11 @@ func (p *proxy) client(ctx context.Context, spec tenants.Spec, leader string) (*
 	if len(eps) == 0 {
 		return nil, errors.New("no leader known and no peers configured")
 	}
-	cl, err := client.Dial(ctx, eps, spec.Token, client.Options{
+	cl, err := client.New(eps, spec.Token, client.Options{
 		RetriesMax: proxyRetriesMax, DialTimeout: proxyDialTimeout, BackoffMax: proxyBackoffMax, TLS: p.tls,
 	})
 	if err != nil {
 		return nil, err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		cl.Close()
-		return nil, ErrClosed
-	}
-	if old := p.clients[spec.ID]; old != nil {
-		cl.Close() // another command dialled first
-		return old, nil
 	}
 	p.clients[spec.ID] = cl
 	return cl, nil

@@ -45,6 +45,8 @@ type Server struct {
 	// warnLog limits the warnings about refused connections and frames
 	// that close a connection; noteLog the notices about refused requests.
 	warnLog, noteLog logLimiter
+	// admin checks the admin token of membership operations (admin.go).
+	admin adminCheck
 
 	refused, evicted, throttled atomic.Uint64
 
@@ -72,6 +74,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
 	s.warnLog.now, s.noteLog.now = time.Now, time.Now
+	s.admin = newAdminCheck(cfg.AdminToken)
 	for _, sp := range reg.All() {
 		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)
 	}
@@ -633,6 +636,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		c.readFailed(err)
 		return false
 	}
+	received := time.Now() // admission starts (ReceivedAt)
 	h, err := proto.DecodeHeader(hb)
 	if err != nil {
 		// The length cannot be trusted: the stream is lost.
@@ -685,6 +689,11 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		<-c.slots
 		return true
 	}
+	if msg := c.s.memberRefusal(req); msg != "" {
+		c.reject(h, proto.StatusUnauthorized, false, held, msg)
+		<-c.slots
+		return true
+	}
 	switch req.Op {
 	case proto.OpPing:
 		c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant}, held)
@@ -717,7 +726,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		held = need
 	}
 	c.inflight.Add(1)
-	go c.do(req, held)
+	go c.do(req, held, received)
 	return true
 }
 
@@ -767,9 +776,9 @@ func (c *conn) overTenantLimits(req *proto.Request) string {
 	return ""
 }
 
-func (c *conn) do(req *proto.Request, held int64) {
+func (c *conn) do(req *proto.Request, held int64, received time.Time) {
 	defer c.inflight.Done()
-	ctx, cancel := context.WithTimeout(c.ctx, c.s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(WithReceived(c.ctx, received), c.s.cfg.RequestTimeout)
 	resp := c.s.be.Do(ctx, c.tenant, req)
 	cancel()
 	if resp == nil {

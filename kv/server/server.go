@@ -54,7 +54,9 @@ import (
 type Backend interface {
 	// Do executes one request for an authenticated tenant and returns its
 	// response (the server fills in Op, ID and Tenant). req.Op is one of
-	// GET, PUT, DELETE, CAS, SCAN, BATCH, STATUS; req.Tenant equals tenant.
+	// GET, PUT, DELETE, CAS, SCAN, BATCH, STATUS, or a membership
+	// operation whose admin token the server checked (admin.go);
+	// req.Tenant equals tenant.
 	// Writes are answered at commit; linearizable reads per the read path
 	// (FlagStaleOK allows a local read). It must honour ctx: when ctx ends
 	// it returns UNAVAILABLE (a write may still commit later; the client's
@@ -174,6 +176,9 @@ type Config struct {
 	ResponseBytesPerNodeMax   int64
 	// Admitter is the admission hook; nil admits everything.
 	Admitter Admitter
+	// AdminToken authorizes membership operations (admin.go); empty
+	// refuses them all.
+	AdminToken string
 }
 
 // WithDefaults returns c with every zero field set to its default.

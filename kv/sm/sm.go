@@ -94,6 +94,11 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is Pebble's memtable size; 0 picks Pebble's default.
 	MemTableBytes uint64
+	// MemTables is Pebble's MemTableStopWritesThreshold; 0 picks Pebble's
+	// default. PebbleMemoryFor derives all three from a memory share, and
+	// one cache of CacheBytes is shared by every Pebble the SM opens
+	// (memory.go).
+	MemTables int
 	// Log receives Pebble's messages; nil discards them.
 	Log *zerolog.Logger
 	// ClientsMax is each tenant's share of the exactly-once table
@@ -147,9 +152,12 @@ type SM struct {
 	snapMu sync.Mutex
 	snaps  map[*io.PipeReader]struct{} // open snapshot streams, closed by Close
 	snapWG sync.WaitGroup
+	stager *Stager // the open staging, if any (snapshot_stage.go)
 
 	// Counters of the client table since Open (ClientStats).
 	evicted, forgotten atomic.Uint64
+
+	mem pebbleMem // the cache shared by every Pebble opened (memory.go)
 }
 
 var (
@@ -179,11 +187,13 @@ func Open(dir string, opts Options) (*SM, error) {
 	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}}
 	db, err := pebble.Open(dir, s.pebbleOptions())
 	if err != nil {
+		s.mem.release()
 		return nil, fmt.Errorf("opening pebble in %s: %w", dir, err)
 	}
 	s.db = db
 	if err := s.load(); err != nil {
 		db.Close()
+		s.mem.release()
 		return nil, err
 	}
 	return s, nil
@@ -197,15 +207,7 @@ func (s *SM) pebbleOptions() *pebble.Options {
 		log = *s.opts.Log
 	}
 	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}}
-	if s.opts.CacheBytes > 0 {
-		// Pebble takes its own reference; the SM's is dropped at once.
-		c := pebble.NewCache(s.opts.CacheBytes)
-		defer c.Unref()
-		po.Cache = c
-	}
-	if s.opts.MemTableBytes > 0 {
-		po.MemTableSize = s.opts.MemTableBytes
-	}
+	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)
 	return po
 }
 
@@ -302,7 +304,9 @@ func (s *SM) Abandon() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	defer s.mem.release() // after Pebble closed
 	s.abortSnapshots()
+	s.abortStaging()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.dbClosed {
@@ -322,12 +326,14 @@ func (s *SM) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	defer s.mem.release() // after Pebble closed
 	s.snapMu.Lock()
 	for pr := range s.snaps {
 		pr.CloseWithError(ErrClosed)
 	}
 	s.snapMu.Unlock()
 	s.snapWG.Wait()
+	s.abortStaging()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.dbClosed {

@@ -107,14 +107,11 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 }
 
 // Restore replaces the whole state with the snapshot stream r, verified
-// before anything is replaced:
-//
-//  1. the stream is read into a fresh Pebble in a sibling directory
-//     (dir + ".restore"), checked record by record and against its count
-//     and checksum, and its applied slot against the header;
-//  2. only then is that directory marked complete (restoreDoneFile,
-//     fsynced) and swapped in for the live one (rename dir -> dir.old,
-//     dir.restore -> dir, fsync of the parent), and the old one removed.
+// before anything is replaced: it stages r (BeginStage, then the stream,
+// then Finish: parsed into a fresh Pebble in dir + ".restore", checked
+// record by record and against its count, checksum and applied slot,
+// flushed, marked complete durably) and swaps the staged copy in
+// (InstallStaged), whatever the slots.
 //
 // A bad stream returns ErrBadSnapshot and leaves the state as it was: the
 // SM goes on applying and serving. A crash at any point leaves either the
@@ -123,6 +120,21 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 // refuses to open. Reads during Restore see the state before it; open
 // Snapshot streams are aborted at the swap.
 func (s *SM) Restore(r io.Reader) error {
+	st, err := s.BeginStage()
+	if err != nil {
+		return fmt.Errorf("sm: restore: %w", err)
+	}
+	if _, err := io.Copy(st, r); err != nil {
+		st.Abort()
+		return err
+	}
+	slot, err := st.Finish()
+	if err != nil {
+		return err
+	}
+	if TestingCrashBeforeSwap != nil {
+		TestingCrashBeforeSwap()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -131,66 +143,7 @@ func (s *SM) Restore(r io.Reader) error {
 	if s.dbClosed {
 		return s.broken // a swap failed: only reopening recovers
 	}
-	tmp := s.dir + restoreDirSuffix
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("sm: restore: clearing %s: %w", tmp, err)
-	}
-	ndb, err := pebble.Open(tmp, s.pebbleOptions())
-	if err != nil {
-		return fmt.Errorf("sm: restore: opening %s: %w", tmp, err)
-	}
-	slot, err := readSnapshot(ndb, r)
-	if err == nil {
-		err = checkApplied(ndb, slot)
-	}
-	if err == nil {
-		err = ndb.Flush()
-	}
-	if cerr := ndb.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("sm: restore: closing %s: %w", tmp, cerr)
-	}
-	if err == nil {
-		err = writeDoneFile(tmp)
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if TestingCrashBeforeSwap != nil {
-		TestingCrashBeforeSwap()
-	}
-
-	// The new state is complete and durable: swap it in.
-	s.abortSnapshots()
-	s.dbMu.Lock()
-	defer s.dbMu.Unlock()
-	if err := s.db.Close(); err != nil {
-		s.broken = fmt.Errorf("sm: restore: closing the old state: %w", err)
-		return s.broken
-	}
-	s.dbClosed = true // until the swapped-in state is open
-	if err := swapRestored(s.dir); err != nil {
-		// The directories are as recoverRestore expects: reopening
-		// finishes the swap. Until then this SM cannot go on.
-		s.broken = fmt.Errorf("sm: restore: swapping in the new state: %w", err)
-		return s.broken
-	}
-	db, err := pebble.Open(s.dir, s.pebbleOptions())
-	if err != nil {
-		s.broken = fmt.Errorf("sm: restore: reopening: %w", err)
-		return s.broken
-	}
-	s.db, s.dbClosed = db, false
-	if err := s.load(); err != nil {
-		s.broken = err
-		return err
-	}
-	if got := s.applied.Load(); got != slot {
-		s.broken = fmt.Errorf("sm: restore: applied slot %d after the swap, want %d", got, slot)
-		return s.broken
-	}
-	s.broken = nil // a restored state is whole, whatever failed before
-	return nil
+	return s.swapLocked(slot)
 }
 
 // TestingCrashBeforeSwap, when set (tests only), runs after a restore
@@ -204,25 +157,6 @@ const (
 	oldDirSuffix     = ".old"     // the state a finished restore replaced
 	restoreDoneFile  = "RESTORE-COMPLETE"
 )
-
-// writeDoneFile marks the restore directory complete, durably.
-func writeDoneFile(dir string) error {
-	f, err := os.Create(filepath.Join(dir, restoreDoneFile))
-	if err != nil {
-		return fmt.Errorf("sm: restore: marking complete: %w", err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("sm: restore: marking complete: %w", err)
-	}
-	return nil
-}
 
 // swapRestored replaces dir with the complete dir.restore. Each step is
 // one rename, so a crash between any two leaves a state recoverRestore
@@ -249,15 +183,29 @@ func swapRestored(dir string) error {
 	return os.RemoveAll(old)
 }
 
-// recoverRestore finishes or discards what a Restore left beside dir when
-// the process stopped: a complete restore directory is swapped in (the
-// crash came after it was verified), an incomplete one is removed, and so
-// is a replaced state left behind.
+// recoverRestore finishes or discards what a staging or a swap left
+// beside dir when the process stopped (see "Staged restores"): a complete
+// staged copy is swapped in when the swap had begun (dir renamed away) or
+// when its slot is above the live state's applied slot, and removed
+// otherwise; an incomplete one is removed, and so is a replaced state left
+// behind.
 func recoverRestore(dir string) error {
 	tmp := dir + restoreDirSuffix
-	if _, err := os.Stat(filepath.Join(tmp, restoreDoneFile)); err == nil {
-		if err := swapRestored(dir); err != nil {
-			return fmt.Errorf("sm: finishing an interrupted restore: %w", err)
+	if staged, complete := readDoneFile(tmp); complete {
+		swap := true
+		if _, err := os.Stat(dir); err == nil && staged != 0 {
+			live, err := appliedOf(dir)
+			if err != nil {
+				return fmt.Errorf("sm: reading the applied slot beside a staged snapshot: %w", err)
+			}
+			swap = staged > live
+		}
+		if swap {
+			if err := swapRestored(dir); err != nil {
+				return fmt.Errorf("sm: finishing an interrupted restore: %w", err)
+			}
+		} else if err := os.RemoveAll(tmp); err != nil {
+			return fmt.Errorf("sm: removing a superseded staged snapshot: %w", err)
 		}
 	} else if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("sm: removing an unfinished restore: %w", err)

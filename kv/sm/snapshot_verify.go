@@ -16,6 +16,10 @@ type SnapshotInfo struct {
 	Tenants    uint64 // tenants with at least one key
 	Clients    uint64 // exactly-once table entries
 	Tombstones uint64 // exactly-once tombstones
+	// Membership is the membership the stream records (members.go);
+	// HasMembership is false when none was ever changed through the log.
+	Membership    Membership
+	HasMembership bool
 }
 
 // VerifySnapshot reads a whole snapshot stream (what Snapshot produces) and
@@ -23,8 +27,9 @@ type SnapshotInfo struct {
 // record's kind, lengths and key, the end record's count and checksum,
 // nothing after it; and beyond what Restore needs before it opens the
 // result: keys in strictly increasing order (as Snapshot writes them), the
-// applied slot stored in the stream equal to its header's, and every
-// exactly-once entry and tombstone decodable. Errors wrap ErrBadSnapshot.
+// applied slot stored in the stream equal to its header's, every
+// exactly-once entry and tombstone decodable, and the membership, when the
+// stream records one, decodable. Errors wrap ErrBadSnapshot.
 func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
 	var info SnapshotInfo
 	var prev []byte
@@ -54,6 +59,16 @@ func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
 				return bad("exactly-once entry %x: %v", key, err)
 			}
 			info.Clients++
+		case bytes.Equal(key, membersKey):
+			if len(val) < 8 {
+				return bad("membership of %d bytes", len(val))
+			}
+			members, err := DecodeMembership(val[8:])
+			if err != nil {
+				return bad("membership: %v", err)
+			}
+			info.Membership = Membership{Slot: binary.BigEndian.Uint64(val), Members: members}
+			info.HasMembership = true
 		case bytes.HasPrefix(key, tombsKeyPrefix):
 			if _, err := decodeTombstone(val); err != nil {
 				return bad("exactly-once tombstone %x: %v", key, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -39,7 +40,7 @@ func TestVerifySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := SnapshotInfo{Slot: slot, Records: 6, DataKeys: 3, DataBytes: 1 + 1 + 1 + 2 + 1 + 3, Tenants: 2, Clients: 2}
-	if info != want {
+	if !reflect.DeepEqual(info, want) {
 		t.Fatalf("info %+v, want %+v", info, want)
 	}
 }

@@ -21,22 +21,29 @@ type Summary struct {
 	Net              netStats
 	// LeaseChecks and LeaseViolations are the lease oracle's (lease.go).
 	LeaseChecks, LeaseViolations int
+	// QuorumChecks and QuorumViolations are the voter-quorum oracle's
+	// (check_quorum.go).
+	QuorumChecks, QuorumViolations int
 }
 
 // Detail describes what the batch exercised, one line.
 func (s *Summary) Detail() string {
 	c := s.Counts
 	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d, all-at-once %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
-		"pauses=%d compactions=%d snapshot-installs=%d reads=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
+		"pauses=%d compactions=%d snapshot-installs=%d transfers=%d (failed %d, stale %d, crash after staging %d) reads=%d "+
+		"own-writes=%d (slow %d, out of order %d, superseded %d, lost %d, survived %d, crashes after send %d, with a write in flight %d) "+
+		"msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
 		s.Covered, c.Crashes, c.MidReadyCrashes, c.TotalCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
-		c.Pauses, c.Compactions, c.SnapshotsInstalled, c.LeaseOrBarrierReads,
+		c.Pauses, c.Compactions, c.SnapshotsInstalled, c.TransfersStarted, c.TransfersFailed, c.TransfersStale, c.StagedCrashes,
+		c.LeaseOrBarrierReads,
+		c.OwnWrites, c.OwnWritesSlow, c.OwnWritesReordered, c.OwnWritesSuperseded, c.OwnWritesLost, c.OwnWritesSurvived, c.CrashesAfterSend, c.CrashesInFlight,
 		s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
 }
 
 // String is the one summary line the test prints.
 func (s *Summary) String() string {
-	return fmt.Sprintf("paxossim: seeds=%d ops=%d faults=%d violations=%d lease_checks=%d lease_violations=%d",
-		s.Seeds, s.Ops, s.Faults, s.Violations, s.LeaseChecks, s.LeaseViolations)
+	return fmt.Sprintf("paxossim: seeds=%d ops=%d faults=%d violations=%d lease_checks=%d lease_violations=%d quorum_checks=%d quorum_violations=%d",
+		s.Seeds, s.Ops, s.Faults, s.Violations, s.LeaseChecks, s.LeaseViolations, s.QuorumChecks, s.QuorumViolations)
 }
 
 // RunBatch runs seeds first, first+1, ... first+count-1 on workers
@@ -76,6 +83,8 @@ func RunBatch(first uint64, count int, opts Options, workers int, onResult func(
 		sum.Net.add(r.Net)
 		sum.LeaseChecks += r.LeaseChecks
 		sum.LeaseViolations += r.LeaseViolations
+		sum.QuorumChecks += r.QuorumChecks
+		sum.QuorumViolations += r.QuorumViolations
 		if r.Failed() {
 			sum.Failed = append(sum.Failed, r)
 		}

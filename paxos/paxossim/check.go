@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	"synod/paxos"
 )
@@ -11,6 +12,9 @@ import (
 // violationsMax bounds how many violation messages one run keeps (the count
 // keeps going).
 const violationsMax = 20
+
+// earlyVoteReportsMax is how many early own votes one run describes.
+const earlyVoteReportsMax = 3
 
 // slotBallot keys per-(slot, ballot) records.
 type slotBallot struct {
@@ -56,6 +60,11 @@ type checker struct {
 	quorum       int // 0 disables the acceptor-side chosen check
 	acks         map[slotBallot]*ackRecord
 	valuesByHash map[uint64]string // for readable reports
+	// earlyVotes counts own votes a leader counted before they were
+	// durable (all violations; the first earlyVoteReportsMax described).
+	earlyVotes int
+	// quorums is the voter-quorum oracle (check_quorum.go); use q().
+	quorums *quorumOracle
 }
 
 func newChecker(quorum int) *checker {
@@ -119,6 +128,7 @@ func (c *checker) accepted(node paxos.NodeID, e *paxos.Entry) {
 	if r == nil {
 		r = &acceptRecord{value: v}
 		c.accepts[k] = r
+		c.q().newBallot(e.Slot, e.Ballot)
 	}
 	if r.value != v {
 		c.violateSafety("slot %d ballot %v: node %d accepted a different value than another acceptor under the same ballot: %s",
@@ -155,6 +165,7 @@ func (c *checker) applied(node paxos.NodeID, e *paxos.Entry, state uint64) {
 	if ch, ok := c.chosen[e.Slot]; ok && ch != v {
 		c.violateSafety("slot %d: node %d committed %s, but acceptors chose a different value", e.Slot, node, describeEntry(e))
 	}
+	c.q().applied(c, node, e)
 	c.state(node, e.Slot, state)
 }
 
@@ -169,13 +180,29 @@ func (c *checker) state(node paxos.NodeID, slot paxos.Slot, state uint64) {
 }
 
 // ack checks one leader AckEvent: counts only grow for a (slot, ballot),
-// and at most one event per (slot, ballot) says Committed.
+// at most one event per (slot, ballot) says Committed, and the leader
+// counts its own acceptance only once it is durable (the durable store
+// recorded it: accepted). A follower's is durable before its Accepted
+// leaves (the synchronous part of the Ready contract); it may also ack a
+// slot it has committed without holding it at that ballot, which is
+// harmless, so only the leader's own vote is checked.
 func (c *checker) ack(node paxos.NodeID, ev *paxos.AckEvent) {
 	k := slotBallot{ev.Slot, ev.Ballot}
 	r := c.acks[k]
 	if r == nil {
 		r = &ackRecord{}
 		c.acks[k] = r
+	}
+	if ev.From == node && ev.Ballot.Node == node {
+		if a := c.accepts[k]; a == nil || !slices.Contains(a.nodes, node) {
+			// One such bug repeats on every slot: keep room in the
+			// report for what follows from it.
+			if c.earlyVotes++; c.earlyVotes <= earlyVoteReportsMax {
+				c.violate("slot %d ballot %v: leader %d counted its own acceptance before it was durable", ev.Slot, ev.Ballot, node)
+			} else {
+				c.count++
+			}
+		}
 	}
 	if ev.Ballot.Node != node {
 		c.violate("node %d reported an AckEvent for another node's ballot %v (slot %d)", node, ev.Ballot, ev.Slot)
@@ -187,6 +214,7 @@ func (c *checker) ack(node paxos.NodeID, ev *paxos.AckEvent) {
 		r.count = ev.Count
 	}
 	if ev.Committed {
+		c.q().committed(c, node, ev)
 		if c.quorum > 0 && ev.Count < c.quorum {
 			c.violate("slot %d ballot %v: Committed AckEvent with %d acks, quorum is %d", ev.Slot, ev.Ballot, ev.Count, c.quorum)
 		}

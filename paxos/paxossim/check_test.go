@@ -66,6 +66,7 @@ func TestCheckerCatchesTwoChosenValues(t *testing.T) {
 func TestCheckerCatchesDoubleCommittedAck(t *testing.T) {
 	c := newChecker(2)
 	b := paxos.Ballot{Round: 1, Node: 1}
+	c.accepted(1, &paxos.Entry{Slot: 1, Ballot: b, Type: paxos.EntryNoop}) // the leader's own vote is durable
 	c.ack(1, &paxos.AckEvent{Slot: 1, Ballot: b, From: 1, Count: 1})
 	c.ack(1, &paxos.AckEvent{Slot: 1, Ballot: b, From: 2, Count: 2, Committed: true})
 	if c.count != 0 {
@@ -131,5 +132,29 @@ func TestLinearizabilityUnknownOutcome(t *testing.T) {
 	}
 	if why := checkLinearizable(h); why == "" {
 		t.Fatal("a read of a value nobody wrote was accepted")
+	}
+}
+
+// The leader's own vote must be in its durable store before it counts; a
+// follower's ack is not checked (it may ack a slot it holds committed at
+// another ballot). Each early vote counts, the first few are described.
+func TestCheckerCatchesEarlyOwnVote(t *testing.T) {
+	c := newChecker(2)
+	b := paxos.Ballot{Round: 1, Node: 1}
+	c.ack(1, &paxos.AckEvent{Slot: 1, Ballot: b, From: 2, Count: 1})
+	if c.count != 0 {
+		t.Fatalf("a follower's ack was flagged: %v", c.violations)
+	}
+	for s := paxos.Slot(1); s <= earlyVoteReportsMax+2; s++ {
+		c.ack(1, &paxos.AckEvent{Slot: s, Ballot: b, From: 1, Count: 2})
+	}
+	if c.count != earlyVoteReportsMax+2 || len(c.violations) != earlyVoteReportsMax ||
+		!strings.Contains(c.violations[0], "before it was durable") {
+		t.Fatalf("early own votes: count %d, violations %v", c.count, c.violations)
+	}
+	c.accepted(1, &paxos.Entry{Slot: 9, Ballot: b, Type: paxos.EntryNoop})
+	c.ack(1, &paxos.AckEvent{Slot: 9, Ballot: b, From: 1, Count: 1})
+	if c.count != earlyVoteReportsMax+2 {
+		t.Fatalf("a durable own vote was flagged: %v", c.violations)
 	}
 }

@@ -173,8 +173,8 @@ func (s *sim) writeStep(c *client, op *pendingOp, tick int64) {
 		op.submitted = true
 	case errors.Is(err, paxos.ErrNotLeader):
 		s.retarget(c, op, sn.n.Status().Leader)
-	case errors.Is(err, paxos.ErrProposalsFull), errors.Is(err, paxos.ErrStopped):
-		s.retarget(c, op, 0)
+	case errors.Is(err, paxos.ErrProposalsFull), errors.Is(err, paxos.ErrStopped), errors.Is(err, paxos.ErrTransferring):
+		s.retarget(c, op, 0) // a hand-over refuses proposals until the next leader leads
 	default:
 		s.chk.violate("node %d: Propose returned an unexpected error: %v", sn.id, err)
 	}

@@ -20,7 +20,11 @@
 // Accept above a ConfChange it has not committed, the lease oracle
 // (lease.go: a leader's lease is always backed, in simulated real time, by
 // refusal windows that block every phase 1 until it ends, and no lease
-// read is answered after a higher ballot committed), and at the end every
+// read is answered after a higher ballot committed), the voter-quorum
+// oracle (check_quorum.go: every slot a leader commits, and every entry a
+// node applies, was durably accepted under one ballot by a majority of the
+// voters of the membership governing that slot, a leader's own vote only
+// once its write completed, learners never), and at the end every
 // client history is checked for linearizability with porcupine against a KV
 // model.
 //
@@ -43,8 +47,20 @@
 //
 // A failing seed prints the command that replays it. Crashed nodes keep
 // only their durableStore: what Ready.Promised and Ready.Accepted made
-// durable, and the application's durable copy (either its whole state after
-// every apply, or only its last snapshot, chosen per seed).
+// durable, the leader's own writes (Ready.OwnAccepted) that completed
+// before the crash, and the application's durable copy (either its whole
+// state after every apply, or only its last snapshot, chosen per seed).
+//
+// A leader's own writes run in parallel with its sends (ownpersist.go):
+// each completes after a seed-chosen delay, out of order with the Accepts
+// and with each other, and only then is the node told
+// (OwnAcceptedDurable); a crash loses the writes in flight (on some seeds
+// one survives unreported). FaultPersist stalls some writes past an
+// election timeout and crashes leaders right after their sends and while a
+// write is in flight. The checker requires every own vote a leader counts
+// to be in its durable store; planted_test.go shows that a leader counting
+// its vote early (paxos.TestingVoteBeforePersist) is caught by that oracle
+// and, end to end, by two values committed in one slot.
 //
 // The simulator is a test tool: it is used by its tests and by
 // cmd/paxossim, never by production code.

@@ -16,13 +16,14 @@ const (
 	FaultMembership                      // remove a member, later add it back
 	FaultSnapshot                        // frequent Compact, so lagging nodes get snapshots
 	FaultLease                           // lease stress: heartbeat acks late near the lease's end, pauses and restarts around LeaseTicks
+	FaultPersist                         // a leader's own writes stall past an election timeout; leaders crash between their sends and their write
 
 	faultKinds = iota
 	// FaultAll enables every fault kind.
 	FaultAll FaultSet = 1<<faultKinds - 1
 )
 
-var faultNames = [faultKinds]string{"drop", "dup", "reorder", "partition", "oneway", "crash", "drift", "membership", "snapshot", "lease"}
+var faultNames = [faultKinds]string{"drop", "dup", "reorder", "partition", "oneway", "crash", "drift", "membership", "snapshot", "lease", "persist"}
 
 func (f FaultSet) String() string {
 	var parts []string

@@ -29,7 +29,9 @@ func (s *sim) faultStep(tick int64) {
 		// take the majority down too.
 		if len(ups) > 0 && (down < (len(s.nodes)-1)/2 || s.r.chance(1, 10)) {
 			victim := ups[s.r.intn(len(ups))]
-			if s.r.chance(1, 3) {
+			if f.Has(FaultPersist) && victim.n.Status().Role == paxos.RoleLeader && s.r.chance(1, crashAfterSendOdds) {
+				victim.crashAfterSend = true
+			} else if s.r.chance(1, 3) {
 				victim.crashMidReady = true
 			} else {
 				s.crash(victim, s.r.between(downTicksMin, downTicksMax))
@@ -50,6 +52,9 @@ func (s *sim) faultStep(tick int64) {
 	}
 	if f.Has(FaultLease) {
 		s.leaseFaults()
+	}
+	if f.Has(FaultPersist) && f.Has(FaultCrash) {
+		s.crashInFlight()
 	}
 	for _, sn := range s.nodes {
 		if !sn.up() && tick >= sn.downUntil {
@@ -157,13 +162,18 @@ func (s *sim) maintenance(tick int64) {
 func (s *sim) compact(sn *simNode) {
 	data := sn.app.encode()
 	slot := sn.app.applied
-	if err := sn.n.Compact(slot, data); err != nil {
+	if err := sn.n.Compact(slot); err != nil {
 		s.tracef("node %d: compact at %d refused: %v", sn.id, slot, err)
 		return
 	}
 	// The application's snapshot is durable once Compact accepted it; its
-	// members are those in force at the snapshot's slot.
-	sn.store.saveSnapshot(paxos.SnapshotMeta{Slot: slot, Members: slices.Clone(sn.app.members)}, data)
+	// members are those in force at the snapshot's slot, which the node
+	// agrees with.
+	meta, err := sn.n.SnapshotMetaAt(slot)
+	if err != nil || !slices.Equal(meta.Members, sn.app.members) || !slices.Equal(meta.Learners, sn.app.learners) {
+		s.chk.violate("node %d: snapshot metadata at %d: %+v, %v; the application's members are %v", sn.id, slot, meta, err, sn.app.members)
+	}
+	sn.store.saveSnapshot(paxos.SnapshotMeta{Slot: slot, Members: slices.Clone(sn.app.members), Learners: slices.Clone(sn.app.learners)}, data)
 	sn.store.truncate(slot)
 	s.result.Counts.Compactions++
 	s.process(sn)

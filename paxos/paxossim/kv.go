@@ -121,9 +121,11 @@ type kvApp struct {
 	// Invariant: applied only moves forward, except when the app is rebuilt
 	// from its durable copy on restart.
 	applied paxos.Slot
-	// members is the membership in force after applied, tracked from
-	// EntryConfChange entries; snapshots carry it in their meta.
-	members []paxos.NodeID
+	// members (the voters) and learners are the membership in force
+	// after applied, tracked from EntryConfChange entries; snapshots
+	// carry it in their meta.
+	members  []paxos.NodeID
+	learners []paxos.NodeID
 }
 
 func newKVApp() *kvApp {
@@ -181,6 +183,10 @@ func (a *kvApp) encode() []byte {
 	for _, m := range a.members {
 		buf = binary.BigEndian.AppendUint64(buf, uint64(m))
 	}
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(a.learners)))
+	for _, m := range a.learners {
+		buf = binary.BigEndian.AppendUint64(buf, uint64(m))
+	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(clients)))
 	for _, c := range clients {
 		s := a.sessions[c]
@@ -209,6 +215,10 @@ func decodeKVApp(b []byte) (*kvApp, error) {
 	nm := d.u32()
 	for i := uint32(0); i < nm && d.err == nil; i++ {
 		a.members = append(a.members, paxos.NodeID(d.u64()))
+	}
+	nl := d.u32()
+	for i := uint32(0); i < nl && d.err == nil; i++ {
+		a.learners = append(a.learners, paxos.NodeID(d.u64()))
 	}
 	nc := d.u32()
 	for i := uint32(0); i < nc && d.err == nil; i++ {

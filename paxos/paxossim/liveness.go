@@ -16,7 +16,7 @@ func (s *sim) heal() {
 	s.net.heal()
 	s.net.dropPPM, s.net.dupPPM, s.net.longDelayPPM = 0, 0, 0
 	for _, sn := range s.nodes {
-		sn.crashMidReady = false
+		sn.crashMidReady, sn.crashAfterSend = false, false
 		if !sn.up() {
 			s.start(sn)
 		}
@@ -38,8 +38,8 @@ func (s *sim) settled() bool {
 		}
 	}
 	for _, sn := range s.nodes {
-		if s.isMember(sn.id) && sn.app.applied < top {
-			return false
+		if (s.isMember(sn.id) || slices.Contains(s.currentLearners(), sn.id)) && sn.app.applied < top {
+			return false // learners catch up too (a joiner by snapshot)
 		}
 	}
 	return true
@@ -57,11 +57,17 @@ func (s *sim) currentMembers() []paxos.NodeID {
 	return s.members
 }
 
+// currentLearners is the learners after the highest slot any replica
+// applied.
+func (s *sim) currentLearners() []paxos.NodeID { return s.learners }
+
 // noteMembers records the membership a replica holds after slot.
-func (s *sim) noteMembers(slot paxos.Slot, members []paxos.NodeID) {
+func (s *sim) noteMembers(slot paxos.Slot, members, learners []paxos.NodeID) {
+	s.chk.q().governs(s.chk, slot+1, members) // check_quorum.go
 	if slot > s.membersSlot {
 		s.membersSlot = slot
 		s.members = members
+		s.learners = learners
 	}
 }
 

@@ -18,18 +18,32 @@ func (s *sim) applyConfChange(sn *simNode, e *paxos.Entry) {
 		s.chk.violate("node %d: slot %d conf change does not decode: %v", sn.id, e.Slot, err)
 		return
 	}
-	m := sn.app.members
-	switch cc.Type {
-	case paxos.ConfAddNode:
-		if !slices.Contains(m, cc.Node) {
-			m = append(slices.Clone(m), cc.Node)
-			slices.Sort(m)
-		}
-	case paxos.ConfRemoveNode:
-		m = slices.DeleteFunc(slices.Clone(m), func(id paxos.NodeID) bool { return id == cc.Node })
+	// The rules, restated independently of the core's: a change that
+	// does not apply changes nothing.
+	m, l := sn.app.members, sn.app.learners
+	voter, learner := slices.Contains(m, cc.Node), slices.Contains(l, cc.Node)
+	drop := func(ids []paxos.NodeID) []paxos.NodeID {
+		return slices.DeleteFunc(slices.Clone(ids), func(id paxos.NodeID) bool { return id == cc.Node })
 	}
-	sn.app.members = m
-	s.tracef("node %d: slot %d applies %v: members %v", sn.id, e.Slot, cc, m)
+	add := func(ids []paxos.NodeID) []paxos.NodeID {
+		out := append(slices.Clone(ids), cc.Node)
+		slices.Sort(out)
+		return out
+	}
+	switch {
+	case cc.Type == paxos.ConfAddNode && !voter && !learner:
+		m = add(m)
+	case cc.Type == paxos.ConfAddLearner && !voter && !learner:
+		l = add(l)
+	case cc.Type == paxos.ConfPromote && learner:
+		m, l = add(m), drop(l)
+	case cc.Type == paxos.ConfRemoveNode && learner:
+		l = drop(l)
+	case cc.Type == paxos.ConfRemoveNode && voter && len(m) > 1:
+		m = drop(m)
+	}
+	sn.app.members, sn.app.learners = m, l
+	s.tracef("node %d: slot %d applies %v: members %v learners %v", sn.id, e.Slot, cc, m, l)
 }
 
 // Membership-change schedule limits, in ticks and changes.
@@ -72,6 +86,26 @@ const (
 	confRemoving
 	confRemoved
 	confAdding
+	// The learner path of the membership-heavy profile: add as a
+	// learner, wait (or remove the learner again), promote.
+	confAddingLearner
+	confLearner
+	confPromoting
+	confRemovingLearner
+)
+
+// Learner schedule of the membership-heavy profile.
+const (
+	// heavyLearnerOdds: one re-add in this many goes through the legacy
+	// ConfAddNode; the others add a learner and promote it.
+	heavyLegacyAddOdds = 4
+	// heavyJoinOdds: one fresh node in this many starts in Join mode (no
+	// membership until it installs a snapshot); the others start with the
+	// genesis membership and replay the log.
+	heavyJoinOdds = 2
+	// heavyDropLearnerOdds: one learner in this many is removed again
+	// before its promotion.
+	heavyDropLearnerOdds = 4
 )
 
 // confChanger drives the membership fault: remove a member, wait, add it
@@ -133,11 +167,60 @@ func (s *sim) confStep(tick int64) {
 					sn.n.AddKnown(c.target)
 				}
 			}
-			s.start(s.addNode(c.target))
+			fresh := s.addNode(c.target)
+			if s.opts.MembershipHeavy && s.r.chance(1, heavyJoinOdds) {
+				fresh.join = true
+				s.result.Counts.Joins++
+			}
+			s.start(fresh)
 		} else {
 			s.tracef("membership: add %d back", c.target)
 		}
+		if s.opts.MembershipHeavy && (s.byID[c.target].join || !s.r.chance(1, heavyLegacyAddOdds)) {
+			c.phase = confAddingLearner
+			s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfAddLearner, Node: c.target})
+			return
+		}
 		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfAddNode, Node: c.target})
+	case confAddingLearner:
+		if slices.Contains(s.currentLearners(), c.target) {
+			s.tracef("membership: %d added as a learner", c.target)
+			s.result.Counts.Learners++
+			c.phase = confLearner
+			c.nextAt = tick + s.r.between(gapMin, gapMax)
+			return
+		}
+		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfAddLearner, Node: c.target})
+	case confLearner:
+		if tick < c.nextAt {
+			return
+		}
+		c.proposedAt = -1
+		if !s.liveness && s.r.chance(1, heavyDropLearnerOdds) {
+			c.phase = confRemovingLearner
+			s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfRemoveNode, Node: c.target})
+			return
+		}
+		c.phase = confPromoting
+		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfPromote, Node: c.target})
+	case confPromoting:
+		if slices.Contains(members, c.target) {
+			s.tracef("membership: learner %d promoted, members %v", c.target, members)
+			s.result.Counts.Promotions++
+			c.phase = confIdle
+			c.cycles++
+			c.nextAt = tick + s.r.between(gapMin, gapMax)
+			return
+		}
+		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfPromote, Node: c.target})
+	case confRemovingLearner:
+		if !slices.Contains(s.currentLearners(), c.target) {
+			s.tracef("membership: learner %d removed before its promotion", c.target)
+			c.phase = confRemoved // it is added again (or a fresh node is)
+			c.nextAt = tick + s.r.between(gapMin, gapMax)
+			return
+		}
+		s.confPropose(tick, paxos.ConfChange{Type: paxos.ConfRemoveNode, Node: c.target})
 	case confAdding:
 		if slices.Contains(members, c.target) {
 			s.tracef("membership: %d added, members %v", c.target, members)
@@ -189,8 +272,7 @@ func (s *sim) confPropose(tick int64, cc paxos.ConfChange) {
 // noteLeaderConfChanges records the ConfChange entries sn accepted under
 // its own ballot (as leader) in this Ready.
 func (s *sim) noteLeaderConfChanges(sn *simNode, rd *paxos.Ready) {
-	for i := range rd.Accepted {
-		e := &rd.Accepted[i]
+	for _, e := range slices.Concat(rd.Accepted, rd.OwnAccepted) {
 		if e.Type == paxos.EntryConfChange && e.Ballot.Node == sn.id {
 			sn.leaderCC = append(sn.leaderCC, slotBallot{e.Slot, e.Ballot})
 		}

@@ -20,6 +20,9 @@ func (s *sim) process(sn *simNode) {
 			return // crashed inside the Ready
 		}
 		sn.n.Advance(rd)
+		if rd.SnapshotOffer != nil {
+			s.offered(sn, rd.SnapshotOffer)
+		}
 	}
 	if sn.up() {
 		s.checkLeases()
@@ -52,6 +55,8 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 	for i := range rd.Accepted {
 		s.chk.accepted(sn.id, &rd.Accepted[i])
 	}
+	// The leader's own acceptances are written in parallel with sending.
+	s.ownAccepted(sn, rd)
 	if sn.crashMidReady {
 		s.crash(sn, s.r.between(downTicksMin, downTicksMax))
 		return
@@ -66,9 +71,14 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 		s.checkAcceptPastConfChange(sn, m)
 		s.net.send(s.r, s.now+s.leaseStressDelay(m), m.From, m.To, paxos.AppendMessage(nil, m))
 	}
+	if sn.crashAfterSend && len(rd.OwnAccepted) > 0 {
+		s.result.Counts.CrashesAfterSend++
+		s.crash(sn, s.r.between(downTicksMin, downTicksMax))
+		return
+	}
 	// 3. Install the snapshot, then apply.
 	if rd.Snapshot != nil {
-		s.installSnapshot(sn, rd.Snapshot)
+		s.installSnapshot(sn, *rd.Snapshot)
 	}
 	if len(rd.Committed) > 0 {
 		for i := range rd.Committed {
@@ -91,35 +101,43 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 	}
 }
 
-func (s *sim) installSnapshot(sn *simNode, snap *paxos.Snapshot) {
-	app, err := decodeKVApp(snap.Data)
-	if err != nil {
-		s.chk.violate("node %d: snapshot at slot %d does not decode: %v", sn.id, snap.Meta.Slot, err)
+// installSnapshot swaps in the staged copy a Ready names (the install
+// InstallSnapshot accepted).
+func (s *sim) installSnapshot(sn *simNode, meta paxos.SnapshotMeta) {
+	st := sn.store.staged
+	if st == nil || st.meta.Slot != meta.Slot {
+		s.chk.violate("node %d: Ready names snapshot %d, but the staged copy is %+v", sn.id, meta.Slot, st)
 		return
 	}
-	if app.applied != snap.Meta.Slot {
-		s.chk.violate("node %d: snapshot meta slot %d but its data is at slot %d", sn.id, snap.Meta.Slot, app.applied)
+	sn.store.staged = nil
+	app, err := decodeKVApp(st.data)
+	if err != nil {
+		s.chk.violate("node %d: snapshot at slot %d does not decode: %v", sn.id, meta.Slot, err)
+		return
 	}
-	if !slices.Equal(snap.Meta.Members, app.members) {
+	if app.applied != meta.Slot {
+		s.chk.violate("node %d: snapshot meta slot %d but its data is at slot %d", sn.id, meta.Slot, app.applied)
+	}
+	if !slices.Equal(meta.Members, app.members) || !slices.Equal(meta.Learners, app.learners) {
 		// The application applied every ConfChange through the snapshot's
 		// slot, so it knows the membership in force after it.
-		s.chk.violate("node %d: snapshot at slot %d carries members %v, but the membership after slot %d is %v",
-			sn.id, snap.Meta.Slot, snap.Meta.Members, snap.Meta.Slot, app.members)
+		s.chk.violate("node %d: snapshot at slot %d carries members %v learners %v, but the membership after slot %d is %v learners %v",
+			sn.id, meta.Slot, meta.Members, meta.Learners, meta.Slot, app.members, app.learners)
 	}
-	if snap.Meta.Slot <= sn.app.applied {
-		s.chk.violate("node %d: snapshot at slot %d would roll back applied state at %d", sn.id, snap.Meta.Slot, sn.app.applied)
+	if meta.Slot <= sn.app.applied {
+		s.chk.violateSafety("node %d: snapshot at slot %d would roll back applied state at %d", sn.id, meta.Slot, sn.app.applied)
 		return
 	}
-	s.tracef("node %d: install snapshot at slot %d", sn.id, snap.Meta.Slot)
+	s.tracef("node %d: install snapshot at slot %d", sn.id, meta.Slot)
 	sn.app = app
 	s.result.Counts.SnapshotsInstalled++
-	s.noteMembers(app.applied, app.members)
-	sn.store.saveSnapshot(snap.Meta, snap.Data)
-	sn.store.truncate(snap.Meta.Slot)
+	s.noteMembers(app.applied, app.members, app.learners)
+	sn.store.saveSnapshot(meta, st.data)
+	sn.store.truncate(meta.Slot)
 	if s.appDurableEveryApply {
-		sn.store.appState = slices.Clone(snap.Data)
+		sn.store.appState = slices.Clone(st.data)
 	}
-	s.chk.state(sn.id, snap.Meta.Slot, app.hash())
+	s.chk.state(sn.id, meta.Slot, app.hash())
 }
 
 func (s *sim) apply(sn *simNode, e *paxos.Entry) {
@@ -150,7 +168,7 @@ func (s *sim) apply(sn *simNode, e *paxos.Entry) {
 		app.data[keyNames[0]] += "!" // the planted bug: this replica diverges
 	}
 	app.applied = e.Slot
-	s.noteMembers(e.Slot, app.members)
+	s.noteMembers(e.Slot, app.members, app.learners)
 	if e.Slot > s.result.Commit {
 		s.result.Commit = e.Slot
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// one-way links, crashes, drops, duplicates and reordering (unless
 	// Faults names the kinds).
 	MembershipHeavy bool
+	// LeaderTransfers asks the leader to hand leadership over now and
+	// then (leadership.go; the membership-heavy profile does too).
+	LeaderTransfers bool
 
 	// Trace, when set, receives a line for every notable event.
 	Trace func(string)
@@ -73,6 +76,11 @@ type Options struct {
 	// proposal...), where a runtime refreshes what it derives from Status.
 	// st must not be retained.
 	OnStatus func(node paxos.NodeID, st *paxos.Status)
+	// OnOwnDurable is called when a leader's own acceptances of slots
+	// first..last under ballot b become durable (ownpersist.go), before
+	// the node is told (OwnAcceptedDurable): where a runtime counts the
+	// leader's vote in its accel plane.
+	OnOwnDurable func(node paxos.NodeID, b paxos.Ballot, first, last paxos.Slot)
 
 	// Planted bugs, for tests that show the checks catch them.
 	plantDivergence paxos.NodeID // this node applies every 7th slot wrongly
@@ -101,6 +109,10 @@ type Result struct {
 	// LeaseChecks counts the lease oracle's checks (lease.go); its
 	// violations, LeaseViolations, are among SafetyViolations too.
 	LeaseChecks, LeaseViolations int
+	// QuorumChecks counts the voter-quorum oracle's judged claims
+	// (check_quorum.go); its violations, QuorumViolations, are among
+	// Violations but not SafetyViolations.
+	QuorumChecks, QuorumViolations int
 }
 
 // Counts tallies the discrete events of a run, so a batch can show that
@@ -109,9 +121,29 @@ type Counts struct {
 	Crashes, MidReadyCrashes, TotalCrashes, Partitions, OneWays, ConfChanges, FreshNodes int
 	SnapshotsInstalled, Compactions, LeaseOrBarrierReads                                 int
 	Pauses                                                                               int
+	// Snapshot transfers (transfer.go): started, failed (link or server
+	// lost), stale (refused by InstallSnapshot: late or overtaken), and
+	// crashes between staging and installing.
+	TransfersStarted, TransfersFailed, TransfersStale, StagedCrashes int
+	// The leaders' own writes (ownpersist.go): issued, stalled past an
+	// election timeout, completed out of issue order, superseded by a
+	// later acceptance, lost in a crash, survived a crash unreported; and
+	// crashes between a leader's sends and its write, and of a leader
+	// whose write was in flight for a heartbeat period.
+	OwnWrites, OwnWritesSlow, OwnWritesReordered, OwnWritesSuperseded   int
+	OwnWritesLost, OwnWritesSurvived, CrashesAfterSend, CrashesInFlight int
+	// Membership-heavy learners (membership.go): learners added, promoted,
+	// fresh nodes started in Join mode; leadership hand-overs started and
+	// completed (leadership.go).
+	Learners, Promotions, Joins, Transfers, TransfersDone int
 }
 
 func (c *Counts) add(o Counts) {
+	c.Learners += o.Learners
+	c.Promotions += o.Promotions
+	c.Joins += o.Joins
+	c.Transfers += o.Transfers
+	c.TransfersDone += o.TransfersDone
 	c.Crashes += o.Crashes
 	c.MidReadyCrashes += o.MidReadyCrashes
 	c.TotalCrashes += o.TotalCrashes
@@ -123,6 +155,18 @@ func (c *Counts) add(o Counts) {
 	c.Compactions += o.Compactions
 	c.LeaseOrBarrierReads += o.LeaseOrBarrierReads
 	c.Pauses += o.Pauses
+	c.OwnWrites += o.OwnWrites
+	c.OwnWritesSlow += o.OwnWritesSlow
+	c.OwnWritesReordered += o.OwnWritesReordered
+	c.OwnWritesSuperseded += o.OwnWritesSuperseded
+	c.OwnWritesLost += o.OwnWritesLost
+	c.OwnWritesSurvived += o.OwnWritesSurvived
+	c.CrashesAfterSend += o.CrashesAfterSend
+	c.CrashesInFlight += o.CrashesInFlight
+	c.TransfersStarted += o.TransfersStarted
+	c.TransfersFailed += o.TransfersFailed
+	c.TransfersStale += o.TransfersStale
+	c.StagedCrashes += o.StagedCrashes
 }
 
 // Failed reports whether the run found a violation.
@@ -166,7 +210,20 @@ type simNode struct {
 	// crashMidReady arms a crash inside the next Ready: after its durable
 	// part is recorded and before its messages are sent.
 	crashMidReady bool
-	nextCompact   int64 // tick of the next Compact
+	// crashAfterSend arms a crash right after the messages of the next
+	// Ready with own acceptances went out, before their write completed
+	// (ownpersist.go).
+	crashAfterSend bool
+	// ownWrites are the leader's own writes in flight (ownpersist.go);
+	// ownSeq numbers them, ownDone is past the highest completed.
+	ownWrites       []*ownWrite
+	ownSeq, ownDone uint64
+	nextCompact     int64 // tick of the next Compact
+	// xfers are the snapshot transfers in flight to this node
+	// (transfer.go); lost when it crashes.
+	xfers []*transfer
+	// join: a fresh node started in Join mode (membership.go).
+	join bool
 
 	lastRole   paxos.Role // for the trace only
 	lastBallot paxos.Ballot
@@ -191,8 +248,10 @@ type sim struct {
 	// members is the membership after slot membersSlot, the highest slot
 	// any replica applied.
 	members     []paxos.NodeID
+	learners    []paxos.NodeID
 	membersSlot paxos.Slot
 	conf        confChanger
+	handOver    *handOver // leadership.go
 	net         *network
 	chk         *checker
 	lease       leaseOracle
@@ -206,6 +265,12 @@ type sim struct {
 	liveness             bool // faults healed; clients only finish what they started
 	partitionUntil       int64
 	oneWayUntil          int64
+
+	// ownWriteMicros bounds the delay of a leader's own write, and
+	// ownSurvive lets writes in flight survive a crash (ownpersist.go);
+	// both per seed.
+	ownWriteMicros int64
+	ownSurvive     bool
 
 	result Result
 }
@@ -262,6 +327,8 @@ func newSim(seed uint64, opts Options) *sim {
 		s.opts.Ticks = TicksDefault
 	}
 	s.appDurableEveryApply = s.r.chance(1, 2)
+	s.ownWriteMicros = []int64{0, 400, ownWriteMicrosMax, 4 * ownWriteMicrosMax}[s.r.intn(4)]
+	s.ownSurvive = s.r.chance(1, 2)
 	quorum := n/2 + 1
 	if s.faults.Has(FaultMembership) {
 		quorum = 0 // majorities shift with membership; rely on the commit checks
@@ -281,6 +348,7 @@ func newSim(seed uint64, opts Options) *sim {
 	for i := 1; i <= n; i++ {
 		s.genesis = append(s.genesis, paxos.NodeID(i))
 	}
+	s.chk.q().governs(s.chk, 1, s.genesis) // check_quorum.go
 	for _, id := range s.genesis {
 		s.addNode(id)
 	}
@@ -327,6 +395,10 @@ func (s *sim) baseConfig(id paxos.NodeID) paxos.Config {
 		LeaseTicks:     leaseTicks,
 		DriftTicks:     driftTicks,
 		Seed:           int64(s.r.u64()),
+		// A fresh node of the membership-heavy profile may join without
+		// a membership (paxos join.go); Join is ignored once its durable
+		// state holds a snapshot.
+		Join: s.byID[id] != nil && s.byID[id].join,
 	}
 }
 
@@ -350,13 +422,16 @@ func (s *sim) start(sn *simNode) {
 		app, err = decodeKVApp(sn.store.snapData)
 	default:
 		app = newKVApp()
-		app.members = slices.Clone(s.genesis)
+		if !sn.join {
+			app.members = slices.Clone(s.genesis) // a joiner knows none
+		}
 	}
 	if err != nil {
 		s.chk.violate("node %d: durable application state unreadable: %v", sn.id, err)
 		app = newKVApp()
 		app.members = slices.Clone(s.genesis)
 	}
+	app = s.recoverStaged(sn, app)
 	st := sn.store.durableState(app.applied)
 	n, err := paxos.NewNode(s.baseConfig(sn.id), st)
 	if err != nil {
@@ -380,8 +455,10 @@ func (s *sim) crash(sn *simNode, downTicks int64) {
 	if sn.crashMidReady {
 		s.result.Counts.MidReadyCrashes++
 	}
-	sn.crashMidReady = false
+	sn.crashMidReady, sn.crashAfterSend = false, false
+	s.loseOwnWrites(sn)
 	sn.pausedUntil, sn.pausedQ = 0, nil
+	sn.xfers = nil
 	sn.n = nil
 	sn.app = nil
 	sn.downUntil = s.now/microsPerTick + downTicks
@@ -402,9 +479,11 @@ func (s *sim) run() {
 				s.heal()
 			}
 			s.maintenance(tick)
+			s.transferStep(tick)
 			if s.faults.Has(FaultMembership) {
 				s.confStep(tick)
 			}
+			s.handOverStep(tick) // leadership.go
 			for _, c := range s.clients {
 				s.clientStep(c, tick)
 			}
@@ -430,6 +509,7 @@ func (s *sim) run() {
 				sn.n.Tick()
 				s.process(sn)
 			}
+			s.ownWritesDue(sn)
 			for len(sn.pausedQ) > 0 && sn.up() {
 				p := sn.pausedQ[0]
 				sn.pausedQ = sn.pausedQ[1:]
@@ -482,5 +562,6 @@ func (s *sim) finish(checkHistory bool) *Result {
 	r.SafetyViolations = s.chk.safety
 	r.Messages = s.chk.violations
 	r.LeaseChecks, r.LeaseViolations = s.lease.checks, s.lease.violations
+	r.QuorumChecks, r.QuorumViolations = s.chk.q().checks, s.chk.q().violations
 	return &r
 }

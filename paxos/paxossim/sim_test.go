@@ -182,8 +182,9 @@ func TestSimulationMembershipHeavy(t *testing.T) {
 		n = seedsShort
 	}
 	sum := RunBatch(1, n, Options{MembershipHeavy: true}, 0, nil)
-	fmt.Printf("paxossim membership-heavy: seeds=%d ops=%d conf_changes=%d fresh_nodes=%d violations=%d lease_checks=%d lease_violations=%d\n",
-		sum.Seeds, sum.Ops, sum.Counts.ConfChanges, sum.Counts.FreshNodes, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	fmt.Printf("paxossim membership-heavy: seeds=%d ops=%d conf_changes=%d fresh_nodes=%d joins=%d learners=%d promotions=%d hand_overs=%d/%d violations=%d lease_checks=%d lease_violations=%d quorum_checks=%d quorum_violations=%d\n",
+		sum.Seeds, sum.Ops, sum.Counts.ConfChanges, sum.Counts.FreshNodes, sum.Counts.Joins, sum.Counts.Learners, sum.Counts.Promotions,
+		sum.Counts.TransfersDone, sum.Counts.Transfers, sum.Violations, sum.LeaseChecks, sum.LeaseViolations, sum.QuorumChecks, sum.QuorumViolations)
 	t.Log(sum.Detail())
 	for i, r := range sum.Failed {
 		if i == 10 {
@@ -194,5 +195,11 @@ func TestSimulationMembershipHeavy(t *testing.T) {
 	}
 	if sum.Counts.ConfChanges < n {
 		t.Errorf("only %d membership changes in %d seeds", sum.Counts.ConfChanges, n)
+	}
+	// Every part of the learner path happened (not only at large seed
+	// counts): learners added and promoted, nodes joining by snapshot,
+	// leadership handed over.
+	if c := sum.Counts; c.Learners == 0 || c.Promotions == 0 || c.Joins == 0 || c.TransfersDone == 0 {
+		t.Errorf("learners=%d promotions=%d joins=%d hand-overs done=%d in %d seeds", c.Learners, c.Promotions, c.Joins, c.TransfersDone, n)
 	}
 }

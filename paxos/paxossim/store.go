@@ -21,6 +21,9 @@ type durableStore struct {
 	appState []byte // encoded kvApp, applied slot included
 	snapMeta *paxos.SnapshotMeta
 	snapData []byte
+	// staged is a complete snapshot fetched from a peer and not yet
+	// swapped in (transfer.go).
+	staged *stagedSnap
 }
 
 func newDurableStore() *durableStore {
@@ -49,7 +52,7 @@ func (s *durableStore) truncate(slot paxos.Slot) {
 
 // saveSnapshot records an application snapshot as durable.
 func (s *durableStore) saveSnapshot(meta paxos.SnapshotMeta, data []byte) {
-	m := paxos.SnapshotMeta{Slot: meta.Slot, Members: slices.Clone(meta.Members)}
+	m := cloneMeta(meta)
 	s.snapMeta = &m
 	s.snapData = slices.Clone(data)
 }
@@ -60,10 +63,8 @@ func (s *durableStore) durableState(applied paxos.Slot) paxos.DurableState {
 	st := paxos.DurableState{Promised: s.promised, Applied: applied}
 	floor := paxos.Slot(0)
 	if s.snapMeta != nil {
-		m := *s.snapMeta
-		m.Members = slices.Clone(m.Members)
+		m := cloneMeta(*s.snapMeta)
 		st.Snapshot = &m
-		st.SnapshotData = slices.Clone(s.snapData)
 		floor = m.Slot
 	}
 	slots := make([]paxos.Slot, 0, len(s.accepted))

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/trace"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Replica stands in for kv/replica's: the analyzer knows a loop by its
+// method's name on the stack ((*Replica).applyLoop, ...), so these fake
+// loops are seen as the real ones.
+type Replica struct{ spin uint64 }
+
+// applyLoop blocks for d, then marks two overlapping stalls (one cause,
+// two stages: one episode).
+func (r *Replica) applyLoop(d time.Duration) {
+	time.Sleep(d)
+	ctx := context.Background()
+	trace.Log(ctx, "synod.stall", "path=write stage=apply took="+d.String()+" slot=7")
+	trace.Log(ctx, "synod.stall", "path=write stage=apply_queue took="+(d/2).String()+" slot=8")
+}
+
+// consensusLoop runs on the CPU for d, then marks a persist stall.
+//
+//go:noinline
+func (r *Replica) consensusLoop(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+		for i := 0; i < 1000; i++ {
+			r.spin = r.spin*31 + uint64(i)
+		}
+	}
+	trace.Log(context.Background(), "synod.stall", "path=write stage=persist took="+d.String()+" slot=9")
+}
+
+// TestStallsNamesPlantedCauses writes a real execution trace in which the
+// apply loop sleeps and then the consensus loop burns CPU, each marked as
+// a stall, and checks that `kvbench stalls` finds both episodes and names
+// each cause on the right loop.
+func TestStallsNamesPlantedCauses(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the go command is needed to parse traces (CI=true)")
+		}
+		t.Skip("the go command is needed to parse traces")
+	}
+	file := filepath.Join(t.TempDir(), "stall-test.trace")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		t.Skipf("tracing is busy in this process: %v", err)
+	}
+	r := &Replica{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.applyLoop(60 * time.Millisecond) }()
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // a gap: two episodes
+	wg.Add(1)
+	go func() { defer wg.Done(); r.consensusLoop(60 * time.Millisecond) }()
+	wg.Wait()
+	trace.Stop()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	if err := stallsMain([]string{filepath.Dir(file)}, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	text := out.String()
+	t.Log("\n" + text)
+	if !strings.Contains(text, "3 stall mark(s) in 2 episode(s)") {
+		t.Fatalf("want 3 marks in 2 episodes")
+	}
+	eps := strings.Split(text, "  episode ")[1:]
+	if len(eps) != 2 {
+		t.Fatalf("%d episodes printed", len(eps))
+	}
+	if !strings.Contains(eps[0], "[apply 1, apply_queue 1]") {
+		t.Errorf("first episode: want the apply and apply_queue stalls merged")
+	}
+	v0 := eps[0][strings.Index(eps[0], "verdict:"):]
+	if !strings.Contains(v0, "apply loop blocked") || !strings.Contains(v0, "sleep") {
+		t.Errorf("first episode's verdict %q: want the apply loop blocked in a sleep", v0)
+	}
+	v1 := eps[1][strings.Index(eps[1], "verdict:"):]
+	if !strings.Contains(v1, "consensus loop running") {
+		t.Errorf("second episode's verdict %q: want the consensus loop running", v1)
+	}
+	// The summary classes each episode by its first finding.
+	sum := text[strings.Index(text, "summary:"):]
+	if !strings.Contains(sum, "2 episode(s) in 1 trace(s)") || !strings.Contains(sum, "apply loop blocked (sleep)") ||
+		!strings.Contains(sum, "consensus loop busy on the CPU") {
+		t.Errorf("summary %q: want one episode of each planted cause", sum)
+	}
+}
+
+// TestStallsRefusesMalformed feeds the dump reader what `go tool trace
+// -d=parsed` never prints: it fails or skips, never panics.
+func TestStallsRefusesMalformed(t *testing.T) {
+	for name, text := range map[string]string{
+		"empty":      "",
+		"not a dump": "hello\nworld\n",
+		"bad header": "M=x P=1 G=1 Log Time=abc\n",
+		"long line":  "M=1 P=1 G=1 Log Time=1 " + strings.Repeat("x", stallLineBytesMax+1) + "\n",
+	} {
+		if _, err := analyzeParsed(strings.NewReader(text)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	// Truncated events and a mark with a bad duration are read, not
+	// trusted: no panic, the mark counts with no window.
+	text := "M=1 P=0 G=1 StateTransition Time=10 GoID=1 Running->Waiting Reason=\"x\"\nTransitionStack=\n" +
+		"M=1 P=0 G=1 RangeEnd Time=20 Name=\"GC concurrent mark phase\"\n" +
+		"M=1 P=0 G=1 Log Time=30 Task=0 Category=\"synod.stall\" Message=\"path=write stage=apply took=zz slot=1\"\n"
+	rep, err := analyzeParsed(strings.NewReader(text))
+	if err != nil || rep.marks != 1 {
+		t.Fatalf("rep %+v err %v", rep, err)
+	}
+	var b strings.Builder
+	rep.write(&b) // must not panic
+}

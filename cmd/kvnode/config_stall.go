@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/internal/stall"
+)
+
+// StallConfig is the [stall] table: the stall detector (internal/stall).
+// A stage of a request's path (kv/replica/stages.go) that takes longer
+// than threshold is counted in synod_stage_stalls_total{path,stage} and
+// logged with its slot; with trace on, the last trace_window of Go
+// execution trace is written to a file in trace_dir, named in the log
+// line (at most one per trace_every; at most trace_files_max files and
+// trace_bytes_max bytes, the oldest removed first). Read a file with
+// `go tool trace FILE` or summarize its stalls with `kvbench stalls FILE`.
+type StallConfig struct {
+	// Threshold is a Go duration (default "20ms"), or "off": no stall is
+	// counted, logged or traced.
+	Threshold string `toml:"threshold"`
+	// Trace runs the runtime/trace flight recorder (default on; it costs
+	// CPU, see docs/benchmarking.md, "Where the tail comes from").
+	Trace *bool `toml:"trace"`
+	// TraceDir receives the trace files (default <data_dir>/stalls).
+	TraceDir      string `toml:"trace_dir"`
+	TraceFilesMax int    `toml:"trace_files_max"`
+	TraceBytesMax int64  `toml:"trace_bytes_max"`
+	TraceEvery    string `toml:"trace_every"`
+	TraceWindow   string `toml:"trace_window"`
+
+	// cfg is the detector's configuration, set by validateStall (off:
+	// Threshold is "off").
+	cfg stall.Config
+	off bool
+}
+
+// stallTraceDefault: the flight recorder runs unless trace = false. Its
+// cost, measured with BenchmarkFlightRecorderCost and kvbench on the
+// 2-core VM, is in docs/benchmarking.md.
+const stallTraceDefault = true
+
+// validateStall checks [stall] and resolves it into a stall.Config.
+func (c *Config) validateStall() error {
+	s := &c.Stall
+	if s.Threshold == "off" {
+		s.off = true
+		return nil
+	}
+	cfg := stall.Config{Recorder: stallTraceDefault, Dir: s.TraceDir, FilesMax: s.TraceFilesMax, BytesMax: s.TraceBytesMax}
+	if s.Trace != nil {
+		cfg.Recorder = *s.Trace
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(c.DataDir, "stalls")
+	}
+	for _, d := range []struct {
+		key string
+		s   string
+		dst *time.Duration
+	}{{"threshold", s.Threshold, &cfg.Threshold}, {"trace_every", s.TraceEvery, &cfg.Every}, {"trace_window", s.TraceWindow, &cfg.Window}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("stall.%s: %q is not a positive duration (threshold may also be \"off\")", d.key, d.s)
+		}
+		*d.dst = v
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("stall.%w", err)
+	}
+	s.cfg = cfg
+	return nil
+}
+
+// stallDetector starts the detector [stall] describes (nil when off).
+func (c *Config) stallDetector(log zerolog.Logger) (*stall.Detector, error) {
+	if c.Stall.off {
+		return nil, nil
+	}
+	d, err := stall.New(c.Stall.cfg, log.With().Str("loop", "stall").Logger())
+	if err != nil {
+		return nil, fmt.Errorf("stall: %w", err)
+	}
+	log.Info().Dur("threshold", c.Stall.cfg.Threshold).Bool("trace", d.Recording()).Str("trace_dir", c.Stall.cfg.Dir).
+		Msg("stall detector")
+	return d, nil
+}

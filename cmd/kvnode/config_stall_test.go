@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/internal/stall"
+)
+
+// stallConfig is the example config with a [stall] table of body.
+func stallConfig(t *testing.T, body string) []byte {
+	return []byte(readExample(t) + "\n[stall]\n" + body)
+}
+
+func TestStallParse(t *testing.T) {
+	c, err := parseConfig(stallConfig(t, `threshold = "5ms"
+trace = false
+trace_dir = "/var/tmp/stalls"
+trace_files_max = 4
+trace_bytes_max = 67108864
+trace_every = "1s"
+trace_window = "3s"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stall.Config{Threshold: 5 * time.Millisecond, Recorder: false, Dir: "/var/tmp/stalls", FilesMax: 4, BytesMax: 64 << 20,
+		Every: time.Second, Window: 3 * time.Second}
+	if got := c.Stall.cfg; got.Now != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("stall config\n got %+v\nwant %+v", got, want)
+	}
+	// Absent: the defaults, traces under the data directory.
+	c, err = parseConfig([]byte(readExample(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Stall.cfg.WithDefaults()
+	if c.Stall.off || got.Threshold != stall.ThresholdDefault || got.Recorder != stallTraceDefault ||
+		got.Dir != filepath.Join(c.DataDir, "stalls") || got.FilesMax != stall.FilesMaxDefault {
+		t.Fatalf("defaults: %+v", got)
+	}
+	// Off: no detector at all.
+	c, err = parseConfig(stallConfig(t, `threshold = "off"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.stallDetector(zerolog.Nop()); d != nil || err != nil {
+		t.Fatalf("threshold off: detector %v, %v; want none", d, err)
+	}
+}
+
+func TestStallInvalid(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`threshold = "10us"`, "stall.threshold"},
+		{`threshold = "fast"`, "stall.threshold"},
+		{`threshold = "-1s"`, "stall.threshold"},
+		{`trace_every = "1ms"`, "stall.trace_every"},
+		{`trace_window = "2h"`, "stall.trace_window"},
+		{`trace_files_max = 100000`, "stall.trace_files_max"},
+		{`trace_bytes_max = 1024`, "stall.trace_bytes_max"},
+		{`trace_dirr = "/tmp"`, "stall.trace_dirr"},
+	} {
+		_, err := parseConfig(stallConfig(t, tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("[stall] %s: %v; want an error naming %s", tc.body, err, tc.want)
+		}
+	}
+}

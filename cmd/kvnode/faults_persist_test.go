@@ -1,0 +1,58 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestAdminPersistDelay: delay_persist sets the one-shot persist delay,
+// refuses malformed and out-of-range durations without changing anything,
+// leaves the blocked peers alone, and is not served with fault_injection
+// off.
+func TestAdminPersistDelay(t *testing.T) {
+	r := newSoloReplica(t)
+	post := func(srv *httptest.Server, form url.Values) int {
+		t.Helper()
+		resp, err := http.PostForm(srv.URL+"/debug/faults", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	off := httptest.NewServer(adminMux(r, prometheus.NewRegistry(), r.Faults(), false))
+	defer off.Close()
+	if code := post(off, url.Values{persistDelayField: {"1s"}}); code != http.StatusNotFound || r.Faults().PersistDelayPending() != 0 {
+		t.Fatalf("fault_injection off: %d, pending %v", code, r.Faults().PersistDelayPending())
+	}
+
+	srv := httptest.NewServer(adminMux(r, prometheus.NewRegistry(), r.Faults(), true))
+	defer srv.Close()
+	if code := post(srv, url.Values{"block": {"2"}}); code != http.StatusOK {
+		t.Fatalf("block: %d", code)
+	}
+	for _, bad := range []string{"", "soon", "-1s", "1h", "1e400s", "\x00"} {
+		if code := post(srv, url.Values{persistDelayField: {bad}}); code != http.StatusBadRequest {
+			t.Errorf("delay_persist=%q: %d, want 400", bad, code)
+		}
+	}
+	if d := r.Faults().PersistDelayPending(); d != 0 {
+		t.Fatalf("a refused delay was set: %v", d)
+	}
+	// A solo replica persists only when written to: the delay stays
+	// pending until then.
+	if code := post(srv, url.Values{persistDelayField: {"250ms"}}); code != http.StatusOK {
+		t.Fatalf("delay_persist=250ms: %d", code)
+	}
+	if d := r.Faults().PersistDelayPending(); d != 250*time.Millisecond {
+		t.Fatalf("pending delay %v, want 250ms", d)
+	}
+	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 2 {
+		t.Fatalf("delay_persist changed the blocked peers: %v", b)
+	}
+}

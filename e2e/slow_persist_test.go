@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// slowPersistDelay is the injected delay of the leader's persist: well
+// past the harness's election timeout (150 ticks of 1 ms), so a leader
+// whose heartbeats waited behind it would be replaced.
+const slowPersistDelay = time.Second
+
+// TestSlowLeaderPersist delays one persist on the leader (POST
+// /debug/faults delay_persist) by more than the election timeout while
+// writers keep going: the leader's own writes are persisted off the
+// consensus loop (kv/replica persister.go), so it keeps sending
+// heartbeats and renewing its lease and no follower campaigns; the writes
+// wait (a leader delivers a slot only once its own copy is durable) and
+// then every acknowledged one is there.
+func TestSlowLeaderPersist(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
+	defer cl.Close()
+	ctx, cancel := ctxTimeout(killOpTimeout)
+	if err := cl.Put(ctx, []byte("warm"), []byte("up")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	ld := c.leader()
+	before, err := c.status(ld)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Watch every node's view of the leader and its ballot while the
+	// persist is slow.
+	stopWatch := make(chan struct{})
+	var (
+		watchWG sync.WaitGroup
+		ballots = map[[2]uint64]bool{before.Promised: true}
+		leaders = map[uint64]bool{uint64(ld.id): true}
+	)
+	watchWG.Add(1)
+	go func() {
+		defer watchWG.Done()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(statusPollEvery):
+			}
+			for _, nd := range c.nodes {
+				if st, err := c.status(nd); err == nil {
+					if st.Promised != [2]uint64{} { // a node that has promised nothing yet
+						ballots[st.Promised] = true
+					}
+					if st.Leader != 0 {
+						leaders[st.Leader] = true
+					}
+				}
+			}
+		}
+	}()
+
+	req, err := ld.adminRequest(http.MethodPost, "/debug/faults", url.Values{"delay_persist": {slowPersistDelay.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("delay_persist on the leader: %s", resp.Status)
+	}
+
+	// Writers, each on its own keys, for twice the delay.
+	const writers = 4
+	var (
+		mu      sync.Mutex
+		acked   []string
+		slowest time.Duration
+		wg      sync.WaitGroup
+	)
+	until := time.Now().Add(2 * slowPersistDelay)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; time.Now().Before(until); i++ {
+				k := fmt.Sprintf("slow%d-%d", w, i)
+				start := time.Now()
+				ctx, cancel := ctxTimeout(killOpTimeout)
+				err := cl.Put(ctx, []byte(k), []byte(k))
+				cancel()
+				if err != nil {
+					continue // outcome unknown: not counted as acknowledged
+				}
+				took := time.Since(start)
+				mu.Lock()
+				acked = append(acked, k)
+				slowest = max(slowest, took)
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(stopWatch)
+	watchWG.Wait()
+
+	after, err := c.status(ld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := len(ballots) - 1
+	if after.Role != "leader" || len(leaders) != 1 {
+		changes = max(changes, len(leaders)-1, 1)
+	}
+	lost := 0
+	for _, k := range acked {
+		ctx, cancel := ctxTimeout(killOpTimeout)
+		v, err := cl.Get(ctx, []byte(k))
+		cancel()
+		if err != nil || !bytes.Equal(v, []byte(k)) {
+			lost++
+			t.Errorf("acknowledged write %s: read %q, %v", k, v, err)
+		}
+	}
+	fmt.Printf("e2e slow persist: delay_ms=%d leader_changes=%d acked=%d lost=%d slowest_ack_ms=%d\n",
+		slowPersistDelay.Milliseconds(), changes, len(acked), lost, slowest.Milliseconds())
+	if changes != 0 {
+		t.Errorf("the leader changed during a slow persist: ballots %v, leaders %v, leader now %s", ballots, leaders, after.Role)
+	}
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	// The delay was taken: a write waited for it (the leader delivers a
+	// slot only once its own acceptance is durable), and the leader
+	// logged it.
+	if slowest < slowPersistDelay/2 {
+		t.Errorf("the slowest write took %v: the injected delay of %v was not exercised", slowest, slowPersistDelay)
+	}
+	if b, err := os.ReadFile(ld.logPath); err == nil && !bytes.Contains(b, []byte("delaying this persist")) {
+		t.Error("the leader did not log the injected persist delay")
+	}
+	c.accelTotals() // the plane agreed with software throughout
+}

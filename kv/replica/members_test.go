@@ -1,0 +1,241 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/kv/sm"
+	"synod/paxos"
+)
+
+// memberChangeTimeout bounds one membership change in these tests
+// (retries of NOT_LEADER, a busy pipeline and a learner catching up
+// included).
+const memberChangeTimeout = 20 * time.Second
+
+// change runs ch on whichever node leads until it succeeds, retrying what a
+// retry may fix (no leader yet, another change committing, a learner still
+// catching up, an unknown outcome).
+func (c *testCluster) change(ch MemberChange) {
+	c.t.Helper()
+	deadline := time.Now().Add(memberChangeTimeout)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err = c.nodes[c.leader()].r.ChangeMembership(ctx, ch)
+		cancel()
+		var nl *NotLeaderError
+		switch {
+		case err == nil:
+			return
+		case errors.As(err, &nl), errors.Is(err, ErrMemberConflict), errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped):
+			time.Sleep(20 * time.Millisecond)
+		default:
+			c.t.Fatalf("%v %d: %v", ch.Op, ch.ID, err)
+		}
+	}
+	c.t.Fatalf("%v %d did not succeed within %v: %v", ch.Op, ch.ID, memberChangeTimeout, err)
+}
+
+// addPeer appends a new peer (a free port) to the cluster's config and
+// returns it.
+func (c *testCluster) addPeer(id paxos.NodeID) Peer {
+	p := Peer{ID: id, ConsensusAddr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(c.t)),
+		ClientAddr: fmt.Sprintf("client-%d:1", id)}
+	c.peers = append(c.peers, p)
+	return p
+}
+
+// waitMembers waits until node id's paxos membership and published record
+// are voters and learners.
+func (c *testCluster) waitMembers(id paxos.NodeID, voters, learners []paxos.NodeID) {
+	c.t.Helper()
+	deadline := time.Now().Add(memberChangeTimeout)
+	for {
+		s := c.nodes[id].r.Status()
+		rv, rl := splitMembers(c.nodes[id].r.membersNow().members)
+		if slices.Equal(s.Members, voters) && slices.Equal(s.Learners, learners) && slices.Equal(rv, voters) && slices.Equal(rl, learners) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d: paxos voters %v learners %v, record voters %v learners %v; want voters %v learners %v",
+				id, s.Members, s.Learners, rv, rl, voters, learners)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// get reads key through the leader (linearizable) and returns its value.
+func (c *testCluster) get(key string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp := c.do(c.leader(), getReq(key, false), 2*time.Second)
+		if resp.Status == proto.StatusOK {
+			return string(resp.Value)
+		}
+		if resp.Status == proto.StatusNotFound {
+			return ""
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("get %s never succeeded", key)
+	return ""
+}
+
+// TestRestartKeepsCommittedMembership: a restart after a committed
+// membership change keeps the new membership. A fresh node 4 joins (empty
+// state, Config.Join), is added as a learner, catches up by snapshot and
+// log, is promoted; node 3 is removed. Then the whole cluster restarts
+// with configs that still name the bootstrap peers 1..3 (and 4): every
+// node follows the membership committed in the log (voters 1, 2, 4), not
+// its config, and the data is all there. Before the membership was owned
+// by the log, the restart rebuilt it from the configured peers and the
+// removed node 3 was a voter again.
+func TestRestartKeepsCommittedMembership(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	p4 := c.addPeer(4)
+	c.join = map[paxos.NodeID]bool{4: true}
+	c.start(4)
+	if s := c.nodes[4].r.Status(); slices.Contains(s.Members, 4) || s.Role != paxos.RoleFollower {
+		t.Fatalf("a joining node starts as a voter or campaigns: %+v", s)
+	}
+	c.change(MemberChange{Op: proto.OpMemberAdd, ID: 4, ConsensusAddr: p4.ConsensusAddr.String(), ClientAddr: p4.ClientAddr})
+	c.waitMembers(c.leader(), []paxos.NodeID{1, 2, 3}, []paxos.NodeID{4})
+	c.put("b", "2")
+	c.change(MemberChange{Op: proto.OpMemberPromote, ID: 4})
+	c.change(MemberChange{Op: proto.OpMemberRemove, ID: 3})
+	c.stop(3)
+	c.put("c", "3")
+	want := []paxos.NodeID{1, 2, 4}
+	for _, id := range want {
+		c.waitMembers(id, want, nil)
+	}
+	// The record is durable in each state machine, with 4's addresses.
+	rec, ok, err := c.nodes[4].sm.Membership()
+	if err != nil || !ok {
+		t.Fatalf("node 4 holds no membership record: %v %v", ok, err)
+	}
+	if i := slices.IndexFunc(rec.Members, func(m sm.Member) bool { return m.ID == 4 }); i < 0 ||
+		rec.Members[i].ConsensusAddr != p4.ConsensusAddr.String() || rec.Members[i].ClientAddr != p4.ClientAddr {
+		t.Fatalf("node 4's record: %+v", rec)
+	}
+
+	// Whole-cluster restart; the configs disagree with the log (3 listed).
+	for _, id := range want {
+		c.stop(id)
+	}
+	c.join = nil
+	for _, id := range want {
+		c.start(id)
+	}
+	for _, id := range want {
+		c.waitMembers(id, want, nil)
+	}
+	c.put("d", "4")
+	for k, v := range map[string]string{"a": "1", "b": "2", "c": "3", "d": "4"} {
+		if got := c.get(k); got != v {
+			t.Fatalf("after the restart %s = %q, want %q", k, got, v)
+		}
+	}
+	// The removed node's book entry is kept only as "previous": the
+	// leader does not replicate to it.
+	if l := c.leader(); l == 3 {
+		t.Fatalf("the removed node leads")
+	}
+}
+
+// TestMemberChangeRules: the replica's admission of membership changes.
+// A promotion of a non-member and an add without usable addresses are
+// invalid; a change already in force succeeds without a proposal; a
+// second change while one is uncommitted is a conflict that changes
+// nothing.
+func TestMemberChangeRules(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	r := c.nodes[l].r
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, bad := range []MemberChange{
+		{Op: proto.OpMemberPromote, ID: 9},
+		{Op: proto.OpMemberAdd, ID: 9, ConsensusAddr: "nowhere", ClientAddr: "x:1"},
+		{Op: proto.OpMemberAdd, ID: 9, ConsensusAddr: "127.0.0.1:9", ClientAddr: "no-port"},
+		{Op: proto.OpMemberAdd, ID: 0, ConsensusAddr: "127.0.0.1:9", ClientAddr: "x:1"},
+		{Op: proto.OpMemberAdd, ID: 2, ConsensusAddr: "127.0.0.1:9", ClientAddr: "x:1"}, // already a voter
+	} {
+		if err := r.ChangeMembership(ctx, bad); !errors.Is(err, ErrMemberInvalid) {
+			t.Fatalf("%+v: %v, want ErrMemberInvalid", bad, err)
+		}
+	}
+	// In force already: removing a non-member, promoting a voter.
+	for _, noop := range []MemberChange{{Op: proto.OpMemberRemove, ID: 9}, {Op: proto.OpMemberPromote, ID: 2}} {
+		if err := r.ChangeMembership(ctx, noop); err != nil {
+			t.Fatalf("%+v: %v", noop, err)
+		}
+	}
+	// A promotion of a learner nobody runs: it was never heard, so it is
+	// refused as behind.
+	c.change(MemberChange{Op: proto.OpMemberAdd, ID: 9, ConsensusAddr: "127.0.0.1:9", ClientAddr: "x:1"})
+	if err := r.ChangeMembership(ctx, MemberChange{Op: proto.OpMemberPromote, ID: 9}); !errors.Is(err, ErrMemberConflict) {
+		t.Fatalf("promoting a learner that was never heard: %v, want ErrMemberConflict", err)
+	}
+	// Two changes at once: the second one queued while the first is
+	// uncommitted is refused (both proposed in one consensus-loop turn).
+	errs := make(chan error, 2)
+	if err := r.control(ctx, func() {
+		errs <- r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 9})
+		errs <- r.proposeMemberChange(MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("the first change: %v", err)
+	}
+	if err := <-errs; !errors.Is(err, ErrMemberConflict) {
+		t.Fatalf("a second change while one is pending: %v, want ErrMemberConflict", err)
+	}
+	c.waitMembers(l, []paxos.NodeID{1, 2, 3}, nil)
+}
+
+// TestTransferLeadership: the leader hands leadership to a caught-up voter
+// (Replica.TransferLeadership returns once this node follows it), the
+// cluster serves writes under the new leader with every earlier write in
+// place, and a transfer to a non-voter is refused as invalid.
+func TestTransferLeadership(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	to := paxos.NodeID(1 + l%3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[l].r.TransferLeadership(ctx, 9); !errors.Is(err, ErrMemberInvalid) {
+		t.Fatalf("a transfer to a non-member: %v, want ErrMemberInvalid", err)
+	}
+	if err := c.nodes[l].r.TransferLeadership(ctx, to); err != nil {
+		t.Fatalf("transfer %d -> %d: %v", l, to, err)
+	}
+	if s := c.nodes[l].r.Status(); s.Leader != to || s.Role == paxos.RoleLeader {
+		t.Fatalf("after the transfer node %d: role %v leader %d, want a follower of %d", l, s.Role, s.Leader, to)
+	}
+	deadline := time.Now().Add(memberChangeTimeout)
+	for c.nodes[to].r.Status().Role != paxos.RoleLeader {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d does not lead after the transfer: %+v", to, c.nodes[to].r.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.put("b", "2")
+	for k, v := range map[string]string{"a": "1", "b": "2"} {
+		if got := c.get(k); got != v {
+			t.Fatalf("after the transfer %s = %q, want %q", k, got, v)
+		}
+	}
+}

@@ -1,0 +1,301 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"synod/paxos"
+)
+
+// The leader's own writes, off the consensus loop.
+//
+// A leader's own acceptances (paxos Ready.OwnAccepted) need not be durable
+// before its Accepts leave, only before its vote counts (paxos ownvote.go).
+// So the consensus loop appends them to the acceptor log in Ready order,
+// like every other acceptance (the log is the order, so a later acceptance
+// of a slot always supersedes an earlier one on recovery), and hands the
+// persist barrier to the persister goroutine: the Accepts go out at once,
+// the leader's msync runs while the followers run theirs, and the consensus
+// loop keeps ticking, sending heartbeats and renewing leases however long
+// the msync takes. When the barrier returns, the persister arms the accel
+// plane's aggregator for those slots (accel_own.go) and wakes the consensus
+// loop, which reports the writes to paxos (OwnAcceptedDurable) and only
+// then counts the leader's vote.
+//
+// Everything else stays synchronous: a promise, and a follower's (or a
+// demoted leader's) acceptances, are persisted on the consensus loop before
+// the Ready's messages are sent; such a persist also makes every own write
+// appended before it durable, and reports it. pmem's Persist does not hold
+// the log while its barrier runs, so the consensus loop's appends never
+// wait behind the persister's msync.
+
+// ownRangesMax bounds the runs of own acceptances waiting for the
+// persister, and those persisted and waiting for the consensus loop. A run
+// is one leadership's contiguous slots, and consecutive Readys extend it,
+// so more than one or two means leadership changed repeatedly within one
+// persist; past the bound the consensus loop persists itself.
+const ownRangesMax = 64
+
+// ownRange is a run of the leader's own acceptances: slots first..last
+// under ballot b.
+type ownRange struct {
+	b           paxos.Ballot
+	first, last paxos.Slot
+}
+
+// ownWrites is the persister's state, shared by the consensus loop (queue,
+// takeDone) and the persister (take, finish).
+type ownWrites struct {
+	mu     sync.Mutex
+	queued []ownRange // appended to the log, no Persist covering them begun
+	done   []ownRange // durable, not yet reported to paxos
+	// kick wakes the persister, doneC the consensus loop (both cap 1:
+	// a pending wake-up covers everything queued since).
+	kick  chan struct{}
+	doneC chan struct{}
+}
+
+func (o *ownWrites) init() {
+	o.kick = make(chan struct{}, 1)
+	o.doneC = make(chan struct{}, 1)
+}
+
+// addRange appends rg to rs, extending the last run when rg continues it.
+func addRange(rs []ownRange, rg ownRange) []ownRange {
+	if n := len(rs); n > 0 && rs[n-1].b == rg.b && rs[n-1].last+1 == rg.first {
+		rs[n-1].last = rg.last
+		return rs
+	}
+	return append(rs, rg)
+}
+
+// queue hands rg (appended to the log) to the persister. It returns false,
+// queueing nothing, when the queue is full.
+func (o *ownWrites) queue(rg ownRange) bool {
+	o.mu.Lock()
+	q := addRange(o.queued, rg) // extends in place, or appends past len(o.queued)
+	ok := len(q) <= ownRangesMax
+	if ok {
+		o.queued = q
+	}
+	o.mu.Unlock()
+	if ok {
+		wake(o.kick)
+	}
+	return ok
+}
+
+// coveredBySync records that a Persist the consensus loop made covered
+// every queued run and rg (nil for none): they are durable. It returns
+// them.
+func (o *ownWrites) coveredBySync(rg *ownRange) []ownRange {
+	o.mu.Lock()
+	covered := o.queued
+	o.queued = nil
+	if rg != nil {
+		covered = addRange(covered, *rg)
+	}
+	for _, c := range covered {
+		o.done = addRange(o.done, c)
+	}
+	o.mu.Unlock()
+	if len(covered) > 0 {
+		wake(o.doneC)
+	}
+	return covered
+}
+
+// take hands the persister everything queued.
+func (o *ownWrites) take() []ownRange {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b := o.queued
+	o.queued = nil
+	return b
+}
+
+// finish records that batch is durable and wakes the consensus loop.
+func (o *ownWrites) finish(batch []ownRange) {
+	o.mu.Lock()
+	for _, rg := range batch {
+		o.done = addRange(o.done, rg)
+	}
+	o.mu.Unlock()
+	wake(o.doneC)
+}
+
+// takeDone hands the consensus loop every durable run not yet reported.
+func (o *ownWrites) takeDone() []ownRange {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.done
+	o.done = nil
+	return d
+}
+
+// pending reports whether runs wait for the persister.
+func (o *ownWrites) pending() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.queued) > 0
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// persistReady is step 1 of the Ready contract (consensus loop): the
+// promise and the acceptances answered in this Ready durable before any of
+// its messages leave; the leader's own acceptances appended and left to
+// the persister. It returns false, having done nothing durable after the
+// failed step, when the acceptor log is full (the caller retries the same
+// Ready later) or failed (the replica stops).
+func (r *Replica) persistReady(rd *paxos.Ready) bool {
+	if rd.Promised != nil {
+		if err := r.alog.SetPromised(*rd.Promised); err != nil {
+			r.die(fmt.Errorf("persisting the promised ballot: %w", err))
+			return false
+		}
+		if r.accel != nil {
+			r.accel.promisedDurable(*rd.Promised)
+		}
+	}
+	accepted := rd.Accepted
+	if r.accel != nil && len(accepted) > 0 {
+		accepted = r.accel.fast.notPersisted(accepted) // the fast path persisted these
+	}
+	own := rd.OwnAccepted
+	var rg *ownRange
+	if len(own) > 0 {
+		rg = &ownRange{b: own[0].Ballot, first: own[0].Slot, last: own[len(own)-1].Slot}
+	}
+	if len(accepted)+len(own) > 0 {
+		start := r.cfg.Now()
+		var err error
+		if len(accepted) > 0 {
+			err = r.alog.Append(accepted)
+		}
+		if err == nil && len(own) > 0 {
+			// After the answered ones: in Ready order.
+			err = r.alog.Append(own)
+		}
+		sync := len(accepted) > 0
+		if err == nil && !sync && rg != nil && !r.own.queue(*rg) {
+			sync = true // the persister's queue is full
+		}
+		if err == nil && sync {
+			r.persistDelay()
+			err = r.alog.Persist()
+			r.writeStageTook(wsPersist, r.cfg.Now().Sub(start), lastSlot(accepted, own))
+		}
+		if errors.Is(err, ErrLogFull) {
+			if !r.logFull.Load() {
+				r.log.Warn().Msg("acceptor log full: refusing writes until a snapshot lets it truncate")
+			}
+			r.logFull.Store(true)
+			r.metrics.LogFull.Inc()
+			r.requestSnapshot()
+			return false
+		}
+		if err != nil {
+			r.die(fmt.Errorf("persisting accepted entries: %w", err))
+			return false
+		}
+		if sync {
+			// That Persist covered every own write appended before it.
+			if covered := r.own.coveredBySync(rg); r.accel != nil && len(covered) > 0 {
+				r.accel.ownDurable(covered)
+			}
+		}
+	}
+	if len(rd.Accepted)+len(own) > 0 {
+		r.checkLogUsage()
+	}
+	if r.logFull.Load() {
+		r.logFull.Store(false)
+		r.log.Info().Msg("acceptor log has room again")
+	}
+	return true
+}
+
+func lastSlot(a, b []paxos.Entry) paxos.Slot {
+	if len(b) > 0 {
+		return b[len(b)-1].Slot
+	}
+	if len(a) > 0 {
+		return a[len(a)-1].Slot
+	}
+	return 0
+}
+
+// persistLoop runs the persister: one Persist for everything queued since
+// the last one.
+func (r *Replica) persistLoop() {
+	defer r.loopsWG.Done()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.own.kick:
+		}
+		r.persistOwn()
+	}
+}
+
+// persistOwn persists the leader's own writes queued so far and hands them
+// back (persister; the simulator calls it as one step). It reports whether
+// there was anything to persist.
+func (r *Replica) persistOwn() bool {
+	batch := r.own.take()
+	if len(batch) == 0 {
+		return false
+	}
+	start := r.cfg.Now()
+	r.persistDelay()
+	err := r.alog.Persist()
+	r.writeStageTook(wsPersist, r.cfg.Now().Sub(start), batch[len(batch)-1].last)
+	if err != nil {
+		r.die(fmt.Errorf("persisting the leader's own entries: %w", err))
+		return true
+	}
+	if r.accel != nil {
+		r.accel.ownDurable(batch) // the plane counts the leader's vote from now on
+	}
+	r.own.finish(batch)
+	return true
+}
+
+// reportOwn tells paxos which of the leader's own writes are durable
+// (consensus loop, on the persister's wake-up).
+func (r *Replica) reportOwn() {
+	for _, rg := range r.own.takeDone() {
+		r.node.OwnAcceptedDurable(rg.b, rg.first, rg.last)
+	}
+}
+
+// persistDelay serves a fault-injected slow persist (Faults.DelayNextPersist)
+// before the barrier of the next persist, whichever path makes it. The
+// simulator has its own model of slow persists and ignores it.
+func (r *Replica) persistDelay() {
+	if d := r.faults.takePersistDelay(); d > 0 && !r.cfg.simulated {
+		r.log.Warn().Dur("delay", d).Msg("fault injection: delaying this persist")
+		time.Sleep(d)
+	}
+}
+
+// allAccepted is every entry rd hands over for the acceptor log, in Ready
+// order: the answered acceptances, then the leader's own.
+func allAccepted(rd *paxos.Ready) []paxos.Entry {
+	switch {
+	case len(rd.OwnAccepted) == 0:
+		return rd.Accepted
+	case len(rd.Accepted) == 0:
+		return rd.OwnAccepted
+	}
+	return append(append(make([]paxos.Entry, 0, len(rd.Accepted)+len(rd.OwnAccepted)), rd.Accepted...), rd.OwnAccepted...)
+}
