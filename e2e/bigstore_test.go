@@ -105,27 +105,22 @@ func bigDataDir(t *testing.T) string {
 	return t.TempDir()
 }
 
-// stopFollower stops f with SIGTERM (a clean stop: its state machine is
-// flushed, so it restarts with few log entries above its applied slot).
-// Known liveness gap, not of snapshot transfers but of the full-log stall
-// (kv/replica/consensus.go): a follower whose acceptor log is full of
-// entries above its applied slot, accepted under a ballot that is no
-// longer the leader's, cannot persist anything (not even a promise), so
-// its Ready stalls and it never installs the snapshot it is offered and
-// fetches. A SIGKILL (more entries above the flushed state) makes that
-// likelier; it is left for its own fix.
+// stopFollower stops f with SIGKILL: it restarts with whatever its log
+// held above its flushed state. Such a follower's acceptor log may fill
+// with entries it cannot commit while it fetches a snapshot; it drops the
+// Accepts it has no room for rather than stalling on the full log
+// (kv/replica/accept_admission.go), so it still installs the snapshot it
+// fetched (before that fix this test stopped followers with SIGTERM).
 func stopFollower(t *testing.T, c *cluster, f *node) {
 	t.Helper()
-	if err := c.term(f); err != nil {
-		t.Fatal(err)
-	}
+	c.kill(f)
 }
 
 func bigKey(k int64) []byte { return []byte(fmt.Sprintf("big/%09d", k)) }
 
 // TestBigStoreSnapshots: three kvnodes with 32 MiB acceptor logs load
 // bigLiveBytes of values under unique keys. A follower is stopped halfway
-// (SIGTERM: see stopFollower) and restarted at the end: it can catch up only by snapshot (the leader
+// (SIGKILL: see stopFollower) and restarted at the end: it can catch up only by snapshot (the leader
 // compacted its log far past it), streamed and staged chunk by chunk. It
 // is stopped again, misses bigMidBytes of writes, and restarts; once it has
 // staged bigKillAfterBytes of the next transfer the leader is killed, so
@@ -203,9 +198,8 @@ func TestBigStoreSnapshots(t *testing.T) {
 	// 3. f misses more than a log's worth of writes again; it restarts
 	// and, in the middle of its transfer, the leader is killed; then a
 	// few writes under the new leader. No writes run during f's
-	// transfers: see stopFollower for the liveness gap that a follower
-	// whose log fills with entries it cannot commit while it fetches
-	// still has.
+	// transfers (writing into a fetching follower's full log is
+	// kv/replica's TestFullLogFollowerCatchesUp).
 	// The other follower, g, drops f's traffic until the kill, so that f
 	// hears only from the leader, which then serves its transfer (a
 	// restarted node is otherwise offered a snapshot by whoever answers

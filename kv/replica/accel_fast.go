@@ -283,6 +283,9 @@ func (r *Replica) stepInbound(m paxos.Message) {
 	if r.accel != nil {
 		r.accel.stepMirrors(&m)
 	}
+	if !r.admitAccept(&m) {
+		return // no room in the acceptor log: as if lost (accept_admission.go)
+	}
 	r.step(m)
 }
 

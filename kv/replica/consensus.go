@@ -336,6 +336,7 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 	if !r.persistReady(rd) {
 		return false
 	}
+	r.admittedPersisted() // accept_admission.go
 	// The peer tables follow membership changes before anything is sent
 	// to a new member (members.go).
 	r.noteConfChanges(rd)
@@ -472,7 +473,16 @@ func (r *Replica) compacted(slot, durable paxos.Slot) {
 	// paxos's applied slot; the state served later is at or above it.
 	slot = min(slot, st.Applied)
 	if slot+1 <= st.FirstSlot {
-		return // nothing more to compact
+		// Nothing more to compact in paxos, but the acceptor log may
+		// still hold records below an installed snapshot (InstallSnapshot
+		// moved FirstSlot; accept_admission.go): release them.
+		if t := min(slot, durable) + 1; r.alog.TruncatedBelow() < t {
+			if err := r.alog.TruncateBelow(t); err != nil {
+				r.log.Warn().Err(err).Uint64("slot", uint64(slot)).Msg("truncating the acceptor log")
+			}
+			r.metrics.setLogUsage(r.alog.Usage())
+		}
+		return
 	}
 	// While a Ready is stalled on a full log, paxos is left alone (it is
 	// between Ready and Advance); only the acceptor log truncates.

@@ -57,6 +57,11 @@
 // logSnapshotUsedPercent of the log in use, a snapshot is requested; a full
 // log stalls the Ready (writes are refused with UNAVAILABLE) until a
 // snapshot lets the log truncate, and the same Ready is then retried.
+// An inbound Accept is stepped only when the log has room for its entries
+// (accept_admission.go); one that does not fit is dropped, as if lost, so
+// a follower whose log fills with entries it cannot commit yet keeps
+// taking heartbeats, promises and its snapshot install instead of
+// stalling (TestFullLogFollowerCatchesUp).
 // New refuses a state machine that has applied less than the log's
 // truncation point (ErrStateBehindLog): those slots are nowhere on this
 // node, and starting would let it answer Prepares with holes for chosen

@@ -182,6 +182,10 @@ type Replica struct {
 
 	clk  loopClock // the node's clock (clock.go)
 	loop loopState // consensus loop only
+
+	// admit bounds the accepts stepped to the log's room (consensus loop
+	// only; accept_admission.go).
+	admit acceptAdmission
 	// timeline stamps the slots this node proposes (stages.go;
 	// consensus loop only); stallAfter is the stall threshold (0: off).
 	timeline   timeline
