@@ -197,6 +197,10 @@ func (s countingSM) Snapshot() (io.ReadCloser, uint64, error) {
 // apply loop whatever the store's size (snapshot_compact.go); a stream is
 // opened only to serve a lagging peer, which the same counter sees (the
 // check can fail).
+// compactionWait bounds how long a test waits for a compaction whose
+// Pebble flush runs in the background.
+const compactionWait = 20 * time.Second
+
 func TestCompactionReadsNoState(t *testing.T) {
 	streams := map[paxos.NodeID]*atomic.Int64{1: {}, 2: {}, 3: {}}
 	c := newTestClusterWith(t, func(c *testCluster) {
@@ -214,8 +218,18 @@ func TestCompactionReadsNoState(t *testing.T) {
 	}
 	for id, n := range c.nodes {
 		c.waitApplied(id, c.nodes[c.leader()].r.Applied())
-		if counterValue(n.r.metrics.Snapshots) == 0 || n.r.Status().FirstSlot <= 1 {
-			t.Fatalf("node %d took no snapshot or did not compact (first slot %d)", id, n.r.Status().FirstSlot)
+		// Compaction finishes after an asynchronous Pebble flush
+		// (snapshot_compact.go), so it is awaited, not sampled once.
+		compactedNode := func() bool {
+			return counterValue(n.r.metrics.Snapshots) > 0 && n.r.Status().FirstSlot > 1
+		}
+		deadline := time.Now().Add(compactionWait)
+		for !compactedNode() {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d took no snapshot or did not compact within %v (snapshots %v, first slot %d)",
+					id, compactionWait, counterValue(n.r.metrics.Snapshots), n.r.Status().FirstSlot)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	if n := total(); n != 0 {
