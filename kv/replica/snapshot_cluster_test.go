@@ -150,21 +150,25 @@ func TestSnapshotTransferMetrics(t *testing.T) {
 	leader, f := laggingFollower(c, 80, 500)
 	c.start(f)
 	c.checkCaughtUp(leader, f, 80, 500)
+	// Both ends count a transfer when their own goroutine finishes it,
+	// which may be just after the follower's applied slot caught up: the
+	// counts are awaited, not sampled once.
+	fm := &c.nodes[f].r.metrics.Snap
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var sentOK float64
 		for _, n := range c.nodes {
 			sentOK += counterValue(n.r.metrics.Snap.Transfers.WithLabelValues(dirSent, resultOK))
 		}
-		if sentOK > 0 {
+		receivedOK := counterValue(fm.Transfers.WithLabelValues(dirReceived, resultOK))
+		if sentOK > 0 && receivedOK > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no transfer was counted sent")
+			t.Fatalf("transfers counted ok: sent %v, received %v; want both > 0", sentOK, receivedOK)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	fm := &c.nodes[f].r.metrics.Snap
 	if got := counterValue(fm.ReceivedBytes); got < 80*500 {
 		t.Fatalf("received %v snapshot bytes, want at least the %d bytes of values", got, 80*500)
 	}
