@@ -1,10 +1,7 @@
 package replica
 
 import (
-	"fmt"
-	"net/netip"
 	"testing"
-	"time"
 
 	"synod/paxos"
 )
@@ -13,31 +10,8 @@ import (
 // b) to drive its accel aggregator wiring directly.
 func newAccelLeader(t *testing.T, b paxos.Ballot) *Replica {
 	t.Helper()
-	var peers []Peer
-	for i := 1; i <= 3; i++ {
-		peers = append(peers, Peer{ID: paxos.NodeID(i), ConsensusAddr: netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", 7100+i))})
-	}
-	r := &Replica{
-		cfg: Config{ID: 1, ClusterID: 9, Peers: peers, Tick: time.Millisecond, ElectionTicks: 100, HeartbeatTicks: 10,
-			Accel: &AccelConfig{}, Now: time.Now},
-		outbound: make(chan []outMsg, 16),
-		metrics:  NewMetrics(nil),
-	}
-	book := &peerBook{byID: map[paxos.NodeID]Peer{}}
-	for _, p := range peers {
-		book.byID[p.ID] = p
-	}
-	r.book.Store(book)
-	r.alog = &orderLog{outbound: r.outbound}
-	st := paxos.Status{ID: 1, Role: paxos.RoleLeader, Ballot: b, Promised: b, Leader: 1, Members: []paxos.NodeID{1, 2, 3}}
-	r.status.Store(&st)
-	a, err := newAccelMirror(r, []paxos.NodeID{1, 2, 3}, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.accel = a
-	a.registers(&st)
-	t.Cleanup(func() { a.close() })
+	r, _ := newAccelTestReplica(t, 1, paxos.Status{ID: 1, Role: paxos.RoleLeader, Ballot: b, Promised: b, Leader: 1, Members: []paxos.NodeID{1, 2, 3}}, b)
+	t.Cleanup(func() { r.accel.close() })
 	return r
 }
 

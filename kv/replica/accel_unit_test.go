@@ -52,16 +52,17 @@ func (l *orderLog) Usage() (int64, int64)          { return 0, 1 << 20 }
 func (l *orderLog) Mode() string                   { return "memory" }
 func (l *orderLog) Close() error                   { return nil }
 
-// newFastPathReplica builds just enough of a follower (node 2 of 3) to drive
-// its accel wiring directly, with the fast path open at ballot b.
-func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
+// newAccelTestReplica builds just enough of node id of a 3-node cluster,
+// with status st, to drive its accel wiring directly: a peer book, an
+// orderLog for its acceptor log, and an accel mirror at ballot b.
+func newAccelTestReplica(t *testing.T, id paxos.NodeID, st paxos.Status, b paxos.Ballot) (*Replica, *orderLog) {
 	t.Helper()
 	var peers []Peer
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, Peer{ID: paxos.NodeID(i), ConsensusAddr: netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", 7000+i))})
 	}
 	r := &Replica{
-		cfg: Config{ID: 2, ClusterID: 9, Peers: peers, Tick: time.Millisecond, ElectionTicks: 100, HeartbeatTicks: 10,
+		cfg: Config{ID: id, ClusterID: 9, Peers: peers, Tick: time.Millisecond, ElectionTicks: 100, HeartbeatTicks: 10,
 			Accel: &AccelConfig{}, Now: time.Now},
 		outbound: make(chan []outMsg, 16),
 		metrics:  NewMetrics(nil),
@@ -73,7 +74,6 @@ func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
 	r.book.Store(book)
 	log := &orderLog{outbound: r.outbound}
 	r.alog = log
-	st := paxos.Status{ID: 2, Role: paxos.RoleFollower, Promised: b, Leader: b.Node}
 	r.status.Store(&st)
 	a, err := newAccelMirror(r, []paxos.NodeID{1, 2, 3}, b)
 	if err != nil {
@@ -82,6 +82,13 @@ func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
 	r.accel = a
 	a.registers(&st)
 	return r, log
+}
+
+// newFastPathReplica builds just enough of a follower (node 2 of 3) to drive
+// its accel wiring directly, with the fast path open at ballot b.
+func newFastPathReplica(t *testing.T, b paxos.Ballot) (*Replica, *orderLog) {
+	t.Helper()
+	return newAccelTestReplica(t, 2, paxos.Status{ID: 2, Role: paxos.RoleFollower, Promised: b, Leader: b.Node}, b)
 }
 
 func acceptMsg(b paxos.Ballot, first paxos.Slot, n int) paxos.Message {
