@@ -32,19 +32,24 @@ func devPortsFree(base int) bool {
 	return true
 }
 
+// devBasePort picks a free block of loopback ports for `kvnode --dev
+// --dev-port` (devPortsFree), trying up to 50 random bases.
+func devBasePort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		if b := portPickMin + rand.IntN(10000); devPortsFree(b) {
+			return b
+		}
+	}
+	t.Fatal("no free port block for the dev cluster")
+	return 0
+}
+
 // TestDevMode runs the README's main job, `kvnode --dev`: it prints how to
 // connect, the printed endpoints and token work, and Ctrl-C (SIGINT) stops
 // the cluster and removes its temporary data.
 func TestDevMode(t *testing.T) {
-	base := 0
-	for i := 0; i < 50 && base == 0; i++ {
-		if b := portPickMin + rand.IntN(10000); devPortsFree(b) {
-			base = b
-		}
-	}
-	if base == 0 {
-		t.Fatal("no free port block for the dev cluster")
-	}
+	base := devBasePort(t)
 	cmd := exec.Command(kvnodeBin, "--dev", "--dev-port", fmt.Sprint(base))
 	out, err := cmd.StdoutPipe()
 	if err != nil {

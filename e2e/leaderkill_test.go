@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -151,19 +152,9 @@ func leaderKillWorkload(t *testing.T, c *cluster, lk leaderKills) leaderKillRun 
 		nl := c.leader(l)
 		// A new leader serves writes (recorded in the history too).
 		in := kvmodel.Input{Put: true, Key: fmt.Sprintf("probe%d", round), Value: "p"}
-		ok := false
-		for i := 0; i < killProbeAttempts && !ok; i++ {
-			ctx, cancel := ctxTimeout(killOpTimeout)
-			call := h.now()
-			err := probe.Put(ctx, []byte(in.Key), []byte(in.Value))
-			cancel()
-			if err == nil {
-				h.add(killWorkers, in, call, h.now(), kvmodel.Output{})
-				ok = true
-			} else {
-				h.add(killWorkers, in, call, pendingReturn, kvmodel.Output{})
-			}
-		}
+		ok := probeWrite(h, in, func(ctx context.Context) error {
+			return probe.Put(ctx, []byte(in.Key), []byte(in.Value))
+		})
 		if !ok {
 			t.Fatalf("round %d: no write succeeded after killing node %d (new leader %d)", round, l.id, nl.id)
 		}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"math"
 	"os"
 	"sync"
@@ -53,4 +54,23 @@ func (h *history) visualize(timeout time.Duration) (string, error) {
 	}
 	defer f.Close()
 	return f.Name(), porcupine.Visualize(kvmodel.Model, info, f)
+}
+
+// probeWrite sends the write in through put up to killProbeAttempts times
+// (each bounded by killOpTimeout), recording every try in h as client
+// killWorkers: an acknowledged one with its return, a failed one as
+// pending (its outcome is unknown). It reports whether one was acknowledged.
+func probeWrite(h *history, in kvmodel.Input, put func(ctx context.Context) error) bool {
+	for i := 0; i < killProbeAttempts; i++ {
+		ctx, cancel := ctxTimeout(killOpTimeout)
+		call := h.now()
+		err := put(ctx)
+		cancel()
+		if err == nil {
+			h.add(killWorkers, in, call, h.now(), kvmodel.Output{})
+			return true
+		}
+		h.add(killWorkers, in, call, pendingReturn, kvmodel.Output{})
+	}
+	return false
 }

@@ -519,19 +519,9 @@ func TestRESPLeaderKillLinearizable(t *testing.T) {
 		kills++
 		nl := c.leader(l)
 		in := kvmodel.Input{Put: true, Key: fmt.Sprintf("probe%d", round), Value: "p"}
-		ok := false
-		for i := 0; i < killProbeAttempts && !ok; i++ {
-			ctx, cancel := ctxTimeout(killOpTimeout)
-			call := h.now()
-			err := probe.Set(ctx, in.Key, in.Value, 0).Err()
-			cancel()
-			if err == nil {
-				h.add(killWorkers, in, call, h.now(), kvmodel.Output{})
-				ok = true
-			} else {
-				h.add(killWorkers, in, call, pendingReturn, kvmodel.Output{})
-			}
-		}
+		ok := probeWrite(h, in, func(ctx context.Context) error {
+			return probe.Set(ctx, in.Key, in.Value, 0).Err()
+		})
 		if !ok {
 			t.Fatalf("round %d: no RESP write succeeded after killing node %d (new leader %d)", round, l.id, nl.id)
 		}
@@ -612,15 +602,7 @@ func needRedisTool(t testing.TB, name string) string {
 // commands against a follower.
 func TestRESPRedisCLI(t *testing.T) {
 	cli := needRedisTool(t, "redis-cli")
-	base := 0
-	for i := 0; i < 50 && base == 0; i++ {
-		if b := portPickMin + rand.IntN(10000); devPortsFree(b) {
-			base = b
-		}
-	}
-	if base == 0 {
-		t.Fatal("no free port block for the dev cluster")
-	}
+	base := devBasePort(t)
 	cmd := exec.Command(kvnodeBin, "--dev", "--dev-port", fmt.Sprint(base))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
