@@ -11,7 +11,10 @@
 // ElectionTicks (and holds no lease for another node) does it run phase 1.
 // This keeps a node that rejoins after a partition from deposing a healthy
 // leader. A leader that has not heard from a majority within ElectionTicks
-// steps down (check quorum).
+// steps down (check quorum). Both timers count time the node ran, not the
+// ticks a stalled caller owes it in one Elapse: a node judges its peers
+// silent only after it stepped what they sent (see Elapse); leases, which
+// are safety, follow every tick.
 //
 // Phase 1 runs once for every undecided slot: MsgPrepare from the
 // candidate's commit index + 1 upward. A MsgPromise reports the acceptor's

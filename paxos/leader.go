@@ -347,7 +347,9 @@ func (n *Node) logRangeBytes(lo, hi Slot, bytesMax int) []Entry {
 	return out
 }
 
-func (n *Node) tickLeader(k int) {
+// tickLeader runs the leader's timers: k ticks passed, of which the
+// check-quorum window counts liveness (Elapse says why they differ).
+func (n *Node) tickLeader(k, liveness int) {
 	l := n.lead
 	l.hbElapsed += k
 	if l.hbElapsed >= n.cfg.HeartbeatTicks {
@@ -355,7 +357,7 @@ func (n *Node) tickLeader(k int) {
 		n.broadcastHeartbeat()
 		n.retransmit()
 	}
-	l.checkElapsed += k
+	l.checkElapsed += liveness
 	if l.checkElapsed >= n.cfg.ElectionTicks {
 		l.checkElapsed = 0
 		members := n.conf.latest()

@@ -494,9 +494,9 @@ func TestRoundJumpBounded(t *testing.T) {
 }
 
 // TestElapseFiresEachTimerOnce: Elapse(k) moves the clock by k (leases
-// expire as for k ticks) but sends one heartbeat round and judges
-// check-quorum once, with the activity seen before the stretch, so a
-// leader whose loop stalled keeps leading when its peers were active.
+// expire as for k ticks) but sends one heartbeat round and counts at most
+// LivenessTicksPerElapseMax toward check quorum, so a leader whose loop
+// stalled keeps leading; cut off for real, it still steps down.
 func TestElapseFiresEachTimerOnce(t *testing.T) {
 	nw := newNetwork(t, 3)
 	l := nw.elect()
@@ -527,10 +527,88 @@ func TestElapseFiresEachTimerOnce(t *testing.T) {
 		t.Fatalf("%d heartbeats after the stretch, want one round (%d)", heartbeats, len(nw.ids)-1)
 	}
 	n.Advance(rd)
-	// Cut off for real: the next check (with no answers) steps down.
+	// Cut off for real: a loop that keeps stalling for whole election
+	// timeouts still steps down, after at most one check window counted
+	// at the capped rate (plus the window already begun).
 	nw.isolate(l)
-	n.Elapse(n.cfg.ElectionTicks)
-	if n.Status().Role == RoleLeader {
-		t.Fatal("a leader that heard from nobody for an election timeout kept leading")
+	calls, bound := 0, 2*n.cfg.ElectionTicks/LivenessTicksPerElapseMax(n.cfg)+1
+	for n.Status().Role == RoleLeader && calls < bound {
+		n.Elapse(n.cfg.ElectionTicks)
+		calls++
 	}
+	if n.Status().Role == RoleLeader {
+		t.Fatalf("a leader that heard from nobody for %d stalls of an election timeout kept leading", calls)
+	}
+	if calls == 1 {
+		t.Fatal("one stretch decided check quorum: the stall itself was judged")
+	}
+}
+
+// TestElapseStallIsNotSilence: a leader's and a follower's loops each stall
+// for several election timeouts while the other side kept sending (the
+// answers wait in the queue). Stepping them after the stall keeps the
+// leader leading and the follower following: neither judges its peers by
+// time it did not run.
+func TestElapseStallIsNotSilence(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.tick(1)
+	ballot := nw.nodes[l].Status().Promised
+	for _, id := range nw.ids {
+		n := nw.nodes[id]
+		// The stretch just past a check window or an election timeout,
+		// wherever the node's timers stood.
+		n.Elapse(3 * n.cfg.ElectionTicks)
+		if id == l && n.Status().Role != RoleLeader {
+			t.Fatalf("leader %d stepped down on its own stall", id)
+		}
+		for _, m := range n.Ready().Messages {
+			if m.Type == MsgPreCheck || m.Type == MsgPrepare {
+				t.Fatalf("node %d campaigned on its own stall: %v", id, m.Type)
+			}
+		}
+		n.Advance(n.Ready())
+	}
+	nw.settle()
+	for range 3 * nw.nodes[l].cfg.ElectionTicks {
+		nw.tick(1)
+	}
+	if got := nw.nodes[l].Status(); got.Role != RoleLeader || got.Promised != ballot {
+		t.Fatalf("after the stalls: leader %d is %v at %v, want leader at %v", l, got.Role, got.Promised, ballot)
+	}
+}
+
+// TestElapseStarvedFollowerStillCampaigns: liveness under constant
+// starvation. The leader is gone and a follower's loop only ever runs
+// after a stall of half an election timeout; it still campaigns, within
+// the bound Elapse's contract gives (ElectionTimeout counted at the capped
+// rate).
+func TestElapseStarvedFollowerStillCampaigns(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.tick(1)
+	nw.crash(l)
+	var f NodeID
+	for _, id := range nw.ids {
+		if id != l {
+			f = id
+			break
+		}
+	}
+	n := nw.nodes[f]
+	gap := n.cfg.ElectionTicks / 2
+	// The randomized timeout is below 2*ElectionTicks; each call counts
+	// LivenessTicksPerElapseMax of it.
+	bound := 2*n.cfg.ElectionTicks/LivenessTicksPerElapseMax(n.cfg) + 1
+	for calls := 0; calls < bound; calls++ {
+		n.Elapse(gap)
+		rd := n.Ready()
+		for _, m := range rd.Messages {
+			if m.Type == MsgPreCheck {
+				return
+			}
+		}
+		n.Advance(rd)
+	}
+	t.Fatalf("a starved follower with a dead leader did not campaign within %d stalls of %d ticks", bound, gap)
 }

@@ -369,7 +369,7 @@ func (n *Node) Tick() {
 	n.now++
 	switch n.role {
 	case RoleLeader:
-		n.tickLeader(1)
+		n.tickLeader(1, 1)
 	default:
 		n.tickElection(1)
 	}
@@ -377,26 +377,49 @@ func (n *Node) Tick() {
 }
 
 // Elapse advances the clock by k ticks at once, as a runtime does when its
-// loop was stalled (k ticks are owed). The clock, and with it every lease,
-// moves by k; each timer fires at most once for the whole stretch: one
-// heartbeat round, one check-quorum, one election timeout. A stall of the
-// node itself is no evidence that it lost its peers: their answers are
-// probably waiting in its queue, so the check-quorum that ends the stretch
-// judges the activity seen before it, and the next one (ElectionTicks
-// later) judges what arrives now. Elapse(1) is Tick.
+// loop was stalled (k ticks are owed). Elapse(1) is Tick.
+//
+// Two kinds of time, on purpose:
+//
+//   - The clock, and with it every lease decision, moves by all k ticks:
+//     leases are safety and must follow real time (see "Which clock each
+//     lease decision uses" in the package doc).
+//   - The liveness timers (the election countdown, the leader's
+//     check-quorum window, a hand-over's resends) count at most
+//     LivenessTicksPerElapseMax(cfg) of the k. A node that did not run for
+//     k ticks has no evidence that its peers went silent: their messages
+//     are waiting in its queue, unstepped. Its timers resume where they
+//     were, and the node judges its peers only after it has run long
+//     enough to step what they sent. (A check-quorum that judged the
+//     stretch itself made a leader whose loop stalled ~100 ms under a
+//     GC-heavy scan flood step down although both followers were acking:
+//     an election storm on a healthy cluster.) The heartbeat timer fires
+//     at most once for the stretch, at once: followers need to hear from a
+//     resumed leader soon.
+//
+// Timers still fire under constant starvation: each Elapse advances them
+// by at least one tick, so a loop that runs at all times out a dead peer,
+// later by at most the ratio of its gap to the cap.
 func (n *Node) Elapse(k int) {
 	if k <= 0 {
 		return
 	}
 	n.now += int64(k)
+	lk := min(k, LivenessTicksPerElapseMax(n.cfg))
 	switch n.role {
 	case RoleLeader:
-		n.tickLeader(k)
+		n.tickLeader(k, lk)
 	default:
-		n.tickElection(k)
+		n.tickElection(lk)
 	}
-	n.tickTransfer(k)
+	n.tickTransfer(lk)
 }
+
+// LivenessTicksPerElapseMax is how many ticks of one Elapse the liveness
+// timers count: half a heartbeat period (at least one), so the routine
+// gaps of a busy loop (a few ticks) count in full and a stall counts as a
+// fraction of the heartbeat period.
+func LivenessTicksPerElapseMax(cfg Config) int { return max(1, cfg.HeartbeatTicks/2) }
 
 // Campaign starts an election now: the pre-check round, then phase 1 if a
 // majority agrees. It is how an outside election timer (ExternalElection)

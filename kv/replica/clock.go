@@ -35,6 +35,11 @@ type loopClock struct {
 	now       func() time.Time
 	period    time.Duration
 	delivered uint64 // ticks given to the node (consensus loop only); <= ticks due
+	// lastGapTicks and lastGapAt describe the latest delivery of more than
+	// gapLoggedTicksMin owed ticks at once (a loop that did not run for
+	// that long): how many, and the tick it ended at. Consensus loop only;
+	// the role-change log reports them (consensus.go).
+	lastGapTicks, lastGapAt uint64
 	// alive is when (ns since epoch) the consensus loop last began an
 	// iteration; other goroutines read it to tell a wedged loop.
 	alive atomic.Int64
@@ -73,15 +78,24 @@ func (r *Replica) syncClock() uint64 {
 // deliverTicks gives the node every tick owed up to now and returns the
 // current tick (consensus loop only; the ticker case calls it directly).
 //
-// Owed ticks go in one Elapse: the clock moves by all of them, each timer
-// fires at most once (a loop stalled for seconds would otherwise send a
-// burst of heartbeat rounds, and judge check-quorum several times before
-// stepping the answers that wait in its queue).
+// Owed ticks go in one Elapse: the clock (and every lease) moves by all of
+// them, the heartbeat timer fires at most once, and the liveness timers
+// (election, check quorum) count only a few of them (paxos Elapse), so a
+// loop that stalled steps the answers waiting in its queue before it
+// judges its peers silent.
 func (r *Replica) deliverTicks() uint64 {
 	due := r.clk.due()
 	if due > r.clk.delivered {
-		r.node.Elapse(int(min(due-r.clk.delivered, math.MaxInt32)))
+		owed := due - r.clk.delivered
+		if owed >= gapLoggedTicksMin {
+			r.clk.lastGapTicks, r.clk.lastGapAt = owed, due
+		}
+		r.node.Elapse(int(min(owed, math.MaxInt32)))
 		r.clk.delivered = due
 	}
 	return due
 }
+
+// gapLoggedTicksMin is the shortest loop gap (ticks owed at once) the
+// role-change log reports as the node's latest stall.
+const gapLoggedTicksMin = 10

@@ -234,6 +234,15 @@ func (r *Replica) consensusInput(in consensusInput) {
 		ls.lastLeader = s.Leader
 	}
 	if s.Role != ls.lastRole {
+		// Why a node's role changed is what an operator asks first after
+		// an unexpected election: a higher ballot seen (Promised beyond
+		// the node's own) or a timer (check quorum, election timeout),
+		// and whether the node's own loop had just stalled.
+		r.log.Info().Str("from", ls.lastRole.String()).Str("to", s.Role.String()).
+			Uint64("promised_round", s.Promised.Round).Uint64("promised_node", uint64(s.Promised.Node)).
+			Uint64("last_stall_ticks", r.clk.lastGapTicks).
+			Uint64("ticks_since_stall", r.clk.delivered-r.clk.lastGapAt).
+			Msg("role changed")
 		if ls.lastRole == paxos.RoleLeader {
 			// Proposals in flight may or may not commit under the
 			// next leader: their writers learn "unknown outcome".
