@@ -101,6 +101,11 @@ func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error
 		case errors.Is(err, paxos.ErrTransferring), errors.Is(err, paxos.ErrConfChangeBusy):
 			err = fmt.Errorf("%w: %v", ErrMemberConflict, err)
 		}
+		// Publish the status now, not at the end of this loop input: the
+		// waiter below reads "leader, transferring nobody" as an aborted
+		// hand-over, and must never see the status from before it began.
+		s := r.node.Status()
+		r.status.Store(&s)
 		done <- err
 	}); err != nil {
 		return err
