@@ -209,6 +209,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 	case inControl:
 		r.syncClock()
 		in.fn()
+		if testingDelayAfterControl > 0 {
+			time.Sleep(testingDelayAfterControl)
+		}
 	case inOwnDurable:
 		r.syncClock()
 		r.reportOwn()

@@ -239,3 +239,38 @@ func TestTransferLeadership(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferLeadershipRoundTrips: leadership handed back and forth many
+// times, each TransferLeadership returning nil. Its waiter reads "leader,
+// transferring nobody" as an aborted hand-over; before the status was
+// published with the start of the transfer, it sometimes read the status
+// from before the transfer began and answered CONFLICT for a transfer
+// that went through (seen in CI as kvctl transfer-leadership failing);
+// with the window widened, the old waiter fails the first transfer.
+func TestTransferLeadershipRoundTrips(t *testing.T) {
+	// The window is a few microseconds in-process; widen it so the old
+	// waiter fails every time.
+	testingDelayAfterControl = 20 * time.Millisecond
+	t.Cleanup(func() { testingDelayAfterControl = 0 })
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	const transfers = 12
+	for i := range transfers {
+		l := c.leader()
+		to := paxos.NodeID(1 + l%3)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.nodes[l].r.TransferLeadership(ctx, to)
+		cancel()
+		if err != nil {
+			t.Fatalf("transfer %d of %d, %d -> %d: %v", i+1, transfers, l, to, err)
+		}
+		deadline := time.Now().Add(memberChangeTimeout)
+		for c.nodes[to].r.Status().Role != paxos.RoleLeader {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d does not lead after transfer %d", to, i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c.put("b", "2")
+}

@@ -1,5 +1,7 @@
 package replica
 
+import "time"
+
 // Planted bugs. Each is off unless a test (or a kvnode built with the
 // synod_plant build tag, see cmd/kvnode/plant.go) turns it on before any
 // Replica starts; the tests that turn one on show that a check catches the
@@ -22,3 +24,10 @@ var (
 	// loop has reached it.
 	TestingReadBeforeApplied bool
 )
+
+// testingDelayAfterControl, set by a test, makes the consensus loop sleep
+// after running a control function and before it publishes the status:
+// it widens the window in which a caller that got its answer from the
+// function still sees the status from before it (TransferLeadership's
+// waiter must not be fooled by it).
+var testingDelayAfterControl time.Duration
