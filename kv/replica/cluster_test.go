@@ -462,8 +462,15 @@ func TestSnapshotCatchUp(t *testing.T) {
 	for i := 0; i < 120; i++ {
 		c.put(fmt.Sprintf("s%03d", i), "v")
 	}
-	if n := counterValue(c.nodes[l].r.metrics.Snapshots); n == 0 {
-		t.Fatal("the leader took no snapshot")
+	// A compaction is counted when its Pebble flush, which runs in the
+	// background, finishes (snapshot_compact.go): awaited, not sampled
+	// once (the sample failed in CI on a loaded machine).
+	deadline := time.Now().Add(compactionWait)
+	for counterValue(c.nodes[l].r.metrics.Snapshots) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader took no snapshot within %v", compactionWait)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	c.start(f)
 	c.waitApplied(f, c.nodes[c.leader()].r.Applied())
