@@ -364,17 +364,8 @@ func (n *Node) noteKnown(e *Entry) {
 	}
 }
 
-// Tick advances the node's logical clock by one tick.
-func (n *Node) Tick() {
-	n.now++
-	switch n.role {
-	case RoleLeader:
-		n.tickLeader(1, 1)
-	default:
-		n.tickElection(1)
-	}
-	n.tickTransfer(1)
-}
+// Tick advances the node's logical clock by one tick: Elapse(1).
+func (n *Node) Tick() { n.Elapse(1) }
 
 // Elapse advances the clock by k ticks at once, as a runtime does when its
 // loop was stalled (k ticks are owed). Elapse(1) is Tick.
