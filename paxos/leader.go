@@ -11,6 +11,9 @@ const (
 	// inflightSlotsMax bounds the slots the leader has sent Accepts for
 	// beyond its commit index (the phase 2 pipeline window).
 	inflightSlotsMax = 1024
+	// InflightSlotsMax is inflightSlotsMax, for callers that size what
+	// a full pipeline takes.
+	InflightSlotsMax = inflightSlotsMax
 	// SlotCmdsMax bounds the commands batched into one slot.
 	SlotCmdsMax = 256
 	// SlotBytesMax bounds the command bytes batched into one slot (a single
@@ -70,6 +73,10 @@ type leader struct {
 
 	hbElapsed    int
 	checkElapsed int
+
+	// inflightBytes is the encoded size of the entries this leader
+	// accepted above its commit index (Config.InflightBytesMax).
+	inflightBytes int
 }
 
 type slotAcks struct {
@@ -80,6 +87,9 @@ type slotAcks struct {
 	// large entry still in flight is not sent again every heartbeat.
 	sentTick int64
 	resends  uint8
+	// bytes is the slot's encoded entry size, counted in
+	// leader.inflightBytes until the slot commits.
+	bytes int
 }
 
 type peer struct {
@@ -179,8 +189,9 @@ func (n *Node) leaderAccept(e Entry) {
 	if e.Type == EntryConfChange {
 		l.ccSlots = append(l.ccSlots, e.Slot)
 	}
-	a := &slotAcks{sentTick: n.now}
+	a := &slotAcks{sentTick: n.now, bytes: entryBytes(&e)}
 	l.acks[e.Slot] = a
+	l.inflightBytes += a.bytes
 	if TestingVoteBeforePersist && slices.Contains(n.conf.at(e.Slot), n.id) {
 		n.countAck(e.Slot, a, n.id) // planted: counted before it is durable
 	}
@@ -212,6 +223,10 @@ func (n *Node) leaderTryCommit() {
 // leaderCommitted runs on the leader after slot s (holding e) committed.
 func (n *Node) leaderCommitted(s Slot, e *Entry) {
 	l := n.lead
+	if a := l.acks[s]; a != nil {
+		l.inflightBytes -= a.bytes
+		a.bytes = 0
+	}
 	if old := s - min(s, ackHistorySlots); old > 0 {
 		delete(l.acks, old)
 	}
@@ -257,7 +272,22 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 // canAssign reports whether the leader may fill a new slot now.
 func (n *Node) canAssign() bool {
 	l := n.lead
-	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax && !n.ownUnstableFull() && !n.transferring()
+	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax && !n.windowBytesFull() && !n.ownUnstableFull() && !n.transferring()
+}
+
+// windowBytesFull reports whether the leader's entries above its commit
+// index reached Config.InflightBytesMax.
+func (n *Node) windowBytesFull() bool {
+	return n.cfg.InflightBytesMax > 0 && n.lead.inflightBytes >= n.cfg.InflightBytesMax
+}
+
+// InflightBytes is the encoded size of the entries the leader holds above
+// its commit index (0 on a node that does not lead).
+func (n *Node) InflightBytes() int {
+	if n.role != RoleLeader {
+		return 0
+	}
+	return n.lead.inflightBytes
 }
 
 // flush turns queued proposals into slots and sends the Accepts the

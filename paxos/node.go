@@ -82,6 +82,17 @@ type Config struct {
 	// NoteLeaderContact. Leader heartbeats and check quorum still run on
 	// Tick.
 	ExternalElection bool
+
+	// InflightBytesMax, when > 0, bounds the encoded bytes of the entries
+	// a leader holds above its commit index (the values it re-proposed
+	// after phase 1 and those it assigned since): it assigns a new slot
+	// only while they stay below the bound, so the window exceeds it by
+	// at most one entry. The caller derives it from its acceptor log, so
+	// that a node's uncommitted entries always fit in the log room a
+	// follower keeps free (kv/replica accept_admission.go): a successor
+	// re-proposing them never finds its log full. 0 leaves the window to
+	// inflightSlotsMax alone.
+	InflightBytesMax int
 }
 
 // Ready carries everything the caller must do after the node changed:

@@ -329,3 +329,47 @@ func TestOwnVoteSingleNode(t *testing.T) {
 		t.Fatal("not applied after the persist")
 	}
 }
+
+// The leader's window above its commit index stays within
+// Config.InflightBytesMax plus one entry, whatever it is asked to
+// propose, and fills again as slots commit.
+func TestInflightBytesBoundsWindow(t *testing.T) {
+	const cmdBytes, boundBytes = 3000, 10000
+	nw := newNetwork(t, 3)
+	for id := NodeID(1); id <= 3; id++ {
+		cfg := testConfig(id, []NodeID{1, 2, 3})
+		cfg.InflightBytesMax = boundBytes
+		nw.start(id, cfg)
+	}
+	l := nw.elect()
+	n := nw.nodes[l]
+	// Cut the followers off: nothing commits.
+	nw.isolate(l)
+	first := n.Status().LastSlot
+	for i := range 50 {
+		cmd := make([]byte, cmdBytes)
+		cmd[0] = byte(i)
+		if err := n.Propose([][]byte{cmd}); err != nil {
+			t.Fatal(err)
+		}
+		nw.settle()
+	}
+	assigned := n.Status().LastSlot - first
+	if n.InflightBytes() < boundBytes || n.InflightBytes() >= boundBytes+cmdBytes+64 {
+		t.Fatalf("window holds %d bytes in %d new slots; want it filled to [%d, %d + one entry)", n.InflightBytes(), assigned, boundBytes, boundBytes)
+	}
+	if assigned > boundBytes/cmdBytes+1 {
+		t.Fatalf("%d slots of %d bytes assigned past a %d-byte bound", assigned, cmdBytes, boundBytes)
+	}
+	nw.heal()
+	for range 200 {
+		nw.tick(1)
+		nw.settle()
+	}
+	if got := len(nw.cmds(l)); got != 50 {
+		t.Fatalf("%d of 50 commands applied once the window could drain", got)
+	}
+	if b := n.InflightBytes(); b != 0 {
+		t.Fatalf("%d bytes still counted in flight with everything committed", b)
+	}
+}

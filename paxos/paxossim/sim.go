@@ -55,6 +55,9 @@ type Options struct {
 	// LeaderTransfers asks the leader to hand leadership over now and
 	// then (leadership.go; the membership-heavy profile does too).
 	LeaderTransfers bool
+	// InflightBytesMax sets every node's paxos.Config.InflightBytesMax
+	// (0: no byte bound on the leader's window).
+	InflightBytesMax int
 
 	// Trace, when set, receives a line for every notable event.
 	Trace func(string)
@@ -398,7 +401,8 @@ func (s *sim) baseConfig(id paxos.NodeID) paxos.Config {
 		// A fresh node of the membership-heavy profile may join without
 		// a membership (paxos join.go); Join is ignored once its durable
 		// state holds a snapshot.
-		Join: s.byID[id] != nil && s.byID[id].join,
+		Join:             s.byID[id] != nil && s.byID[id].join,
+		InflightBytesMax: s.opts.InflightBytesMax,
 	}
 }
 

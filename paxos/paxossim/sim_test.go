@@ -203,3 +203,32 @@ func TestSimulationMembershipHeavy(t *testing.T) {
 		t.Errorf("learners=%d promotions=%d joins=%d hand-overs done=%d in %d seeds", c.Learners, c.Promotions, c.Joins, c.TransfersDone, n)
 	}
 }
+
+// simWindowBytes bounds the leader's window to about two of the
+// simulator's commands: every leadership runs with a window of one to
+// three slots, its successors adopt and re-propose that much.
+const simWindowBytes = 96
+
+// TestSimulationSmallWindow: a leader window bounded in bytes
+// (Config.InflightBytesMax, what kv/replica sets so that a full acceptor
+// log never wedges the group) keeps every oracle, and the group still
+// commits under faults and finishes every operation after they heal.
+func TestSimulationSmallWindow(t *testing.T) {
+	n := seedsMembershipHeavy
+	if testing.Short() {
+		n = seedsShort
+	}
+	sum := RunBatch(1, n, Options{InflightBytesMax: simWindowBytes}, 0, nil)
+	fmt.Printf("paxossim small window: seeds=%d window_bytes=%d ops=%d violations=%d lease_checks=%d lease_violations=%d\n",
+		sum.Seeds, simWindowBytes, sum.Ops, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	for i, r := range sum.Failed {
+		if i == 10 {
+			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
+			break
+		}
+		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with Options.InflightBytesMax)")
+	}
+	if sum.Ops < n {
+		t.Errorf("only %d operations in %d seeds", sum.Ops, n)
+	}
+}
