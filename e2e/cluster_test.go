@@ -339,6 +339,15 @@ func (c *cluster) stopAll(checkRace bool) {
 			}
 		}
 	}
+	if keep := os.Getenv("E2E_KEEP_LOGS"); keep != "" {
+		// A directory to keep every node's whole log in (debugging).
+		for _, nd := range c.nodes {
+			if b, err := os.ReadFile(nd.logPath); err == nil {
+				os.MkdirAll(keep, 0o755)
+				os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-node%d.log", t.Name(), nd.id)), b, 0o644)
+			}
+		}
+	}
 	if t.Failed() {
 		for _, nd := range c.nodes {
 			if b, err := os.ReadFile(nd.logPath); err == nil {

@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"synod/kv/client"
+)
+
+// The full-log check: the largest values a tenant may send, into acceptor
+// logs that hold only a few of them, with the leader killed twice. A log
+// full of entries that are not committed yet must never wedge the cluster
+// (once it did: a leader stalled on its full log stepped none of the acks
+// that would have committed and truncated it, and its successor, whose log
+// held the same slots, stalled re-proposing them).
+const (
+	// fullLogPMemBytes is every node's acceptor log: 16 records of the
+	// largest size, so a pipeline of large writes fills it many times.
+	fullLogPMemBytes = 16 << 20
+	// fullLogValueBytes is each put's value.
+	fullLogValueBytes = 256 << 10
+	fullLogWriters    = 32
+	// fullLogPhaseFor is each of the three load phases (before, between
+	// and after the two leader kills).
+	fullLogPhaseFor = 12 * time.Second
+	// fullLogPhaseAcksMin is what each phase must acknowledge: a cluster
+	// that wedged acknowledges nothing after the wedge.
+	fullLogPhaseAcksMin = 20
+	fullLogOpTimeout    = 10 * time.Second
+)
+
+// TestFullLogStaysLive: three kvnodes with fullLogPMemBytes logs take
+// fullLogWriters concurrent puts of fullLogValueBytes; the leader is killed
+// (and restarted) between phases. Every phase must acknowledge at least
+// fullLogPhaseAcksMin puts, and every acknowledged put reads back.
+func TestFullLogStaysLive(t *testing.T) {
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := c.pmemDir("synod-e2e-fulllog-")
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	}
+	for _, nd := range c.nodes {
+		c.writeConfig(nd, 15, mode, "", "", []tenant{tenantA})
+		setPMemSize(t, nd, fullLogPMemBytes)
+	}
+	t.Cleanup(func() { c.stopAll(true) })
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	c.leader()
+
+	cl, err := client.Dial(context.Background(), c.endpoints(), tenantA.token, client.Options{RetriesMax: 40, RequestTimeout: fullLogOpTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	var (
+		next, failed atomic.Int64
+		ackedKeys    sync.Map // key index -> value seed
+		phaseAcks    [3]atomic.Int64
+		phase        atomic.Int32
+		stop         atomic.Bool
+		wg           sync.WaitGroup
+	)
+	for w := 0; w < fullLogWriters; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			val := make([]byte, fullLogValueBytes)
+			for !stop.Load() {
+				k := next.Add(1)
+				seed := rand.Uint64()
+				fillValue(val, seed)
+				ctx, cancel := ctxTimeout(fullLogOpTimeout)
+				err := cl.Put(ctx, fullLogKey(k), val)
+				cancel()
+				if err != nil {
+					if failed.Add(1) <= 5 {
+						t.Logf("put %d: %v", k, err)
+					}
+					continue
+				}
+				phaseAcks[phase.Load()].Add(1)
+				ackedKeys.Store(k, seed)
+			}
+		}()
+	}
+	kills := 0
+	for p := 0; p < 3; p++ {
+		if p > 0 {
+			l := c.leader()
+			c.kill(l)
+			kills++
+			c.leader(l)
+			c.start(l)
+			phase.Store(int32(p))
+		}
+		time.Sleep(fullLogPhaseFor)
+	}
+	stop.Store(true)
+	wg.Wait()
+
+	var keys []int64
+	ackedKeys.Range(func(k, _ any) bool { keys = append(keys, k.(int64)); return true })
+	want := make([]byte, fullLogValueBytes)
+	lost := 0
+	for _, k := range keys {
+		seed, _ := ackedKeys.Load(k)
+		fillValue(want, seed.(uint64))
+		ctx, cancel := ctxTimeout(fullLogOpTimeout)
+		got, err := cl.Get(ctx, fullLogKey(k))
+		cancel()
+		if err != nil || string(got) != string(want) {
+			lost++
+			if lost <= 5 {
+				t.Errorf("acknowledged key %d: read back %d bytes, err %v", k, len(got), err)
+			}
+		}
+	}
+	logFull := 0
+	for _, nd := range c.nodes {
+		if b, err := os.ReadFile(nd.logPath); err == nil {
+			logFull += strings.Count(string(b), "acceptor log full")
+		}
+	}
+	fmt.Printf("full log: log_mib=%d value_kib=%d kills=%d acked=[%d %d %d] failed=%d log_full_lines=%d lost=%d\n",
+		fullLogPMemBytes>>20, fullLogValueBytes>>10, kills, phaseAcks[0].Load(), phaseAcks[1].Load(), phaseAcks[2].Load(),
+		failed.Load(), logFull, lost)
+	for p := range phaseAcks {
+		if n := phaseAcks[p].Load(); n < fullLogPhaseAcksMin {
+			t.Errorf("phase %d acknowledged %d puts, fewer than %d: the cluster stopped making progress", p, n, fullLogPhaseAcksMin)
+		}
+	}
+}
+
+func fullLogKey(k int64) []byte { return []byte(fmt.Sprintf("full/%012d", k)) }
