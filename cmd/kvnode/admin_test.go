@@ -37,7 +37,7 @@ func newSoloReplica(t *testing.T) *replica.Replica {
 	ln.Close()
 	addr := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", port))
 	dir := t.TempDir()
-	plog, _, err := replica.OpenPMemLog(pmem.Options{Path: filepath.Join(dir, "log"), SizeBytes: 4 << 20, Mode: pmem.ModeMsync, ClusterID: 1, NodeID: 1})
+	plog, _, err := replica.OpenPMemLog(pmem.Options{Path: filepath.Join(dir, "log"), SizeBytes: 16 << 20, Mode: pmem.ModeMsync, ClusterID: 1, NodeID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func startSolo(t *testing.T, clusterID uint64, dataDir, pmemPath string) *soloNo
 	}
 	addr := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
-	plog, _, err := replica.OpenPMemLog(pmem.Options{Path: pmemPath, SizeBytes: 4 << 20, Mode: pmem.ModeMsync, ClusterID: clusterID, NodeID: 1})
+	plog, _, err := replica.OpenPMemLog(pmem.Options{Path: pmemPath, SizeBytes: 16 << 20, Mode: pmem.ModeMsync, ClusterID: clusterID, NodeID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ client_addr = "127.0.0.1:1"
 id = 1
 name = "t"
 token = "restore-test-token"
-`, clusterID, filepath.Join(dir, "data"), filepath.Join(dir, "pmem", "n1.pmem"), 4<<20)
+`, clusterID, filepath.Join(dir, "data"), filepath.Join(dir, "pmem", "n1.pmem"), 16<<20)
 	path := filepath.Join(dir, "node1.toml")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)

@@ -346,6 +346,16 @@ type recordAppender interface {
 }
 
 func (w *accelWAL) Append(recs []pmem.Record) error {
+	// The fast path keeps the log's reserve as admission does
+	// (accept_admission.go): past it the plane declines and the accept
+	// goes up to software, which drops it.
+	var need int64
+	for _, rec := range recs {
+		need += int64(len(rec.Payload)) + acceptEntryOverheadBytes
+	}
+	if used, capacity := w.log.Usage(); capacity > 0 && used+need > admitBytesMax(capacity) {
+		return fmt.Errorf("%w: the fast path keeps the log's reserve", ErrLogFull)
+	}
 	if ra, ok := w.log.(recordAppender); ok {
 		return ra.appendRecords(recs)
 	}

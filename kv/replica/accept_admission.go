@@ -19,8 +19,9 @@ import (
 //
 // So an inbound Accept is admitted to paxos only when the log has room for
 // every entry it carries, on top of what the accepts admitted since the
-// last persisted Ready will take; otherwise it is dropped before paxos sees
-// it. A dropped message is a lost message, which Paxos tolerates by
+// last persisted Ready will take, and still keeps logReservePercent of the
+// log free (limits.go: the room a node needs to lead); otherwise it is
+// dropped before paxos sees it. A dropped message is a lost message, which Paxos tolerates by
 // construction: nothing was promised, accepted or answered for it, so no
 // durable state and no reply depends on it. The leader resends what the
 // node lacks (catch-up, or a snapshot offer once it compacted past), and
@@ -73,21 +74,34 @@ func (r *Replica) admitAccept(m *paxos.Message) bool {
 	need := acceptBytes(m)
 	used, capacity := r.alog.Usage()
 	a := &r.admit
-	if capacity <= 0 || used+a.pendingBytes+need <= capacity {
+	if capacity <= 0 || used+a.pendingBytes+need <= admitBytesMax(capacity) {
 		a.pendingBytes += need
 		return true
 	}
 	r.metrics.LogFull.Inc()
 	r.log.Debug().Int64("used", used).Int64("capacity", capacity).Int64("need", need).
 		Msg("acceptor log full: dropping an accept")
-	// A snapshot lets the log truncate below what this node applied
-	// (whatever LogSnapshotUsedPercent says): ask at most once per
-	// election timeout, as checkLogUsage does.
+	r.snapshotForRoom()
+	return false
+}
+
+// snapshotForRoom asks for a snapshot because the log lacks room: it lets
+// the log truncate below what this node applied (whatever
+// LogSnapshotUsedPercent says). At most once per election timeout, as
+// checkLogUsage does: a snapshot cannot free entries above the applied
+// slot, so asking again at once is futile.
+func (r *Replica) snapshotForRoom() {
 	if now := r.cfg.Now(); now.After(r.nextUsageSnap) {
 		r.nextUsageSnap = now.Add(time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick)
 		r.requestSnapshot()
 	}
-	return false
+}
+
+// admitBytesMax is how much of a log of capacity bytes admission lets
+// accepts fill: all but logReservePercent, kept for the node's own
+// re-proposals should it win an election (limits.go).
+func admitBytesMax(capacity int64) int64 {
+	return capacity - capacity*logReservePercent/100
 }
 
 // admittedPersisted resets the admission budget once a Ready's

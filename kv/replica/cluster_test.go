@@ -73,13 +73,13 @@ func freePort(t testing.TB) uint16 {
 }
 
 func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
-	return newTestClusterSized(t, n, snapEvery, 8<<20)
+	return newTestClusterSized(t, n, snapEvery, 16<<20)
 }
 
 // newTestClusterWith builds a 3-node cluster after edit adjusts its
 // settings.
 func newTestClusterWith(t testing.TB, edit func(*testCluster)) *testCluster {
-	return newTestClusterOpts(t, 3, 0, 8<<20, 0, edit)
+	return newTestClusterOpts(t, 3, 0, 16<<20, 0, edit)
 }
 
 func newTestClusterSized(t testing.TB, n int, snapEvery uint64, pmemBytes int64, usedPct ...int64) *testCluster {
@@ -519,8 +519,8 @@ func counterValue(c prometheus.Counter) float64 {
 // truncate; nothing crashes and every write eventually succeeds.
 func TestLogFullIsBackpressure(t *testing.T) {
 	c := newTestClusterSized(t, 3, 0, minLogBytes, 101) // compaction only when full
-	val := string(make([]byte, 16<<10))
-	for i := 0; i < 400; i++ { // ~6.4 MiB through a 2 MiB ring
+	val := string(make([]byte, 32<<10))
+	for i := 0; i < 400; i++ { // ~12.8 MiB through an 8 MiB ring
 		c.put(fmt.Sprintf("f%03d", i), val)
 	}
 	full := 0.0
@@ -544,7 +544,7 @@ func TestLogFullIsBackpressure(t *testing.T) {
 // a snapshot once its log is half full, before it fills.
 func TestLogCompactsBeforeFull(t *testing.T) {
 	c := newTestClusterSized(t, 3, 0, 2*minLogBytes)
-	val := string(make([]byte, 8<<10))
+	val := string(make([]byte, 32<<10)) // 12.8 MiB through a 16 MiB ring
 	for i := 0; i < 400; i++ {
 		c.put(fmt.Sprintf("g%03d", i), val)
 	}

@@ -40,6 +40,10 @@ func (r *Replica) consensusLoop() {
 				in.kind = inOwnDurable
 			}
 		} else {
+			proposeC, drrKick := r.proposeC, r.drrKick
+			if r.holdProposals() {
+				proposeC, drrKick = nil, nil
+			}
 			select {
 			case <-r.stop:
 				return
@@ -47,9 +51,9 @@ func (r *Replica) consensusLoop() {
 				in.kind = inTick
 			case in.msg = <-r.inbound:
 				in.kind = inInbound
-			case in.prop = <-r.proposeC:
+			case in.prop = <-proposeC:
 				in.kind = inPropose
-			case <-r.drrKick: // nil channel without a scheduler: never ready
+			case <-drrKick: // nil channel without a scheduler: never ready
 				in.kind = inDRR
 			case in.msg = <-mirrorC: // accepts the accel fast path already answered
 				in.kind = inMirror
@@ -63,6 +67,25 @@ func (r *Replica) consensusLoop() {
 		}
 		r.consensusInput(in)
 	}
+}
+
+// holdProposals reports whether the consensus loop should leave the
+// writes queued for it where they are (consensus loop): on a leader whose
+// acceptor log is past the line admission keeps (accept_admission.go),
+// until a snapshot lets it truncate. A full log would stall this loop
+// (persistReady) and with it the heartbeats; writes instead queue in
+// proposeC or the tenant scheduler, whose bounds answer THROTTLED past
+// them. A node that does not lead takes them at once, to refuse them.
+func (r *Replica) holdProposals() bool {
+	if s := r.status.Load(); s == nil || s.Role != paxos.RoleLeader {
+		return false
+	}
+	used, capacity := r.alog.Usage()
+	if capacity > 0 && used >= admitBytesMax(capacity) {
+		r.snapshotForRoom()
+		return true
+	}
+	return false
 }
 
 // inputKind names what the consensus loop received.

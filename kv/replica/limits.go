@@ -21,9 +21,31 @@ const (
 	// to at most (paxos cuts a slot at SlotBytesMax of command bytes).
 	slotBatchBytesMax = paxos.EntryHeaderBytes + paxos.SlotCmdsMax*paxos.CmdLenBytes + paxos.SlotBytesMax
 	// AcceptorLogBytesMin is the smallest acceptor-log ring New accepts:
-	// pmem refuses a record larger than half the ring, and every node
-	// must take every record the leader may send, whatever its own size.
-	AcceptorLogBytesMin = 2 * pmem.RecordBytesMax
+	// every node must take every record a leader may send, whatever its
+	// own size, and keep logReservePercent of it free for a leadership's
+	// whole uncommitted window (below).
+	AcceptorLogBytesMin = 8 * pmem.RecordBytesMax
+)
+
+// A full acceptor log must never wedge the cluster. Its records above the
+// applied slot cannot be truncated, so a log filled with entries not yet
+// committed could only be freed by committing them, and a node that wins
+// an election re-proposes exactly those entries under its ballot: it must
+// append them again before anything commits. Two bounds make room for it:
+const (
+	// leaderInflightBytesMax bounds the encoded entries a leader holds
+	// above its commit index (paxos.Config.InflightBytesMax): its window
+	// is at most this plus one entry. It is a constant, not a share of the
+	// node's own log, because the window must fit in every member's
+	// reserve, whatever size each member's log has.
+	leaderInflightBytesMax = pmem.RecordBytesMax / 2
+	// logReservePercent of every acceptor log is kept free by admission:
+	// a follower takes no accept (accept_admission.go; the accel fast
+	// path likewise) that would leave less than it free. A follower that
+	// becomes leader then has room for the window it adopts and
+	// re-proposes (leaderInflightBytesMax plus one entry, each with its
+	// record overhead) and its own noop.
+	logReservePercent = 25
 )
 
 // Compile-time checks of the chain: each line stops compiling if the
@@ -37,6 +59,15 @@ var (
 	// paxos takes and decodes every command the runtime may propose:
 	// entryCmdBytesMax <= paxos.CmdBytesMax.
 	_ = [paxos.CmdBytesMax - entryCmdBytesMax]struct{}{}
+	// The reserve of the smallest log holds a leadership's whole window:
+	// leaderInflightBytesMax + one record + the ring overhead of a full
+	// pipeline of entries <= AcceptorLogBytesMin * logReservePercent%.
+	// Transfers' log retention gives way before a leader's log reaches the
+	// line where it holds proposals: snapshotRetainLogPercentMax < 100 -
+	// logReservePercent, and so does the usage that asks for a snapshot.
+	_ = [100 - logReservePercent - snapshotRetainLogPercentMax - 1]struct{}{}
+	_ = [100 - logReservePercent - logSnapshotUsedPercent - 1]struct{}{}
+	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + pmem.RecordBytesMax + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
 )
 
 // Limits of the runtime. Every queue and retry is bounded by one of these.

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -129,5 +130,47 @@ func TestAcceptBytesOverEstimates(t *testing.T) {
 		if est := acceptBytes(&m); est < after-before {
 			t.Fatalf("shape %d: estimated %d bytes, the log took %d", i, est, after-before)
 		}
+	}
+}
+
+// TestAccelFastPathKeepsReserve: the accel fast path's log writes stop
+// where admission does (admitBytesMax): a record that would eat into the
+// reserve is refused with ErrLogFull (the plane then hands the accept up
+// to software), though the ring still has room for it.
+func TestAccelFastPathKeepsReserve(t *testing.T) {
+	plog, _, err := OpenPMemLog(pmem.Options{Path: filepath.Join(t.TempDir(), "fast.pmem"), SizeBytes: pmem.RegionHeaderBytes + AcceptorLogBytesMin,
+		Mode: pmem.ModeMsync, ClusterID: 9, NodeID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plog.Close()
+	w := &accelWAL{log: plog}
+	b := paxos.Ballot{Round: 1, Node: 2}
+	payload := make([]byte, 64<<10)
+	refused := false
+	for s := paxos.Slot(1); s < 1000 && !refused; s++ {
+		rec := pmem.Record{Type: pmem.RecordEntry, Slot: uint64(s), Ballot: pmem.Ballot{Round: b.Round, Node: uint64(b.Node)},
+			Payload: paxos.AppendEntry(nil, &paxos.Entry{Slot: s, Ballot: b, Type: paxos.EntryNormal, Cmds: [][]byte{payload}})}
+		used, capacity := plog.Usage()
+		err := w.Append([]pmem.Record{rec})
+		switch {
+		case err == nil:
+			if after, _ := plog.Usage(); after > admitBytesMax(capacity) {
+				t.Fatalf("slot %d: the fast path filled %d of %d bytes, past the %d admission keeps", s, after, capacity, admitBytesMax(capacity))
+			}
+		case errors.Is(err, ErrLogFull):
+			if used+int64(len(rec.Payload)) < admitBytesMax(capacity)-acceptEntryOverheadBytes {
+				t.Fatalf("slot %d refused at %d of %d bytes, well below the line", s, used, capacity)
+			}
+			if capacity-used < int64(len(rec.Payload))+acceptEntryOverheadBytes {
+				t.Fatalf("the ring itself was full (%d of %d): the test did not reach the reserve first", used, capacity)
+			}
+			refused = true
+		default:
+			t.Fatal(err)
+		}
+	}
+	if !refused {
+		t.Fatal("the fast path never kept the reserve")
 	}
 }

@@ -228,7 +228,7 @@ func TestAnswerOnlyToOwnCommand(t *testing.T) {
 // truncated) is refused at start, with an error that says what to do,
 // instead of starting paxos at slot 1 below a truncated log.
 func TestRefusesStateBehindLog(t *testing.T) {
-	c := newTestClusterSized(t, 1, 20, 8<<20)
+	c := newTestClusterSized(t, 1, 20, 16<<20)
 	for i := 0; i < 60; i++ {
 		c.put(fmt.Sprintf("k%d", i), "v")
 	}

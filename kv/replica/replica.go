@@ -349,6 +349,8 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		// With accel the plane's timer loop decides when to campaign
 		// (accel_heartbeat.go), so a busy consensus loop does not.
 		ExternalElection: cfg.Accel != nil,
+		// Every member keeps room for the window (limits.go).
+		InflightBytesMax: leaderInflightBytesMax,
 	}, st)
 	if err != nil {
 		return nil, fmt.Errorf("creating the paxos node: %w", err)

@@ -78,8 +78,11 @@ const (
 	snapshotRetainAfter = 30 * time.Second
 	// snapshotRetainLogPercentMax: above this share of the acceptor log in
 	// use, compaction ignores transfers' retention (the log must not fill
-	// for a laggard; the laggard then fetches again).
-	snapshotRetainLogPercentMax = 80
+	// for a laggard; the laggard then fetches again). Below the line where
+	// a leader stops taking proposals (100 - logReservePercent, limits.go):
+	// at or above it a held leader would wait for a truncation the pins
+	// refuse, until the transfer ended.
+	snapshotRetainLogPercentMax = 60
 	// snapshotInstallRetry is how long a fetcher waits before asking its
 	// consensus loop again to install (a Ready stalled on a full log, or a
 	// full control queue).
