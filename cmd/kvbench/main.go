@@ -118,12 +118,14 @@ func parseFlags(args []string) (*Options, error) {
 	var (
 		ceilInflight, loadStep, loadWriters, pmemMiB int
 		tailShare, overFactor, victimRate, loadGiB   float64
+		capacity                                     float64
 		loadDown, loadStall, loadCatchup, loadTime   time.Duration
 	)
 	fs.IntVar(&ceilInflight, "ceiling-inflight", 0, "ceiling: closed-loop requests in flight measuring capacity")
 	fs.Float64Var(&tailShare, "tail-share", 0, "tail: offered load as a share of the measured capacity")
 	fs.Float64Var(&overFactor, "overload-factor", 0, "overload: the flood's offered load over the measured capacity")
 	fs.Float64Var(&victimRate, "victim-rate", 0, "overload: each victim tenant's offered ops/s")
+	fs.Float64Var(&capacity, "capacity", 0, "tail, overload: scale from this capacity (puts/s) instead of measuring it (0: measure; the ceiling scenario still measures its own)")
 	fs.Float64Var(&loadGiB, "load-gib", 0, "load: GiB of 4 KiB values to load")
 	fs.IntVar(&loadStep, "load-step-mib", 0, "load: one report row per this many MiB loaded (default 1024, or an eighth of --load-gib below 2 GiB)")
 	fs.IntVar(&loadWriters, "load-writers", 0, "load: closed-loop writers")
@@ -178,6 +180,7 @@ func parseFlags(args []string) (*Options, error) {
 	setF(&o.TailShare, tailShare)
 	setF(&o.OverloadFactor, overFactor)
 	setF(&o.VictimRate, victimRate)
+	setF(&o.Capacity, capacity)
 	setF(&o.LoadGiB, loadGiB)
 	if loadStep > 0 {
 		o.LoadStepMiB = loadStep

@@ -53,6 +53,10 @@ type Options struct {
 	// ops/s beside it (and alone, for the quiet baseline).
 	OverloadFactor float64
 	VictimRate     float64
+	// Capacity, when > 0, is the capacity (puts/s) the tail and overload
+	// scenarios scale from instead of one measured on the path: variants
+	// compared side by side then get the same offered load.
+	Capacity float64
 	// LoadGiB of 4 KiB values with unique keys; one report row per
 	// LoadStepMiB; LoadWriters closed-loop writers. Then a follower is
 	// down for LoadDown while the load goes on, and is restarted;
@@ -205,6 +209,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--tail-share %v outside (0, 1]", o.TailShare)
 	case o.OverloadFactor <= 0 || o.OverloadFactor > 10:
 		return fmt.Errorf("--overload-factor %v outside (0, 10]", o.OverloadFactor)
+	case o.Capacity < 0 || o.Capacity > rateMax:
+		return fmt.Errorf("--capacity %v outside [0, %d]", o.Capacity, rateMax)
 	case o.VictimRate <= 0 || o.VictimRate > rateMax:
 		return fmt.Errorf("--victim-rate %v outside (0, %d]", o.VictimRate, rateMax)
 	case o.LoadGiB <= 0 || o.LoadGiB > loadGiBMax:

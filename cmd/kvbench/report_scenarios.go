@@ -94,6 +94,28 @@ func scenarioRows(r *Report, row func(name string, f func(p *PathResult) string)
 			}
 			return strings.Join(parts, "/")
 		}))
+		row("in store: victim P99 quiet/flood", ov(func(or *OverloadResult) string {
+			var parts []string
+			for _, v := range or.Victims {
+				if v.Store == nil {
+					parts = append(parts, "-")
+					continue
+				}
+				parts = append(parts, fmt.Sprintf("%.1f/%.1f ms", v.Store.QuietP99Ms, v.Store.FloodP99Ms))
+			}
+			return strings.Join(parts, ", ")
+		}))
+		row(fmt.Sprintf("in store: victim P99 x crit/std (<=%.0f)", overloadVictimRatioGoal), ov(func(or *OverloadResult) string {
+			var parts []string
+			for _, v := range or.Victims {
+				if v.Store == nil {
+					parts = append(parts, "-")
+					continue
+				}
+				parts = append(parts, fmt.Sprintf("%.2f", v.Store.Ratio))
+			}
+			return strings.Join(parts, "/")
+		}))
 	}
 	if ranScenario(r, scenLoad) {
 		ld := func(f func(lr *LoadResult) string) func(p *PathResult) string {

@@ -86,12 +86,65 @@ type VictimFigures struct {
 	Quiet    hist.Summary `json:"quiet"`
 	Flood    hist.Summary `json:"flood"`
 	// Ratio is Flood.P99Us over Quiet.P99Us.
+	Ratio float64 `json:"p99_ratio"`
+	// Store is the same tenant's requests timed inside the nodes (the
+	// tenant's service time, admission to reply:
+	// synod_tenant_latency_seconds{stage="service"}, summed over the
+	// nodes): what the store adds, without the load generator's own
+	// scheduling on a machine it shares with the nodes. Nil when a node
+	// did not answer a scrape.
+	Store        *StoreVictimFigures `json:"store,omitempty"`
+	QuietErrors  int64               `json:"quiet_errors"`
+	FloodErrors  int64               `json:"flood_errors"`
+	FloodOKOps   float64             `json:"flood_ok_ops"`
+	QuietOKOps   float64             `json:"quiet_ok_ops"`
+	QuietOffered int64               `json:"quiet_offered"`
+}
+
+// StoreVictimFigures is a victim tenant's service time inside the nodes,
+// quiet and under the flood (bucket-interpolated, as PromQL's
+// histogram_quantile).
+type StoreVictimFigures struct {
+	QuietCount   int64   `json:"quiet_count"`
+	QuietP50Ms   float64 `json:"quiet_p50_ms"`
+	QuietP99Ms   float64 `json:"quiet_p99_ms"`
+	FloodCount   int64   `json:"flood_count"`
+	FloodP50Ms   float64 `json:"flood_p50_ms"`
+	FloodP99Ms   float64 `json:"flood_p99_ms"`
 	Ratio        float64 `json:"p99_ratio"`
-	QuietErrors  int64   `json:"quiet_errors"`
-	FloodErrors  int64   `json:"flood_errors"`
-	FloodOKOps   float64 `json:"flood_ok_ops"`
-	QuietOKOps   float64 `json:"quiet_ok_ops"`
-	QuietOffered int64   `json:"quiet_offered"`
+	OverTopBound bool    `json:"over_top_bound,omitempty"`
+}
+
+// tenantServiceMetric is the per-tenant latency histogram the nodes export.
+const tenantServiceMetric = "synod_tenant_latency_seconds"
+
+// storeVictim computes tenant's store-side figures from the scrapes
+// before the quiet run (s0), between the runs (s1) and after the flood
+// (s2); nil if any node is missing from any of them.
+func storeVictim(tenant string, s0, s1, s2 []metrics) *StoreVictimFigures {
+	window := func(a, b []metrics) ([]bucket, bool) {
+		var acc []bucket
+		for k := range b {
+			if k >= len(a) || a[k] == nil || b[k] == nil {
+				return nil, false
+			}
+			want := map[string]string{"tenant": tenant, "stage": "service"}
+			acc = deltaBuckets(acc, labeledBuckets(a[k], tenantServiceMetric, want), labeledBuckets(b[k], tenantServiceMetric, want))
+		}
+		return acc, true
+	}
+	q, ok1 := window(s0, s1)
+	f, ok2 := window(s1, s2)
+	if !ok1 || !ok2 || len(q) == 0 || len(f) == 0 {
+		return nil
+	}
+	qf, ff := figuresOf("service", q), figuresOf("service", f)
+	sv := &StoreVictimFigures{QuietCount: qf.Count, QuietP50Ms: qf.P50Ms, QuietP99Ms: qf.P99Ms,
+		FloodCount: ff.Count, FloodP50Ms: ff.P50Ms, FloodP99Ms: ff.P99Ms, OverTopBound: qf.Over || ff.Over}
+	if sv.QuietP99Ms > 0 {
+		sv.Ratio = sv.FloodP99Ms / sv.QuietP99Ms
+	}
+	return sv
 }
 
 // throttleCounts counts requests that ended THROTTLED, per report tenant.
@@ -174,6 +227,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	victimCfg := load.Config{Rate: 2 * o.VictimRate, Warmup: warmup, Duration: o.Duration, Concurrency: o.Concurrency,
 		Seed: o.Seed + 0x51c7, DrainTimeout: 2 * opTimeout}
 	// Quiet: the victims alone.
+	scrape0 := c.scrapeAll(ctx)
 	var quietThrottled throttleCounts
 	qcfg := victimCfg
 	qcfg.Progress = func(f float64) { bar.phase(min(f/2, 0.499)) }
@@ -182,6 +236,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 		return nil, ctx.Err()
 	}
 
+	scrape1 := c.scrapeAll(ctx)
 	// The flood beside the same victims' load (same schedule seed).
 	ph := &PhaseResult{Scenario: scenOverload}
 	floodRate := o.OverloadFactor * capOps
@@ -198,6 +253,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 		Seed: o.Seed + 0xf100d, DrainTimeout: 2 * opTimeout, Progress: func(f float64) { bar.phase(0.5 + f/2) }},
 		thr.counted(putsPick(flood, o.Keys, value, overloadFloodClass, overloadTenantFlood)))
 	wg.Wait()
+	scrape2 := c.scrapeAll(ctx)
 	tw.finish(ctx, ph)
 
 	// The phase's own figures are the victims' under the flood.
@@ -230,7 +286,8 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	for _, v := range []struct {
 		idx        int
 		name, prio string
-	}{{overloadTenantCrit, "victim-critical", "critical"}, {overloadTenantStd, "victim-standard", "standard"}} {
+		node       string // the tenant's name in the nodes' config
+	}{{overloadTenantCrit, "victim-critical", "critical", "kvbench-victim-critical"}, {overloadTenantStd, "victim-standard", "standard", "kvbench-victim-standard"}} {
 		idx := v.idx
 		keep := func(k load.Key) bool { return k.Tenant == idx }
 		vf := VictimFigures{Tenant: v.name, Priority: v.prio,
@@ -245,6 +302,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 		if vf.Quiet.P99Us > 0 {
 			vf.Ratio = float64(vf.Flood.P99Us) / float64(vf.Quiet.P99Us)
 		}
+		vf.Store = storeVictim(v.node, scrape0, scrape1, scrape2)
 		or.Victims = append(or.Victims, vf)
 	}
 	ph.Overload = or

@@ -41,6 +41,9 @@ func capacityOf(ctx context.Context, o *Options, c *cluster, st *pathRun, warmup
 	if st.capacity > 0 {
 		return st.capacity, st.capacitySource, nil
 	}
+	if o.Capacity > 0 {
+		return o.Capacity, "given (--capacity)", nil
+	}
 	res, err := closedLoopPuts(ctx, o, c, warmup, o.Duration)
 	if err != nil {
 		return 0, "", err

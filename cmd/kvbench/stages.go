@@ -144,13 +144,29 @@ type bucket struct {
 // stageBuckets returns the buckets of histogram name's child for stage in
 // m, sorted by bound (+Inf last); nil when m lacks it.
 func stageBuckets(m metrics, name, stage string) []bucket {
+	return labeledBuckets(m, name, map[string]string{"stage": stage})
+}
+
+// labeledBuckets returns the buckets of histogram name's child whose
+// labels include want, sorted by bound (+Inf last); nil when m lacks it.
+func labeledBuckets(m metrics, name string, want map[string]string) []bucket {
 	var out []bucket
 	for series, v := range m {
 		if !strings.HasPrefix(series, name+"_bucket{") {
 			continue
 		}
 		n, labels, err := seriesLabels(series)
-		if err != nil || n != name+"_bucket" || labels["stage"] != stage {
+		if err != nil || n != name+"_bucket" {
+			continue
+		}
+		match := true
+		for k, w := range want {
+			if labels[k] != w {
+				match = false
+				break
+			}
+		}
+		if !match {
 			continue
 		}
 		le, err := strconv.ParseFloat(labels["le"], 64)

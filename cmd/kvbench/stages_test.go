@@ -154,3 +154,52 @@ func TestStallConfigRendersTable(t *testing.T) {
 		t.Errorf("threshold 5ms, trace off:\n%s", s)
 	}
 }
+
+// TestStoreVictimWindows: a victim's store-side figures come from its
+// own tenant's service series only, as deltas between the scrapes, summed
+// over the nodes; a node missing from a scrape gives no figures.
+func TestStoreVictimWindows(t *testing.T) {
+	inf := math.Inf(1)
+	les := []float64{0.001, 0.002, 0.004, 0.008, inf}
+	scrape := func(victim, other [][]float64) []metrics {
+		var out []metrics
+		for k := range victim {
+			m := metrics{}
+			for i, le := range les {
+				l := fmt.Sprint(le)
+				if math.IsInf(le, 1) {
+					l = "+Inf"
+				}
+				m[fmt.Sprintf(`%s_bucket{tenant="v",stage="service",le=%q}`, tenantServiceMetric, l)] = victim[k][i]
+				m[fmt.Sprintf(`%s_bucket{tenant="v",stage="queue",le=%q}`, tenantServiceMetric, l)] = 1000
+				m[fmt.Sprintf(`%s_bucket{tenant="flood",stage="service",le=%q}`, tenantServiceMetric, l)] = other[k][i]
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	zero := []float64{0, 0, 0, 0, 0}
+	s0 := scrape([][]float64{zero, zero}, [][]float64{zero, zero})
+	// Quiet: 100 requests on node 1, every one under 1 ms.
+	s1 := scrape([][]float64{{100, 100, 100, 100, 100}, zero}, [][]float64{zero, zero})
+	// Flood: node 1 adds 100 more, 10 of them 4-8 ms; the flood's own
+	// series (all slow) must not count.
+	s2 := scrape([][]float64{{190, 190, 190, 200, 200}, zero}, [][]float64{{0, 0, 0, 0, 5000}, zero})
+	sv := storeVictim("v", s0, s1, s2)
+	if sv == nil {
+		t.Fatal("no figures")
+	}
+	if sv.QuietCount != 100 || sv.FloodCount != 100 {
+		t.Fatalf("counts %d/%d, want 100/100", sv.QuietCount, sv.FloodCount)
+	}
+	if sv.QuietP99Ms > 1 || sv.FloodP99Ms < 4 || sv.FloodP99Ms > 8 || sv.Ratio < 4 {
+		t.Fatalf("quiet p99 %.3f ms, flood p99 %.3f ms, ratio %.2f", sv.QuietP99Ms, sv.FloodP99Ms, sv.Ratio)
+	}
+	if sv.OverTopBound {
+		t.Fatal("over the top bound")
+	}
+	s2[1] = nil
+	if storeVictim("v", s0, s1, s2) != nil {
+		t.Fatal("figures with a node missing from a scrape")
+	}
+}
