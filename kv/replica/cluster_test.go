@@ -60,7 +60,10 @@ type testNode struct {
 	be *Backend
 }
 
-const testTenant = tenants.ID(1)
+const (
+	testTenant  = tenants.ID(1)
+	testTenant2 = tenants.ID(2) // a second tenant of the scheduler (drr)
+)
 
 // freePort returns a loopback port that was free for TCP a moment ago.
 func freePort(t testing.TB) uint16 {
@@ -169,7 +172,8 @@ func (c *testCluster) start(id paxos.NodeID) {
 	var reg *tenants.Registry
 	if c.drr {
 		var err error
-		reg, err = tenants.NewRegistry([]tenants.Spec{{ID: testTenant, Name: "t", Token: "test-token-1"}})
+		reg, err = tenants.NewRegistry([]tenants.Spec{{ID: testTenant, Name: "t", Token: "test-token-1"},
+			{ID: testTenant2, Name: "t2", Token: "test-token-2"}})
 		if err != nil {
 			c.t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func (r *Replica) consensusLoop() {
 				in.kind = inOwnDurable
 			}
 		} else {
-			proposeC, drrKick := r.proposeC, r.drrKick
+			proposeC, drrKick := r.proposeC, r.drrGate()
 			if r.holdProposals() {
 				proposeC, drrKick = nil, nil
 			}
@@ -53,8 +53,10 @@ func (r *Replica) consensusLoop() {
 				in.kind = inInbound
 			case in.prop = <-proposeC:
 				in.kind = inPropose
-			case <-drrKick: // nil channel without a scheduler: never ready
+			case <-drrKick: // nil without a scheduler or with the gate closed
 				in.kind = inDRR
+			case <-r.gateC: // nil without a scheduler
+				in.kind = inGate
 			case in.msg = <-mirrorC: // accepts the accel fast path already answered
 				in.kind = inMirror
 			case in.read = <-r.readC:
@@ -100,6 +102,7 @@ const (
 	inRead
 	inControl
 	inOwnDurable
+	inGate // the pipeline gate may open: only look again (pipeline_gate.go)
 )
 
 // consensusInput is one input the consensus loop received: a tick, the
@@ -207,7 +210,8 @@ func (r *Replica) consensusInput(in consensusInput) {
 		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
 		bytes := 0
 		now := r.stageNow()
-		for len(batch) < proposeBatchCmdsMax && bytes < proposeBatchBytesMax {
+		batchMax := r.drrBatchCmdsMax()
+		for len(batch) < batchMax && bytes < proposeBatchBytesMax {
 			p, _, ok := r.drr.Dequeue()
 			if !ok {
 				break

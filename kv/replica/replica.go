@@ -149,8 +149,13 @@ type Replica struct {
 	proposeC chan proposal
 	// drr, when non-nil, replaces proposeC: writers enqueue per tenant and
 	// kick the consensus loop, which dequeues by deficit round robin.
-	drr      *tenants.DRR[proposal]
-	drrKick  chan struct{} // cap 1
+	drr     *tenants.DRR[proposal]
+	drrKick chan struct{} // cap 1
+	// gateC wakes the consensus loop when its pipeline gate may open;
+	// gated says it is closed (pipeline_gate.go).
+	gateC    chan struct{} // cap 1
+	gated    atomic.Bool
+	mix      tenantMix // which tenants write (pipeline_gate.go)
 	readC    chan *readWaiter
 	controlC chan func()
 	outbound chan []outMsg
@@ -303,6 +308,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	if cfg.Tenants != nil {
 		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, cfg.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
+		r.gateC = make(chan struct{}, 1)
 	}
 	// The membership committed in the log, or the configured peers of a
 	// new cluster (members.go).
@@ -505,6 +511,7 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	r.pendingMu.Unlock()
 	p := proposal{id: id, env: env, queued: r.stageNow()}
 	if r.drr != nil {
+		r.mix.note(tenant, r.cfg.Now())
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
 			if errors.Is(err, tenants.ErrQueueFull) {
@@ -561,6 +568,7 @@ func (r *Replica) answer(id uint64, env []byte, res writeResult) {
 	if w != nil {
 		w.ch <- res
 	}
+	r.gateWake()
 }
 
 // failAllWrites answers every waiting writer with err (leadership lost: the
@@ -574,6 +582,7 @@ func (r *Replica) failAllWrites(err error) {
 	for _, w := range old {
 		w.ch <- writeResult{err: err}
 	}
+	r.gateWake()
 }
 
 // ReadBarrier returns once a linearizable read may be served from the

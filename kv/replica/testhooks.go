@@ -31,3 +31,10 @@ var (
 // function still sees the status from before it (TransferLeadership's
 // waiter must not be fooled by it).
 var testingDelayAfterControl time.Duration
+
+// testingNoPipelineGate, when true, leaves the pipeline gate open
+// (pipeline_gate.go): the consensus loop drains the tenant scheduler into
+// paxos's FIFO queue on every input, as it did before the gate. Tests
+// plant it to show TestPipelineGateLetsVictimOvertake catches the loss of
+// fair queuing.
+var testingNoPipelineGate bool

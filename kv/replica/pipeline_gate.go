@@ -1,0 +1,128 @@
+package replica
+
+import (
+	"sync/atomic"
+	"time"
+
+	"synod/tenants"
+)
+
+// The pipeline gate: where writes wait when the pipeline is full.
+//
+// The tenant scheduler (tenants.DRR) is fair only if writes wait in it.
+// Without a gate the consensus loop drains it on every input into paxos,
+// whose queue and pipeline are FIFO: under a flood the backlog builds in
+// the pipeline (slots in flight, the followers' persists, the apply
+// queue), and a victim tenant's write waits behind every flood write
+// proposed before it, whatever the scheduler decided. So the loop takes
+// writes from the scheduler only while fewer than pipelineCmdsMax
+// proposed writes wait for their answer; the rest of the backlog stays in
+// the scheduler, where a tenant with a small share of the load is served
+// in its next round, and goes out in batches as the pipeline drains.
+//
+// The bound is in commands, not slots: on a machine whose CPU the
+// pipeline saturates, every command costs CPU on three replicas, a
+// round's length grows with the commands it carries, and a write entering
+// the pipeline waits for the commands ahead of it however they are cut
+// into slots. Measured side by side at one offered flood
+// (docs/benchmarking.md "The pipeline gate"): without the gate a victim's
+// P99 under a 1.5x flood was 30-55x quiet; with 64 commands 5-8x, with
+// throughput under the flood no lower; with 32 commands 3-7x, at some
+// throughput; bounding slots (full batches) instead gave the most
+// throughput and a victim still 10-18x. 64 is the balance kept.
+//
+// It applies only with a scheduler (tenants configured), and only while
+// more than one tenant writes (tenantMix): with one tenant there is
+// nobody to be unfair to, and its writes are better queued where they
+// batch; the gate cost a single tenant with 8,192 writes in flight a
+// third of its throughput and hundreds of THROTTLED retries running out
+// (e2e TestClientChurn). Without a scheduler proposeC is the only queue
+// and the order is FIFO either way.
+const pipelineCmdsMax = 64
+
+// tenantMixWindow is how long after two tenants' writes interleaved the
+// gate stays engaged.
+const tenantMixWindow = time.Second
+
+// tenantMix tells whether more than one tenant wrote recently: it keeps
+// the last writer and when a write came from another tenant than the one
+// before it. Safe for concurrent use; two atomic operations per write.
+type tenantMix struct {
+	last    atomic.Uint64 // tenants.ID+1 of the last write; 0: none yet
+	mixedAt atomic.Int64  // unix nanoseconds of the last change of writer
+}
+
+// note records a write of tenant at now.
+func (m *tenantMix) note(tenant tenants.ID, now time.Time) {
+	id := uint64(tenant) + 1
+	if prev := m.last.Swap(id); prev != 0 && prev != id {
+		m.mixedAt.Store(now.UnixNano())
+	}
+}
+
+// contended reports whether two tenants' writes interleaved within
+// tenantMixWindow of now.
+func (m *tenantMix) contended(now time.Time) bool {
+	at := m.mixedAt.Load()
+	return at != 0 && now.UnixNano()-at < int64(tenantMixWindow)
+}
+
+// gateEngaged reports whether the gate bounds the pipeline now.
+func (r *Replica) gateEngaged() bool {
+	return !testingNoPipelineGate && r.mix.contended(r.cfg.Now())
+}
+
+// pipelineCmds is how many proposed writes wait for their answer: every
+// waiting writer (inflightWrites) but those still in the scheduler.
+// Writes between submitWrite's bookkeeping and the scheduler's enqueue
+// count as proposed for that moment, which only closes the gate early.
+func (r *Replica) pipelineCmds() int {
+	n := int(r.inflightWrites.Load())
+	if r.drr != nil {
+		n -= r.drr.Len()
+	}
+	return max(n, 0)
+}
+
+// drrGate returns the scheduler's kick channel when the loop may take
+// writes from it, nil while the pipeline is full (consensus loop). A
+// closed gate is reopened by the answer that frees room (gateWake).
+func (r *Replica) drrGate() chan struct{} {
+	if r.drrKick == nil {
+		return nil
+	}
+	if !r.gateEngaged() {
+		r.gated.Store(false)
+		return r.drrKick
+	}
+	if r.pipelineCmds() >= pipelineCmdsMax {
+		r.gated.Store(true)
+		// An answer may have come between the count and the store:
+		// look again, so a wake is never lost.
+		if r.pipelineCmds() >= pipelineCmdsMax {
+			return nil
+		}
+	}
+	r.gated.Store(false)
+	return r.drrKick
+}
+
+// gateWake wakes the consensus loop when writes were answered (or
+// failed) while its gate was closed (any goroutine).
+func (r *Replica) gateWake() {
+	if !r.gated.Load() {
+		return
+	}
+	select {
+	case r.gateC <- struct{}{}:
+	default:
+	}
+}
+
+// drrBatchCmdsMax is how many writes one scheduler batch may take now.
+func (r *Replica) drrBatchCmdsMax() int {
+	if !r.gateEngaged() {
+		return proposeBatchCmdsMax
+	}
+	return max(1, min(proposeBatchCmdsMax, pipelineCmdsMax-r.pipelineCmds()))
+}
