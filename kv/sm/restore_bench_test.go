@@ -1,0 +1,76 @@
+package sm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// BenchmarkRestore measures staging a snapshot stream of SM_BENCH_MIB
+// (default 256) MiB of 4 KiB values (incompressible, unique keys) into a
+// fresh state machine: what a follower's catch-up by snapshot costs on this
+// side of the network. It reports MB/s of stream.
+func BenchmarkRestore(b *testing.B) {
+	mib := 256
+	if v := os.Getenv("SM_BENCH_MIB"); v != "" {
+		mib, _ = strconv.Atoi(v)
+	}
+	open := func() *SM {
+		s, err := Open(b.TempDir(), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	src := open()
+	defer src.Close()
+	val := make([]byte, 4<<10)
+	r := rand.New(rand.NewPCG(1, 2))
+	const perSlot = 64
+	slot := uint64(0)
+	for i := 0; i < mib*256; i += perSlot {
+		var cmds [][]byte
+		for k := i; k < i+perSlot; k++ {
+			for j := 0; j+8 <= len(val); j += 8 {
+				v := r.Uint64()
+				for n := range 8 {
+					val[j+n] = byte(v >> (8 * n))
+				}
+			}
+			cmds = append(cmds, EncodeCommand(tenants.ID(1), &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: uint64(k + 1), FirstUnacked: uint64(k + 1),
+				Key: []byte(fmt.Sprintf("load-%012d", k)), Value: val}))
+		}
+		slot++
+		if _, err := src.Apply(slot, cmds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rc, _, err := src.Snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(stream)))
+	b.ResetTimer()
+	for range b.N {
+		dst := open()
+		start := time.Now()
+		if err := dst.Restore(bytes.NewReader(stream)); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(len(stream))/1e6/time.Since(start).Seconds(), "MB/s_restore")
+		dst.Close()
+	}
+}
