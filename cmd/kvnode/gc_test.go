@@ -15,7 +15,10 @@ func TestChooseGCPercent(t *testing.T) {
 	}{
 		{"", 512 << 20, gcPercentDefault},
 		{"", math.MaxInt64, -1}, // no limit: the heap would be unbounded
-		{"100", 512 << 20, -1},  // the operator's choice
+		{"", gcPercentLimitMin, gcPercentDefault},
+		{"", gcPercentLimitMin - 1, -1}, // a small limit: no room for the overshoot
+		{"", 96 << 20, -1},
+		{"100", 512 << 20, -1}, // the operator's choice
 		{"off", 512 << 20, -1},
 	} {
 		if got := chooseGCPercent(c.env, c.limit); got != c.want {
