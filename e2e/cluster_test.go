@@ -267,6 +267,29 @@ func newClusterWith(t testing.TB, n int, bin string, env []string, edits ...func
 	return c
 }
 
+// newSizedLogCluster starts three nodes in dir, serving tenantA, with
+// acceptor logs of logBytes (pmem dirs named prefix*), config top-level
+// keys top and tables tables (writeConfig), and waits for a leader.
+func newSizedLogCluster(t *testing.T, dir, prefix string, clusterID int, top, tables string, logBytes int64) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: dir}
+	mode := c.pmemDir(prefix)
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	}
+	for _, nd := range c.nodes {
+		c.writeConfig(nd, clusterID, mode, top, tables, []tenant{tenantA})
+		setPMemSize(t, nd, logBytes)
+	}
+	t.Cleanup(func() { c.stopAll(true) })
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	c.leader()
+	return c
+}
+
 // pmemDir picks where c's acceptor logs live and returns their pmem mode:
 // a fresh directory under /dev/shm named prefix* ("shm"), or, with
 // E2E_PMEM_MODE=msync or without /dev/shm, ordinary files in the test's

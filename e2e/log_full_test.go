@@ -41,21 +41,7 @@ const (
 // (and restarted) between phases. Every phase must acknowledge at least
 // fullLogPhaseAcksMin puts, and every acknowledged put reads back.
 func TestFullLogStaysLive(t *testing.T) {
-	c := &cluster{t: t, dir: t.TempDir()}
-	mode := c.pmemDir("synod-e2e-fulllog-")
-	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
-	}
-	for _, nd := range c.nodes {
-		c.writeConfig(nd, 15, mode, "", "", []tenant{tenantA})
-		setPMemSize(t, nd, fullLogPMemBytes)
-	}
-	t.Cleanup(func() { c.stopAll(true) })
-	for _, nd := range c.nodes {
-		c.start(nd)
-	}
-	c.leader()
+	c := newSizedLogCluster(t, t.TempDir(), "synod-e2e-fulllog-", 15, "", "", fullLogPMemBytes)
 
 	cl, err := client.Dial(context.Background(), c.endpoints(), tenantA.token, client.Options{RetriesMax: 40, RequestTimeout: fullLogOpTimeout})
 	if err != nil {

@@ -109,22 +109,8 @@ func TestMemoryBoundedByBudgetLargeValues(t *testing.T) {
 }
 
 func memoryBoundedByBudget(t *testing.T, valueBytes int) {
-	c := &cluster{t: t, dir: t.TempDir()}
-	mode := c.pmemDir("synod-e2e-mem-")
-	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
-	}
 	tables := fmt.Sprintf("[memory]\nbudget_bytes = %d\n", memBudgetBytes)
-	for _, nd := range c.nodes {
-		c.writeConfig(nd, 14, mode, "", tables, []tenant{tenantA})
-		setPMemSize(t, nd, memPMemBytes)
-	}
-	t.Cleanup(func() { c.stopAll(true) })
-	for _, nd := range c.nodes {
-		c.start(nd)
-	}
-	c.leader()
+	c := newSizedLogCluster(t, t.TempDir(), "synod-e2e-mem-", 14, "", tables, memPMemBytes)
 
 	// Sample every node's resident set until the end.
 	var (
