@@ -93,6 +93,7 @@ func runNode(cfg *Config) error {
 	}
 
 	promReg := newPromRegistry()
+	promReg.MustRegister(newPebbleCollector(store))
 	if stalls != nil {
 		promReg.MustRegister(stalls.Collector())
 	}

@@ -132,3 +132,36 @@ func (m *pebbleMem) release() {
 		m.cache = nil
 	}
 }
+
+// PebbleUse is what the live Pebble holds in memory now, from its own
+// metrics: the figures behind the bound above.
+type PebbleUse struct {
+	// CacheBytes is the block cache's size (shared by every Pebble).
+	CacheBytes int64
+	// MemTableBytes is memtables and flushable batches allocated.
+	MemTableBytes uint64
+	// ZombieMemTableBytes is flushed memtables that an open iterator (a
+	// snapshot stream's, a scan's) still holds: manual memory outside
+	// the cache's reservation until the iterator closes.
+	ZombieMemTableBytes uint64
+	ZombieMemTables     int64
+	// TableIters is the sstable iterators open.
+	TableIters int64
+}
+
+// PebbleUse reports the live Pebble's memory (false once closed).
+func (s *SM) PebbleUse() (PebbleUse, bool) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return PebbleUse{}, false
+	}
+	m := s.db.Metrics()
+	return PebbleUse{
+		CacheBytes:          m.BlockCache.Size,
+		MemTableBytes:       m.MemTable.Size,
+		ZombieMemTableBytes: m.MemTable.ZombieSize,
+		ZombieMemTables:     m.MemTable.ZombieCount,
+		TableIters:          m.TableIters,
+	}, true
+}
