@@ -25,7 +25,8 @@ import (
 //     holds at most MemTables+1 memtables of MemTableBytes (Pebble's
 //     MemTableStopWritesThreshold is MemTables: it stops writes once that
 //     many are queued, and one more may be started before the check), and
-//     a staging one a batch of restoreBatchBytesMax besides;
+//     restoreBatchBytesMax is reserved besides for the staging side (it
+//     ingests tables, snapshot_ingest.go: its memtable stays empty);
 //     PebbleMemoryFor sizes them to half the cache at most, leaving the
 //     other half for blocks.
 //
@@ -63,8 +64,8 @@ type PebbleMemory struct {
 // for the smallest memtables of both Pebbles in half the cache.
 var PebbleBytesMin = pebbleMemtableWorstBytes(MemTableBytesMin, MemTablesDefault) * pebbleBlockShareDivisor
 
-// pebbleMemtableWorstBytes is what the memtables of every open Pebble,
-// and a staging batch queued as a flushable batch, may reserve at once.
+// pebbleMemtableWorstBytes is what the memtables of every open Pebble
+// may reserve at once, plus the staging reserve (restoreBatchBytesMax).
 // (Apply batches, one slot each, stay below half a memtable and go into
 // the memtables.)
 func pebbleMemtableWorstBytes(memTableBytes int64, memTables int) int64 {

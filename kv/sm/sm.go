@@ -76,7 +76,11 @@ const (
 	// most this many of its writes may be unacknowledged at once. It equals
 	// the per-connection pipeline depth.
 	ResultsPerClientMax = proto.InflightPerConnMax
-	// restoreBatchBytesMax bounds one Pebble batch while restoring.
+	// restoreBatchBytesMax is what the memory bound reserves for the
+	// staging side besides the memtables (memory.go). Staging once queued
+	// batches of this size; it now writes sstables and ingests them
+	// (snapshot_ingest.go), whose writer buffers a block and the table's
+	// index on the Go heap; the reserve stays as a margin.
 	restoreBatchBytesMax = 4 << 20
 )
 

@@ -255,31 +255,6 @@ func (s *SM) abortSnapshots() {
 	s.snapWG.Wait()
 }
 
-// readSnapshot reads and verifies a snapshot stream into db (a fresh
-// database) and returns the applied slot of its header.
-func readSnapshot(db *pebble.DB, r io.Reader) (uint64, error) {
-	batch := db.NewBatch()
-	defer func() { batch.Close() }()
-	slot, _, err := scanSnapshot(r, func(key, val []byte) error {
-		batch.Set(key, val, nil)
-		if batch.Len() >= restoreBatchBytesMax {
-			if err := batch.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("sm: restore: writing: %w", err)
-			}
-			batch.Close()
-			batch = db.NewBatch()
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := batch.Commit(pebble.NoSync); err != nil {
-		return 0, fmt.Errorf("sm: restore: writing: %w", err)
-	}
-	return slot, nil
-}
-
 // scanSnapshot reads a snapshot stream from r and checks it record by
 // record (kind, lengths, keys inside the keyspace) and against its end
 // record's count and checksum, calling fn with every record in order (key

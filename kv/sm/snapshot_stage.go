@@ -21,7 +21,8 @@ import (
 //  1. staging (BeginStage, Stager.Write per chunk, Stager.Finish): the
 //     stream is parsed as it arrives and written into a fresh Pebble in
 //     the sibling directory dir + ".restore" (never into the live one),
-//     holding at most the parser's buffer and one batch in memory; Finish
+//     as sstables it ingests one after the other (snapshot_ingest.go),
+//     holding at most the parser's buffer and one table's writer; Finish
 //     checks the end record (count, checksum), that nothing trails it and
 //     the stored applied slot, flushes and closes the staged Pebble, and
 //     marks it complete with a durable RESTORE-COMPLETE file naming its
@@ -87,7 +88,8 @@ func (s *SM) BeginStage() (*Stager, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("sm: staging: clearing %s: %w", dir, err)
 	}
-	db, err := pebble.Open(dir, s.pebbleOptions())
+	po := s.pebbleOptions()
+	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("sm: staging: opening %s: %w", dir, err)
 	}
@@ -95,7 +97,7 @@ func (s *SM) BeginStage() (*Stager, error) {
 	st := &Stager{s: s, dir: dir, db: db, pw: pw, done: make(chan struct{})}
 	go func() {
 		defer close(st.done)
-		st.slot, st.err = readSnapshot(db, pr)
+		st.slot, st.err = readSnapshot(db, po, dir, pr)
 		// Writes after the parser returned (a bad stream, or bytes past
 		// its end) fail instead of blocking.
 		if st.err != nil {
