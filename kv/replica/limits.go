@@ -67,6 +67,8 @@ var (
 	// logReservePercent, and so does the usage that asks for a snapshot.
 	_ = [100 - logReservePercent - snapshotRetainLogPercentMax - 1]struct{}{}
 	_ = [100 - logReservePercent - logSnapshotUsedPercent - 1]struct{}{}
+	// The catch-up tail never keeps a log that usage wants compacted.
+	_ = [logSnapshotUsedPercent - catchUpLogPercentMax - 1]struct{}{}
 	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + pmem.RecordBytesMax + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
 )
 
@@ -135,6 +137,16 @@ const (
 	// a snapshot is requested (at most once per election timeout) so the
 	// log truncates before it fills.
 	logSnapshotUsedPercent = 50
+	// catchUpTailDivisor: a leader's compaction keeps up to
+	// every/catchUpTailDivisor slots below its snapshot for a follower
+	// whose commit index is there (snapshot_compact.go, peerFloor): 5,000
+	// slots at the default snapshotEverySlots, as etcd keeps 5,000
+	// entries for slow followers.
+	catchUpTailDivisor = 4
+	// catchUpLogPercentMax: the catch-up tail is kept only while the
+	// acceptor log is below this share in use, so a compaction the
+	// log's usage asked for (logSnapshotUsedPercent) always frees it.
+	catchUpLogPercentMax = 40
 	// logFullRetryTicks is how often, in ticks, a stalled Ready whose
 	// append hit a full PMem log is retried.
 	logFullRetryTicks = 10

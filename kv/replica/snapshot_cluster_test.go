@@ -255,3 +255,79 @@ func TestCompactionReadsNoState(t *testing.T) {
 		t.Fatal("catching a follower up by snapshot opened no stream: the counter sees nothing")
 	}
 }
+
+// TestCatchUpTailServesShortLag: a follower stopped a few slots before the
+// leader's next compaction (fewer than the catch-up tail, every/4) finds
+// the log kept above its commit index and catches up from it, with no
+// snapshot. The planted twin (testingNoCatchUpTail) compacts through the
+// snapshot as before: the log is gone below the follower and it installs
+// a snapshot, which the same checks see.
+func TestCatchUpTailServesShortLag(t *testing.T) {
+	const every = 40
+	kept, installed, lag := shortLagCatchUp(t, every, false)
+	if !kept || installed != 0 {
+		t.Fatalf("lag of %d slots (tail %d): log kept %v, snapshots installed %v; want the log kept and none", lag, every/catchUpTailDivisor, kept, installed)
+	}
+	testingNoCatchUpTail = true
+	defer func() { testingNoCatchUpTail = false }()
+	pKept, pInstalled, pLag := shortLagCatchUp(t, every, true)
+	caught := !pKept && pInstalled > 0
+	fmt.Printf("catch-up tail: tail_slots=%d lag_slots=%d kept_log=%v installed=%v planted_lag_slots=%d planted_kept_log=%v planted_installed=%v caught=%v\n",
+		every/catchUpTailDivisor, lag, kept, installed, pLag, pKept, pInstalled, caught)
+	if !caught {
+		t.Fatalf("without the tail the log was kept (%v) or no snapshot installed (%v): the check cannot fail", pKept, pInstalled)
+	}
+}
+
+// shortLagCatchUp stops a follower 4 slots before the leader's next
+// compaction, writes past it, and reports whether the leader's log still
+// reached down to the follower once it compacted, how many snapshots the
+// follower installed to catch up, and its lag at the compaction.
+func shortLagCatchUp(t *testing.T, every uint64, planted bool) (kept bool, installed float64, lag uint64) {
+	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = every; c.secret = secretA })
+	putAll := func(k string) {
+		c.put(k, "v")
+		lead := c.leader()
+		for id := range c.nodes {
+			c.waitApplied(id, c.nodes[lead].r.Applied())
+		}
+	}
+	putAll("first")
+	leader := c.leader()
+	f := paxos.NodeID(1)
+	if f == leader {
+		f = 2
+	}
+	lr := c.nodes[leader].r
+	snapSlot := func() uint64 {
+		var m dto.Metric
+		lr.metrics.SnapshotSlot.Write(&m)
+		return uint64(m.GetGauge().GetValue())
+	}
+	// Wait for a compaction so the next one's slot is known.
+	for i := 0; counterValue(lr.metrics.Snapshots) == 0; i++ {
+		putAll(fmt.Sprintf("a%04d", i))
+	}
+	next := snapSlot() + every
+	for i := 0; uint64(lr.Applied()) < next-4; i++ {
+		putAll(fmt.Sprintf("b%04d", i))
+	}
+	time.Sleep(50 * time.Millisecond) // heartbeats carry f's commit to the leader
+	stopped := uint64(c.nodes[f].r.Applied())
+	c.stop(f)
+	before := counterValue(lr.metrics.Snapshots)
+	deadline := time.Now().Add(compactionWait)
+	for i := 0; counterValue(lr.metrics.Snapshots) == before; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("planted=%v: the leader took no snapshot past slot %d", planted, next)
+		}
+		c.put(fmt.Sprintf("c%04d", i), "v")
+	}
+	lag = snapSlot() - stopped
+	// Compaction follows the snapshot's flush on the consensus loop.
+	time.Sleep(100 * time.Millisecond)
+	kept = uint64(lr.Status().FirstSlot) <= stopped+1
+	c.start(f)
+	c.waitApplied(f, lr.Applied())
+	return kept, counterValue(c.nodes[f].r.metrics.Installed), lag
+}

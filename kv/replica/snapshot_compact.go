@@ -70,6 +70,47 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 	return floor
 }
 
+// peerFloor is the slot a leader's compaction may go to instead of slot,
+// keeping the log above the commit index of a follower that is at most
+// every/catchUpTailDivisor slots behind slot (a follower that missed a
+// few Accepts, or paused briefly, then catches up from the log instead of
+// fetching the whole store), while the acceptor log is below
+// catchUpLogPercentMax in use. A follower further behind, or a log past
+// that share, gets no tail: it is served a snapshot as before. Followers
+// compact through their own snapshot (consensus loop).
+func (r *Replica) peerFloor(slot paxos.Slot) paxos.Slot {
+	every := r.cfg.SnapshotEverySlots // the apply loop's interval (applyInit)
+	if every == 0 {
+		every = snapshotEverySlots
+	}
+	tail := paxos.Slot(every / catchUpTailDivisor)
+	if tail == 0 || slot <= tail || testingNoCatchUpTail {
+		return slot
+	}
+	if st := r.node.Status(); st.Role != paxos.RoleLeader {
+		return slot
+	}
+	used, capacity := r.alog.Usage()
+	if capacity > 0 && used*100 >= capacity*catchUpLogPercentMax {
+		return slot
+	}
+	floor := slot
+	for _, p := range r.node.PeerProgress() {
+		if !p.Tracked || p.Commit >= floor {
+			continue
+		}
+		if p.Commit+tail < slot {
+			continue // too far behind for the tail: a snapshot serves it
+		}
+		floor = p.Commit
+	}
+	return floor
+}
+
+// testingNoCatchUpTail turns peerFloor off (tests: the planted twin of
+// TestCatchUpTailServesShortLag).
+var testingNoCatchUpTail bool
+
 // snapPinsMax bounds the log pins held at once: snapshotServesMax running
 // transfers and those within snapshotRetainAfter of their end. A pin
 // beyond it is not taken (that transfer's fetcher may need another).
