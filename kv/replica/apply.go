@@ -60,15 +60,21 @@ func (r *Replica) applyInit() *applyState {
 	as := &r.apply
 	if !as.started {
 		as.started = true
-		as.every = r.cfg.SnapshotEverySlots
-		if as.every == 0 {
-			as.every = snapshotEverySlots
-		}
+		as.every = r.snapshotEvery()
 		as.lastSnap = r.sm.Applied()
 		as.cmds = make([][]byte, 0, proposeBatchCmdsMax)
 		as.mine = make([]applyOrigin, 0, proposeBatchCmdsMax)
 	}
 	return as
+}
+
+// snapshotEvery is how many applied slots pass between snapshots: the
+// config's SnapshotEverySlots, or snapshotEverySlots.
+func (r *Replica) snapshotEvery() uint64 {
+	if r.cfg.SnapshotEverySlots > 0 {
+		return r.cfg.SnapshotEverySlots
+	}
+	return snapshotEverySlots
 }
 
 // snapshotNow takes a snapshot on request (apply loop).

@@ -79,11 +79,7 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 // that share, gets no tail: it is served a snapshot as before. Followers
 // compact through their own snapshot (consensus loop).
 func (r *Replica) peerFloor(slot paxos.Slot) paxos.Slot {
-	every := r.cfg.SnapshotEverySlots // the apply loop's interval (applyInit)
-	if every == 0 {
-		every = snapshotEverySlots
-	}
-	tail := paxos.Slot(every / catchUpTailDivisor)
+	tail := paxos.Slot(r.snapshotEvery() / catchUpTailDivisor)
 	if tail == 0 || slot <= tail || testingNoCatchUpTail {
 		return slot
 	}
@@ -106,10 +102,6 @@ func (r *Replica) peerFloor(slot paxos.Slot) paxos.Slot {
 	}
 	return floor
 }
-
-// testingNoCatchUpTail turns peerFloor off (tests: the planted twin of
-// TestCatchUpTailServesShortLag).
-var testingNoCatchUpTail bool
 
 // snapPinsMax bounds the log pins held at once: snapshotServesMax running
 // transfers and those within snapshotRetainAfter of their end. A pin

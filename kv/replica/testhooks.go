@@ -38,3 +38,9 @@ var testingDelayAfterControl time.Duration
 // plant it to show TestPipelineGateLetsVictimOvertake catches the loss of
 // fair queuing.
 var testingNoPipelineGate bool
+
+// testingNoCatchUpTail, when true, turns peerFloor off
+// (snapshot_compact.go): a leader compacts through its snapshot whatever
+// its followers hold. The planted twin inside
+// TestCatchUpTailServesShortLag.
+var testingNoCatchUpTail bool

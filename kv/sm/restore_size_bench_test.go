@@ -1,7 +1,6 @@
 package sm
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -11,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // BenchmarkRestoreBySize restores a synthetic snapshot stream of
@@ -66,36 +63,17 @@ func newSynthStream(size int64, slot uint64) *synthStream {
 	pr, pw := io.Pipe()
 	s := &synthStream{pr: pr, size: size}
 	go func() {
-		h := xxhash.New()
-		bw := bufio.NewWriterSize(io.MultiWriter(pw, h), 1<<20)
-		bw.Write(snapshotMagic)
-		bw.Write(binary.BigEndian.AppendUint64(nil, slot))
-		var count uint64
-		rec := func(key, val []byte) {
-			var hdr [5]byte
-			hdr[0] = snapRecord
-			binary.BigEndian.PutUint32(hdr[1:], uint32(len(key)))
-			bw.Write(hdr[:])
-			bw.Write(key)
-			bw.Write(binary.BigEndian.AppendUint32(nil, uint32(len(val))))
-			bw.Write(val)
-			count++
-		}
-		rec(appliedKey, binary.BigEndian.AppendUint64(nil, slot))
+		enc := newSnapEncoder(pw, slot)
+		enc.record(appliedKey, binary.BigEndian.AppendUint64(nil, slot))
 		r := rand.New(rand.NewPCG(3, 4))
 		val := make([]byte, 4<<10)
 		for i := int64(0); i*int64(len(val)) < size; i++ {
 			for j := 0; j+8 <= len(val); j += 8 {
 				binary.LittleEndian.PutUint64(val[j:], r.Uint64())
 			}
-			rec(dataKey(1, []byte(fmt.Sprintf("load-%012d", i))), val)
+			enc.record(dataKey(1, []byte(fmt.Sprintf("load-%012d", i))), val)
 		}
-		bw.Flush()
-		end := []byte{snapEnd}
-		end = binary.BigEndian.AppendUint64(end, count)
-		end = binary.BigEndian.AppendUint64(end, h.Sum64())
-		_, err := pw.Write(end)
-		pw.CloseWithError(err)
+		pw.CloseWithError(enc.end())
 	}()
 	return s
 }

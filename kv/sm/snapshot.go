@@ -64,17 +64,12 @@ func (s *SM) Snapshot() (io.ReadCloser, uint64, error) {
 }
 
 func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
-	h := xxhash.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(w, h), snapWriteBufferSize)
-	bw.Write(snapshotMagic)
-	bw.Write(binary.BigEndian.AppendUint64(nil, slot))
+	enc := newSnapEncoder(w, slot)
 	it, err := snap.NewIter(&pebble.IterOptions{UpperBound: keyspaceEnd})
 	if err != nil {
 		return fmt.Errorf("sm: snapshot iterator: %w", err)
 	}
 	defer it.Close()
-	var count uint64
-	var hdr [5]byte
 	for it.First(); it.Valid(); it.Next() {
 		if bytes.Equal(it.Key(), restoringKey) {
 			continue
@@ -83,26 +78,59 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 		if err != nil {
 			return fmt.Errorf("sm: snapshot value: %w", err)
 		}
-		hdr[0] = snapRecord
-		binary.BigEndian.PutUint32(hdr[1:], uint32(len(it.Key())))
-		bw.Write(hdr[:])
-		bw.Write(it.Key())
-		bw.Write(binary.BigEndian.AppendUint32(nil, uint32(len(v))))
-		if _, err := bw.Write(v); err != nil {
+		if err := enc.record(it.Key(), v); err != nil {
 			return err
 		}
-		count++
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("sm: snapshot iterator: %w", err)
 	}
-	if err := bw.Flush(); err != nil {
+	return enc.end()
+}
+
+// snapEncoder writes a snapshot stream in the format above: the header
+// when made, a record per call, the end record (count, checksum) last.
+// writeSnapshot is its user; tests build streams with it.
+type snapEncoder struct {
+	w     io.Writer
+	h     *xxhash.Digest
+	bw    *bufio.Writer // to w and h
+	count uint64
+	hdr   [5]byte
+}
+
+func newSnapEncoder(w io.Writer, slot uint64) *snapEncoder {
+	e := &snapEncoder{w: w, h: xxhash.New()}
+	e.bw = bufio.NewWriterSize(io.MultiWriter(w, e.h), snapWriteBufferSize)
+	e.bw.Write(snapshotMagic)
+	e.bw.Write(binary.BigEndian.AppendUint64(nil, slot))
+	return e
+}
+
+// record appends one key/value record; the first error of the writer is
+// returned (by this call or a later one).
+func (e *snapEncoder) record(key, val []byte) error {
+	e.hdr[0] = snapRecord
+	binary.BigEndian.PutUint32(e.hdr[1:], uint32(len(key)))
+	e.bw.Write(e.hdr[:])
+	e.bw.Write(key)
+	binary.BigEndian.PutUint32(e.hdr[:4], uint32(len(val)))
+	e.bw.Write(e.hdr[:4])
+	_, err := e.bw.Write(val)
+	e.count++
+	return err
+}
+
+// end flushes the records and writes the end record (outside the
+// checksum it carries).
+func (e *snapEncoder) end() error {
+	if err := e.bw.Flush(); err != nil {
 		return err
 	}
 	end := []byte{snapEnd}
-	end = binary.BigEndian.AppendUint64(end, count)
-	end = binary.BigEndian.AppendUint64(end, h.Sum64())
-	_, err = w.Write(end)
+	end = binary.BigEndian.AppendUint64(end, e.count)
+	end = binary.BigEndian.AppendUint64(end, e.h.Sum64())
+	_, err := e.w.Write(end)
 	return err
 }
 

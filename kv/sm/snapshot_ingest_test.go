@@ -1,15 +1,12 @@
 package sm
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/cespare/xxhash/v2"
 
 	"synod/kv/proto"
 	"synod/tenants"
@@ -92,34 +89,14 @@ func TestRestoreRejectsUnorderedStreams(t *testing.T) {
 	}
 }
 
-// encodeStream is a snapshot stream (writeSnapshot's format, right count
-// and checksum) of recs, in the order given.
+// encodeStream is a snapshot stream (snapEncoder: right count and
+// checksum) of recs, in the order given.
 func encodeStream(slot uint64, recs [][2][]byte) []byte {
 	var out bytes.Buffer
-	h := xxhash.New()
-	bw := bufio.NewWriter(&multi{&out, h})
-	bw.Write(snapshotMagic)
-	bw.Write(binary.BigEndian.AppendUint64(nil, slot))
+	enc := newSnapEncoder(&out, slot)
 	for _, r := range recs {
-		bw.Write([]byte{snapRecord})
-		bw.Write(binary.BigEndian.AppendUint32(nil, uint32(len(r[0]))))
-		bw.Write(r[0])
-		bw.Write(binary.BigEndian.AppendUint32(nil, uint32(len(r[1]))))
-		bw.Write(r[1])
+		enc.record(r[0], r[1])
 	}
-	bw.Flush()
-	out.WriteByte(snapEnd)
-	out.Write(binary.BigEndian.AppendUint64(nil, uint64(len(recs))))
-	out.Write(binary.BigEndian.AppendUint64(nil, h.Sum64()))
+	enc.end()
 	return out.Bytes()
-}
-
-type multi struct {
-	a *bytes.Buffer
-	b *xxhash.Digest
-}
-
-func (m *multi) Write(p []byte) (int, error) {
-	m.a.Write(p)
-	return m.b.Write(p)
 }
