@@ -504,9 +504,9 @@ func (r *Replica) requestSnapshot() {
 // snapshot through slot: paxos may drop its log below it and the acceptor
 // log may truncate.
 func (r *Replica) compacted(slot, durable paxos.Slot) {
-	// Keep the log above a snapshot being served, and above a follower a
-	// little behind (snapshot_compact.go).
-	slot = r.peerFloor(r.retainFloor(slot))
+	// Keep the log above a snapshot being served, and a catch-up tail
+	// (snapshot_compact.go).
+	slot = min(r.retainFloor(slot), r.catchUpFloor(slot))
 	st := r.node.Status()
 	// The state machine may be ahead of what paxos delivered (the accel
 	// early path applies committed slots first): compact no further than

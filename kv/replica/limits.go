@@ -137,11 +137,10 @@ const (
 	// a snapshot is requested (at most once per election timeout) so the
 	// log truncates before it fills.
 	logSnapshotUsedPercent = 50
-	// catchUpTailDivisor: a leader's compaction keeps up to
-	// every/catchUpTailDivisor slots below its snapshot for a follower
-	// whose commit index is there (snapshot_compact.go, peerFloor): 5,000
-	// slots at the default snapshotEverySlots, as etcd keeps 5,000
-	// entries for slow followers.
+	// catchUpTailDivisor: compaction keeps the last
+	// every/catchUpTailDivisor slots below a snapshot in the log
+	// (snapshot_compact.go, catchUpFloor): 5,000 slots at the default
+	// snapshotEverySlots, as etcd keeps 5,000 entries for slow followers.
 	catchUpTailDivisor = 4
 	// catchUpLogPercentMax: the catch-up tail is kept only while the
 	// acceptor log is below this share in use, so a compaction the

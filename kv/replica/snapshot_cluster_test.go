@@ -258,12 +258,12 @@ func TestCompactionReadsNoState(t *testing.T) {
 
 // TestCatchUpTailServesShortLag: a follower stopped a few slots before the
 // leader's next compaction (fewer than the catch-up tail, every/4) finds
-// the log kept above its commit index and catches up from it, with no
+// the log kept below the snapshot and catches up from it, with no
 // snapshot. The planted twin (testingNoCatchUpTail) compacts through the
 // snapshot as before: the log is gone below the follower and it installs
 // a snapshot, which the same checks see.
 func TestCatchUpTailServesShortLag(t *testing.T) {
-	const every = 40
+	const every = 80
 	kept, installed, lag := shortLagCatchUp(t, every, false)
 	if !kept || installed != 0 {
 		t.Fatalf("lag of %d slots (tail %d): log kept %v, snapshots installed %v; want the log kept and none", lag, every/catchUpTailDivisor, kept, installed)
@@ -312,16 +312,21 @@ func shortLagCatchUp(t *testing.T, every uint64, planted bool) (kept bool, insta
 	for i := 0; uint64(lr.Applied()) < next-4; i++ {
 		putAll(fmt.Sprintf("b%04d", i))
 	}
-	time.Sleep(50 * time.Millisecond) // heartbeats carry f's commit to the leader
 	stopped := uint64(c.nodes[f].r.Applied())
 	c.stop(f)
 	before := counterValue(lr.metrics.Snapshots)
+	// Write up to the snapshot's slot, then wait for its flush without
+	// writing more: more writes during a slow flush would make the next
+	// snapshot, far past the tail.
+	for i := 0; uint64(lr.Applied()) < next; i++ {
+		c.put(fmt.Sprintf("c%04d", i), "v")
+	}
 	deadline := time.Now().Add(compactionWait)
-	for i := 0; counterValue(lr.metrics.Snapshots) == before; i++ {
+	for counterValue(lr.metrics.Snapshots) == before {
 		if time.Now().After(deadline) {
 			t.Fatalf("planted=%v: the leader took no snapshot past slot %d", planted, next)
 		}
-		c.put(fmt.Sprintf("c%04d", i), "v")
+		time.Sleep(5 * time.Millisecond)
 	}
 	lag = snapSlot() - stopped
 	// Compaction follows the snapshot's flush on the consensus loop.

@@ -70,37 +70,26 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 	return floor
 }
 
-// peerFloor is the slot a leader's compaction may go to instead of slot,
-// keeping the log above the commit index of a follower that is at most
-// every/catchUpTailDivisor slots behind slot (a follower that missed a
-// few Accepts, or paused briefly, then catches up from the log instead of
-// fetching the whole store), while the acceptor log is below
-// catchUpLogPercentMax in use. A follower further behind, or a log past
-// that share, gets no tail: it is served a snapshot as before. Followers
-// compact through their own snapshot (consensus loop).
-func (r *Replica) peerFloor(slot paxos.Slot) paxos.Slot {
+// catchUpFloor is the slot compaction may go to instead of slot: it keeps
+// the last every/catchUpTailDivisor slots below the snapshot in the log,
+// while the acceptor log is below catchUpLogPercentMax in use, so a
+// follower that missed a few Accepts or paused briefly when its leader
+// compacted catches up from the log instead of fetching the whole store
+// (etcd keeps such a tail too). Every node keeps it, not only the leader:
+// a node that leads later serves the same laggards (a leader-only tail,
+// tried first, was lost whenever leadership moved). A follower farther
+// behind, or a log past that share, is served a snapshot (consensus
+// loop).
+func (r *Replica) catchUpFloor(slot paxos.Slot) paxos.Slot {
 	tail := paxos.Slot(r.snapshotEvery() / catchUpTailDivisor)
 	if tail == 0 || slot <= tail || testingNoCatchUpTail {
-		return slot
-	}
-	if st := r.node.Status(); st.Role != paxos.RoleLeader {
 		return slot
 	}
 	used, capacity := r.alog.Usage()
 	if capacity > 0 && used*100 >= capacity*catchUpLogPercentMax {
 		return slot
 	}
-	floor := slot
-	for _, p := range r.node.PeerProgress() {
-		if !p.Tracked || p.Commit >= floor {
-			continue
-		}
-		if p.Commit+tail < slot {
-			continue // too far behind for the tail: a snapshot serves it
-		}
-		floor = p.Commit
-	}
-	return floor
+	return slot - tail
 }
 
 // snapPinsMax bounds the log pins held at once: snapshotServesMax running

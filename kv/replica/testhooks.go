@@ -39,8 +39,8 @@ var testingDelayAfterControl time.Duration
 // fair queuing.
 var testingNoPipelineGate bool
 
-// testingNoCatchUpTail, when true, turns peerFloor off
-// (snapshot_compact.go): a leader compacts through its snapshot whatever
-// its followers hold. The planted twin inside
+// testingNoCatchUpTail, when true, turns catchUpFloor off
+// (snapshot_compact.go): a node compacts through its snapshot, keeping no
+// tail for followers a little behind. The planted twin inside
 // TestCatchUpTailServesShortLag.
 var testingNoCatchUpTail bool
