@@ -54,10 +54,18 @@ type StateMachine interface {
 	// a consistent snapshot of the store taken in O(1) (served to
 	// laggards; close it when done).
 	Snapshot() (io.ReadCloser, uint64, error)
+	// SnapshotDelta is Snapshot as a delta stream against a fetcher's
+	// digest (only the ranges that differ); a malformed digest is
+	// sm.ErrBadDigest.
+	SnapshotDelta(digest []byte) (io.ReadCloser, uint64, error)
 	// BeginStage starts staging a snapshot stream fetched from a peer,
 	// beside the live state (at most one at a time); the Stager's Finish
 	// leaves it complete and durable.
 	BeginStage() (*sm.Stager, error)
+	// BeginDeltaStage is BeginStage for a delta stream: the staging
+	// starts as a checkpoint of the live state, whose digest the Stager
+	// computes (Stager.Digest) for the request.
+	BeginDeltaStage() (*sm.Stager, error)
 	// InstallStaged swaps in the complete staged copy, which must be at
 	// slot.
 	InstallStaged(slot uint64) error

@@ -169,6 +169,9 @@ type Replica struct {
 	snapServes  chan struct{}
 	snapSwapped chan error
 	pins        snapPins
+	// snapWholeNext: the last delta request got no answer; the next
+	// transfer asks for a whole stream (snapshot_fetch.go).
+	snapWholeNext atomic.Bool
 
 	// boot is this process's boot id (envelope.go): random, never 0.
 	boot         uint64

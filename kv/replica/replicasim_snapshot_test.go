@@ -138,10 +138,14 @@ func (s *rsim) startTransfer(n *rsimNode) {
 		return
 	}
 	req, err := decodeSnapFrame(f.request())
-	if err != nil || req.kind != snapFrameRequest || req.from != n.id || req.id != f.id {
+	wantKind := byte(snapFrameRequest)
+	if f.digest != nil {
+		wantKind = snapFrameDeltaRequest
+	}
+	if err != nil || req.kind != wantKind || req.from != n.id || req.id != f.id {
 		s.violate("node %d: its request frame does not decode: %+v %v", n.id, req, err)
 	}
-	sv, err := from.r.serveBegin(n.id, req.id)
+	sv, err := from.r.serveBegin(n.id, req.id, req.digest)
 	if err != nil {
 		f.end(errSnapRefused)
 		return

@@ -141,6 +141,45 @@ func TestSnapshotInstallCrashAtEveryChunk(t *testing.T) {
 	}
 }
 
+// TestDeltaCatchUpSendsWhatChanged: a follower stopped while 60 keys were
+// written above 300 it holds catches up by a delta transfer (it holds
+// state) that keeps most of its ranges and receives less than half the
+// state's bytes; its twin with delta transfers off receives all of them.
+func TestDeltaCatchUpSendsWhatChanged(t *testing.T) {
+	defer sm.TestingDeltaRangeBytes(16 << 10)()
+	const oldKeys, keys, valBytes = 300, 60, 1000
+	run := func(delta bool) (received, kept, replaced float64) {
+		testingNoDeltaSnapshots = !delta
+		defer func() { testingNoDeltaSnapshots = false }()
+		c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
+		for i := range oldKeys {
+			c.put(fmt.Sprintf("a%04d", i), strings.Repeat("o", valBytes))
+		}
+		leader, f := laggingFollower(c, keys, valBytes)
+		c.start(f)
+		c.checkCaughtUp(leader, f, keys, valBytes)
+		for i := range oldKeys {
+			if resp := c.do(f, getReq(fmt.Sprintf("a%04d", i), true), time.Second); resp.Status != proto.StatusOK || len(resp.Value) != valBytes {
+				t.Fatalf("delta %v: a%04d on the follower: %v", delta, i, resp.Status)
+			}
+		}
+		m := &c.nodes[f].r.metrics.Snap
+		if counterValue(c.nodes[f].r.metrics.Installed) < 1 {
+			t.Fatalf("delta %v: the follower caught up without a snapshot: the test needs one", delta)
+		}
+		return counterValue(m.ReceivedBytes), counterValue(m.DeltaRanges.WithLabelValues(rangesKept)), counterValue(m.DeltaRanges.WithLabelValues(rangesReplaced))
+	}
+	received, kept, replaced := run(true)
+	whole, wholeKept, _ := run(false)
+	t.Logf("delta catch-up: received_bytes=%.0f kept_ranges=%.0f replaced_ranges=%.0f whole_received_bytes=%.0f", received, kept, replaced, whole)
+	if kept == 0 || kept < replaced || wholeKept != 0 {
+		t.Fatalf("kept %v ranges, replaced %v (the whole run kept %v): want most kept", kept, replaced, wholeKept)
+	}
+	if whole < oldKeys*valBytes || received*2 > whole {
+		t.Fatalf("the delta received %v bytes, the whole transfer %v (state >= %d)", received, whole, oldKeys*valBytes)
+	}
+}
+
 // TestSnapshotTransferMetrics: a catch-up by snapshot counts bytes on
 // both sides, ends with nothing in flight, and records one successful
 // transfer each way.
@@ -194,6 +233,11 @@ type countingSM struct {
 func (s countingSM) Snapshot() (io.ReadCloser, uint64, error) {
 	s.streams.Add(1)
 	return s.SM.Snapshot()
+}
+
+func (s countingSM) SnapshotDelta(digest []byte) (io.ReadCloser, uint64, error) {
+	s.streams.Add(1)
+	return s.SM.SnapshotDelta(digest)
 }
 
 // TestCompactionReadsNoState: compaction (every 20 slots here) opens no

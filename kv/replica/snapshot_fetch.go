@@ -43,6 +43,9 @@ type snapFetch struct {
 	from   paxos.NodeID
 	id     uint64
 	st     *sm.Stager
+	digest []byte // a delta request's (nil: a whole stream)
+	kept   int    // ranges the server kept (a delta, once staged)
+	ranges int
 	meta   paxos.SnapshotMeta
 	header bool
 	seq    uint64
@@ -70,21 +73,41 @@ func (r *Replica) offerSnapshot(o paxos.SnapshotOffer) {
 	}
 }
 
-// fetchBegin starts a transfer for offer: it opens the staging.
+// fetchBegin starts a transfer for offer: it opens the staging. A node
+// that holds state asks for a delta (kv/sm "Delta snapshots": its staging
+// starts as a checkpoint of its state, whose digest goes with the
+// request), unless its last delta request failed before the server
+// answered (a server of an earlier version refuses the frame).
 func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
-	st, err := r.sm.BeginStage()
+	delta := r.sm.Applied() > 0 && !testingNoDeltaSnapshots && !r.snapWholeNext.Swap(false)
+	var st *sm.Stager
+	var digest []byte
+	var err error
+	if delta {
+		st, err = r.sm.BeginDeltaStage()
+		if err == nil {
+			if digest, err = st.Digest(); err != nil {
+				st.Abort()
+			}
+		}
+	} else {
+		st, err = r.sm.BeginStage()
+	}
 	if err != nil {
 		return nil, err
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	f := &snapFetch{r: r, from: offer.From, id: binary.LittleEndian.Uint64(b[:]) | 1, st: st, start: r.cfg.Now()}
+	f := &snapFetch{r: r, from: offer.From, id: binary.LittleEndian.Uint64(b[:]) | 1, st: st, digest: digest, start: r.cfg.Now()}
 	r.metrics.Snap.InFlight.WithLabelValues(dirReceived).Inc()
 	return f, nil
 }
 
 // request is the request frame's payload.
 func (f *snapFetch) request() []byte {
+	if f.digest != nil {
+		return appendSnapDeltaRequest(nil, f.id, f.r.cfg.ID, uint64(f.r.Status().Commit), f.digest)
+	}
 	return appendSnapRequest(nil, f.id, f.r.cfg.ID, uint64(f.r.Status().Commit))
 }
 
@@ -125,6 +148,7 @@ func (f *snapFetch) onFrame(b []byte) (done bool, err error) {
 			return false, fmt.Errorf("%w: end after %d chunks and %d bytes, received %d and %d", errSnapFrame, fr.seq, fr.bytes, f.seq, f.got)
 		}
 		slot, err := f.st.Finish()
+		f.kept, f.ranges = f.st.DeltaRanges()
 		f.st = nil
 		if err != nil {
 			return false, fmt.Errorf("finishing the staged snapshot: %w", err)
@@ -174,11 +198,23 @@ func (f *snapFetch) end(err error) {
 		result = resultFailed
 	}
 	m.Transfers.WithLabelValues(dirReceived, result).Inc()
+	if f.digest != nil && !f.header && result == resultFailed {
+		// No answer to a delta request: perhaps a server that does not
+		// know the frame. The next transfer asks for a whole stream.
+		r.snapWholeNext.Store(true)
+	}
+	if f.done && f.digest != nil {
+		m.DeltaRanges.WithLabelValues(rangesKept).Add(float64(f.kept))
+		m.DeltaRanges.WithLabelValues(rangesReplaced).Add(float64(f.ranges - f.kept))
+	}
 	ev := r.log.Info()
 	if err != nil && result == resultFailed {
 		ev = r.log.Warn().Err(err)
 	} else if err != nil {
 		ev = ev.Err(err)
+	}
+	if f.digest != nil {
+		ev = ev.Bool("delta", true).Int("ranges", f.ranges).Int("kept", f.kept)
 	}
 	ev.Uint64("from", uint64(f.from)).Uint64("slot", uint64(f.meta.Slot)).Uint64("bytes", f.got).Dur("took", took).
 		Str("result", result).Msg("snapshot transfer")

@@ -15,6 +15,10 @@ type snapshotMetrics struct {
 	// Transfers counts ended transfers by direction and result ("ok",
 	// "failed", "stale": superseded or arrived late, "refused").
 	Transfers *prometheus.CounterVec
+	// DeltaRanges counts the digest ranges of installed delta transfers,
+	// by what the server did with them ("kept": the fetcher had them,
+	// "replaced": sent).
+	DeltaRanges *prometheus.CounterVec
 }
 
 // Label values of snapshotMetrics.
@@ -25,6 +29,9 @@ const (
 	resultFailed  = "failed"
 	resultStale   = "stale"
 	resultRefused = "refused"
+
+	rangesKept     = "kept"
+	rangesReplaced = "replaced"
 )
 
 func newSnapshotMetrics(reg prometheus.Registerer) snapshotMetrics {
@@ -41,7 +48,12 @@ func newSnapshotMetrics(reg prometheus.Registerer) snapshotMetrics {
 		Transfers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_snapshot_transfers_total", Help: "Ended snapshot transfers by direction and result (ok, failed, stale, refused)."},
 			[]string{"direction", "result"}),
+		DeltaRanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "synod_snapshot_delta_ranges_total", Help: "Digest ranges of installed delta snapshot transfers, by what the server did: kept (the fetcher had them) or replaced (sent)."},
+			[]string{"what"}),
 	}
+	m.DeltaRanges.WithLabelValues(rangesKept)
+	m.DeltaRanges.WithLabelValues(rangesReplaced)
 	for _, d := range []string{dirSent, dirReceived} {
 		m.Seconds.WithLabelValues(d)
 		m.InFlight.WithLabelValues(d)
@@ -50,7 +62,7 @@ func newSnapshotMetrics(reg prometheus.Registerer) snapshotMetrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.SentBytes, m.ReceivedBytes, m.Seconds, m.InFlight, m.Transfers)
+		reg.MustRegister(m.SentBytes, m.ReceivedBytes, m.Seconds, m.InFlight, m.Transfers, m.DeltaRanges)
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"synod/kv/sm"
 	"synod/paxos"
 )
 
@@ -39,10 +40,13 @@ type snapServe struct {
 	// frame was produced, ended once the end frame was.
 	stamped, headed, ended bool
 	pin                    uint64
-	seq, sent              uint64
-	buf, out               []byte
-	start                  time.Time
-	closed                 bool
+	// delta: a delta stream (snapshot_wire.go), handed on as it comes
+	// (the server may hash kept ranges for a while between bytes).
+	delta     bool
+	seq, sent uint64
+	buf, out  []byte
+	start     time.Time
+	closed    bool
 }
 
 type snapMetaResult struct {
@@ -56,20 +60,28 @@ type snapMetaResult struct {
 var errSnapBusy = errors.New("replica: snapshot transfers busy")
 
 // serveBegin admits a transfer of this node's state to node to: it takes a
-// Pebble snapshot (O(1)) and asks the consensus loop to stamp it. It never
+// Pebble snapshot (O(1)) and asks the consensus loop to stamp it. With a
+// digest (a delta request) the stream is a delta against it. It never
 // blocks.
-func (r *Replica) serveBegin(to paxos.NodeID, id uint64) (*snapServe, error) {
+func (r *Replica) serveBegin(to paxos.NodeID, id uint64, digest []byte) (*snapServe, error) {
 	select {
 	case r.snapServes <- struct{}{}:
 	default:
 		return nil, errSnapBusy
 	}
-	rc, slot, err := r.sm.Snapshot()
+	var rc io.ReadCloser
+	var slot uint64
+	var err error
+	if digest != nil {
+		rc, slot, err = r.sm.SnapshotDelta(digest)
+	} else {
+		rc, slot, err = r.sm.Snapshot()
+	}
 	if err != nil {
 		<-r.snapServes
 		return nil, err
 	}
-	sv := &snapServe{r: r, to: to, id: id, rc: rc, slot: slot, metaC: make(chan snapMetaResult, 1), start: r.cfg.Now()}
+	sv := &snapServe{r: r, to: to, id: id, rc: rc, slot: slot, delta: digest != nil, metaC: make(chan snapMetaResult, 1), start: r.cfg.Now()}
 	select {
 	case r.controlC <- func() { r.stampSnapshot(sv.slot, sv.metaC) }:
 	default:
@@ -132,7 +144,15 @@ func (sv *snapServe) next() (payload []byte, last bool, err error) {
 	if sv.buf == nil {
 		sv.buf = make([]byte, snapshotChunkBytes)
 	}
-	n, err := io.ReadFull(sv.rc, sv.buf)
+	var n int
+	if sv.delta {
+		n, err = sv.rc.Read(sv.buf)
+		if n == 0 && err == nil {
+			return sv.next()
+		}
+	} else {
+		n, err = io.ReadFull(sv.rc, sv.buf)
+	}
 	if n > 0 {
 		sv.seq++
 		sv.sent += uint64(n)
@@ -175,7 +195,7 @@ func (sv *snapServe) close() {
 	if sv.ended {
 		result = resultOK
 		r.metrics.SnapshotBytes.Set(float64(sv.sent))
-		r.log.Info().Uint64("to", uint64(sv.to)).Uint64("slot", sv.slot).Uint64("bytes", sv.sent).
+		r.log.Info().Uint64("to", uint64(sv.to)).Uint64("slot", sv.slot).Uint64("bytes", sv.sent).Bool("delta", sv.delta).
 			Dur("took", r.cfg.Now().Sub(sv.start)).Msg("snapshot sent")
 	}
 	m.Transfers.WithLabelValues(dirSent, result).Inc()
@@ -193,7 +213,7 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	req, err := decodeSnapFrame(b)
-	if err == nil && req.kind != snapFrameRequest {
+	if err == nil && req.kind != snapFrameRequest && req.kind != snapFrameDeltaRequest {
 		err = fmt.Errorf("%w: kind %d before a request", errSnapFrame, req.kind)
 	}
 	if err == nil && r.cfg.Auth != nil && req.from != sc.peer {
@@ -206,10 +226,14 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 		r.snapConnRefused(c, err)
 		return
 	}
-	sv, err := r.serveBegin(req.from, req.id)
+	sv, err := r.serveBegin(req.from, req.id, req.digest)
 	if err != nil {
 		r.log.Debug().Err(err).Uint64("to", uint64(req.from)).Msg("refusing a snapshot transfer")
-		sc.write(appendSnapRefuse(nil, req.id, snapRefuseBusy))
+		reason := byte(snapRefuseBusy)
+		if errors.Is(err, sm.ErrBadDigest) {
+			reason = snapRefuseBadReq
+		}
+		sc.write(appendSnapRefuse(nil, req.id, reason))
 		r.metrics.Snap.Transfers.WithLabelValues(dirSent, resultRefused).Inc()
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"synod/kv/sm"
 	"synod/paxos"
 )
 
@@ -38,13 +39,17 @@ import (
 //
 //	kind u8 | version u8 = 1 | transfer id u64 | by kind:
 //	  request: from u64 | commit u64            (the fetcher; its commit index)
+//	  delta request: from u64 | commit u64 | digest (at most sm.DeltaDigestBytesMax)
 //	  header:  snapshot metadata (paxos.AppendSnapshotMeta)
 //	  chunk:   seq u64 | data (at most snapshotChunkBytesMax)
 //	  end:     chunks u64 | bytes u64
 //	  refuse:  reason u8
 //
 // The data of the chunks, concatenated, is the state machine's snapshot
-// stream (kv/sm), which carries its own record count and checksum; the
+// stream (kv/sm), or its delta stream for a delta request (the fetcher's
+// digest: the ranges and hashes of its own state; the server sends only
+// the ranges that differ: kv/sm "Delta snapshots"), which carries its own
+// record count and checksum; the
 // fetcher checks every chunk's transfer id and sequence number and the end
 // frame's totals, so a lost, repeated or reordered chunk fails the
 // transfer. TCP is the flow control: the server writes a chunk only when
@@ -89,6 +94,9 @@ const (
 	snapshotInstallRetry = 20 * time.Millisecond
 )
 
+// A delta request's digest fits a frame.
+var _ [snapshotFrameBytesMax - (snapFrameHeadBytes + 16 + sm.DeltaDigestBytesMax)]struct{}
+
 // snapshotChunkBytes is the chunk size servers use (tests make it small).
 var snapshotChunkBytes = snapshotChunkBytesMax
 
@@ -99,6 +107,10 @@ const (
 	snapFrameChunk   = 3
 	snapFrameEnd     = 4
 	snapFrameRefuse  = 5
+	// snapFrameDeltaRequest asks for a delta stream (a server of an
+	// earlier version refuses the frame: the fetcher then asks for a whole
+	// stream next time).
+	snapFrameDeltaRequest = 6
 
 	snapFrameVersion   = 1
 	snapFrameHeadBytes = 1 + 1 + 8
@@ -108,6 +120,7 @@ const (
 const (
 	snapRefuseBusy    = 1 // snapshotServesMax transfers are running
 	snapRefuseNoState = 2 // the server cannot stamp its state (try later)
+	snapRefuseBadReq  = 3 // the request's digest does not decode
 )
 
 var (
@@ -122,6 +135,7 @@ type snapFrame struct {
 	id     uint64
 	from   paxos.NodeID // request
 	commit uint64       // request
+	digest []byte       // delta request (aliases the decoded buffer)
 	meta   paxos.SnapshotMeta
 	seq    uint64 // chunk; end: chunks
 	bytes  uint64 // end
@@ -138,6 +152,13 @@ func appendSnapRequest(b []byte, id uint64, from paxos.NodeID, commit uint64) []
 	b = appendSnapHead(b, snapFrameRequest, id)
 	b = binary.LittleEndian.AppendUint64(b, uint64(from))
 	return binary.LittleEndian.AppendUint64(b, commit)
+}
+
+func appendSnapDeltaRequest(b []byte, id uint64, from paxos.NodeID, commit uint64, digest []byte) []byte {
+	b = appendSnapHead(b, snapFrameDeltaRequest, id)
+	b = binary.LittleEndian.AppendUint64(b, uint64(from))
+	b = binary.LittleEndian.AppendUint64(b, commit)
+	return append(b, digest...)
 }
 
 func appendSnapHeader(b []byte, id uint64, meta *paxos.SnapshotMeta) []byte {
@@ -179,6 +200,11 @@ func decodeSnapFrame(b []byte) (snapFrame, error) {
 			return f, fmt.Errorf("%w: request of %d bytes", errSnapFrame, len(rest))
 		}
 		f.from, f.commit = paxos.NodeID(u64(0)), u64(1)
+	case snapFrameDeltaRequest:
+		if len(rest) <= 16 || len(rest)-16 > sm.DeltaDigestBytesMax {
+			return f, fmt.Errorf("%w: delta request of %d bytes", errSnapFrame, len(rest))
+		}
+		f.from, f.commit, f.digest = paxos.NodeID(u64(0)), u64(1), rest[16:]
 	case snapFrameHeader:
 		m, err := paxos.UnmarshalSnapshotMeta(rest)
 		if err != nil {

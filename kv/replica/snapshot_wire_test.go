@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"synod/kv/sm"
 	"synod/paxos"
 )
 
@@ -21,12 +22,15 @@ func sampleSnapFrames() [][]byte {
 		appendSnapChunk(nil, 7, 2, nil),
 		appendSnapEnd(nil, 7, 2, 11),
 		appendSnapRefuse(nil, 7, snapRefuseBusy),
+		appendSnapDeltaRequest(nil, 7, 2, 99, []byte("digest")),
 	}
 }
 
 // TestSnapFrameRoundTrip: every kind decodes to what was encoded; every
-// strict prefix, a trailing byte (but for a chunk, whose data runs to the
-// end), an unknown kind or version is an error, never a panic.
+// strict prefix, a trailing byte (but for a chunk or a delta request,
+// whose data runs to the end), an unknown kind or version is an error,
+// never a panic; a delta request needs a digest, of at most
+// sm.DeltaDigestBytesMax bytes.
 func TestSnapFrameRoundTrip(t *testing.T) {
 	want := []snapFrame{
 		{kind: snapFrameRequest, id: 7, from: 2, commit: 99},
@@ -35,6 +39,7 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 		{kind: snapFrameChunk, id: 7, seq: 2, data: []byte{}},
 		{kind: snapFrameEnd, id: 7, seq: 2, bytes: 11},
 		{kind: snapFrameRefuse, id: 7, reason: snapRefuseBusy},
+		{kind: snapFrameDeltaRequest, id: 7, from: 2, commit: 99, digest: []byte("digest")},
 	}
 	for i, b := range sampleSnapFrames() {
 		got, err := decodeSnapFrame(b)
@@ -42,11 +47,12 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 			t.Fatalf("frame %d: %+v, %v; want %+v", i, got, err, want[i])
 		}
 		for n := range b {
-			if f, err := decodeSnapFrame(b[:n]); err == nil && !(f.kind == snapFrameChunk && n >= snapFrameHeadBytes+8) {
+			if f, err := decodeSnapFrame(b[:n]); err == nil && !(f.kind == snapFrameChunk && n >= snapFrameHeadBytes+8) &&
+				!(f.kind == snapFrameDeltaRequest && n > snapFrameHeadBytes+16) {
 				t.Fatalf("frame %d: a prefix of %d/%d bytes decoded: %+v", i, n, len(b), f)
 			}
 		}
-		if got.kind != snapFrameChunk {
+		if got.kind != snapFrameChunk && got.kind != snapFrameDeltaRequest {
 			if _, err := decodeSnapFrame(append(bytes.Clone(b), 0)); err == nil {
 				t.Fatalf("frame %d: a trailing byte was accepted", i)
 			}
@@ -63,6 +69,12 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 	huge := appendSnapChunk(nil, 1, 1, make([]byte, snapshotChunkBytesMax+1))
 	if _, err := decodeSnapFrame(huge); !errors.Is(err, errSnapFrame) {
 		t.Fatalf("an oversized chunk decoded: %v", err)
+	}
+	if _, err := decodeSnapFrame(appendSnapDeltaRequest(nil, 1, 2, 3, make([]byte, sm.DeltaDigestBytesMax+1))); !errors.Is(err, errSnapFrame) {
+		t.Fatalf("an oversized digest decoded: %v", err)
+	}
+	if _, err := decodeSnapFrame(appendSnapDeltaRequest(nil, 1, 2, 3, make([]byte, sm.DeltaDigestBytesMax))); err != nil {
+		t.Fatalf("a digest of the largest size: %v", err)
 	}
 }
 
@@ -89,6 +101,8 @@ func FuzzDecodeSnapFrame(f *testing.F) {
 			again = appendSnapEnd(nil, fr.id, fr.seq, fr.bytes)
 		case snapFrameRefuse:
 			again = appendSnapRefuse(nil, fr.id, fr.reason)
+		case snapFrameDeltaRequest:
+			again = appendSnapDeltaRequest(nil, fr.id, fr.from, fr.commit, fr.digest)
 		}
 		if !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding changed the frame: %x -> %x", b, again)

@@ -63,7 +63,7 @@ func newSynthStream(size int64, slot uint64) *synthStream {
 	pr, pw := io.Pipe()
 	s := &synthStream{pr: pr, size: size}
 	go func() {
-		enc := newSnapEncoder(pw, slot)
+		enc := newSnapEncoder(pw, snapshotMagic, slot)
 		enc.record(appliedKey, binary.BigEndian.AppendUint64(nil, slot))
 		r := rand.New(rand.NewPCG(3, 4))
 		val := make([]byte, 4<<10)

@@ -38,6 +38,13 @@ const (
 // applied slot it reflects. The stream is produced while it is read;
 // close it when done (Close of the SM aborts open streams).
 func (s *SM) Snapshot() (io.ReadCloser, uint64, error) {
+	return s.stream(writeSnapshot)
+}
+
+// stream runs write over a Pebble snapshot of the state as of the last
+// Apply, into a pipe it returns with the applied slot (Snapshot and
+// SnapshotDelta).
+func (s *SM) stream(write func(w io.Writer, snap *pebble.Snapshot, slot uint64) error) (io.ReadCloser, uint64, error) {
 	s.mu.Lock()
 	if s.closed || s.dbClosed {
 		s.mu.Unlock()
@@ -53,7 +60,7 @@ func (s *SM) Snapshot() (io.ReadCloser, uint64, error) {
 	s.mu.Unlock()
 	go func() {
 		defer s.snapWG.Done()
-		err := writeSnapshot(pw, snap, slot)
+		err := write(pw, snap, slot)
 		snap.Close()
 		pw.CloseWithError(err)
 		s.snapMu.Lock()
@@ -64,7 +71,7 @@ func (s *SM) Snapshot() (io.ReadCloser, uint64, error) {
 }
 
 func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
-	enc := newSnapEncoder(w, slot)
+	enc := newSnapEncoder(w, snapshotMagic, slot)
 	it, err := snap.NewIter(&pebble.IterOptions{UpperBound: keyspaceEnd})
 	if err != nil {
 		return fmt.Errorf("sm: snapshot iterator: %w", err)
@@ -88,9 +95,10 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 	return enc.end()
 }
 
-// snapEncoder writes a snapshot stream in the format above: the header
-// when made, a record per call, the end record (count, checksum) last.
-// writeSnapshot is its user; tests build streams with it.
+// snapEncoder writes a snapshot stream in the format above (or a delta
+// stream, snapshot_delta.go): the header when made, a record per call,
+// the end record (count, checksum, and a delta's state hash) last.
+// writeSnapshot and writeDelta are its users; tests build streams with it.
 type snapEncoder struct {
 	w     io.Writer
 	h     *xxhash.Digest
@@ -99,10 +107,10 @@ type snapEncoder struct {
 	hdr   [5]byte
 }
 
-func newSnapEncoder(w io.Writer, slot uint64) *snapEncoder {
+func newSnapEncoder(w io.Writer, magic []byte, slot uint64) *snapEncoder {
 	e := &snapEncoder{w: w, h: xxhash.New()}
 	e.bw = bufio.NewWriterSize(io.MultiWriter(w, e.h), snapWriteBufferSize)
-	e.bw.Write(snapshotMagic)
+	e.bw.Write(magic)
 	e.bw.Write(binary.BigEndian.AppendUint64(nil, slot))
 	return e
 }
@@ -121,15 +129,23 @@ func (e *snapEncoder) record(key, val []byte) error {
 	return err
 }
 
+// marker appends a one-byte record (a delta stream's keep or replace).
+func (e *snapEncoder) marker(kind byte) error {
+	return e.bw.WriteByte(kind)
+}
+
 // end flushes the records and writes the end record (outside the
-// checksum it carries).
-func (e *snapEncoder) end() error {
+// checksum it carries), extra (a delta's state hash) after the checksum.
+func (e *snapEncoder) end(extra ...uint64) error {
 	if err := e.bw.Flush(); err != nil {
 		return err
 	}
 	end := []byte{snapEnd}
 	end = binary.BigEndian.AppendUint64(end, e.count)
 	end = binary.BigEndian.AppendUint64(end, e.h.Sum64())
+	for _, x := range extra {
+		end = binary.BigEndian.AppendUint64(end, x)
+	}
 	_, err := e.w.Write(end)
 	return err
 }

@@ -93,7 +93,7 @@ func TestRestoreRejectsUnorderedStreams(t *testing.T) {
 // checksum) of recs, in the order given.
 func encodeStream(slot uint64, recs [][2][]byte) []byte {
 	var out bytes.Buffer
-	enc := newSnapEncoder(&out, slot)
+	enc := newSnapEncoder(&out, snapshotMagic, slot)
 	for _, r := range recs {
 		enc.record(r[0], r[1])
 	}

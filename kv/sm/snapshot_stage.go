@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -27,7 +28,10 @@ import (
 //     the stored applied slot, flushes and closes the staged Pebble, and
 //     marks it complete with a durable RESTORE-COMPLETE file naming its
 //     slot (written to a temporary name, fsynced, renamed, the directory
-//     fsynced: the marker is whole or absent);
+//     fsynced: the marker is whole or absent). A delta staging
+//     (BeginDeltaStage, snapshot_delta.go) starts the directory as a
+//     checkpoint of the live state instead of empty, and its stream
+//     replaces only the ranges that differ;
 //  2. the swap (InstallStaged): rename dir -> dir.old, dir.restore -> dir,
 //     fsync the parent, remove the marker and the old state.
 //
@@ -64,40 +68,97 @@ type Stager struct {
 	slot uint64        // the parser's result (valid after done)
 	err  error         // the parser's error (valid after done)
 
+	// A delta staging's digest (closed digestC: digest or digestErr set),
+	// its ranges and how many the stream kept (valid after done).
+	digestC      chan struct{}
+	digest       []byte
+	digestErr    error
+	ranges, kept int
+	aborting     atomic.Bool // the digest's computation gives up
+
 	mu       sync.Mutex
 	finished bool // Finish, Abort or an abort by the SM ran
 	written  int64
 }
 
 // BeginStage clears the staging directory, opens a fresh Pebble in it and
-// returns the Stager that fills it. ErrStaging while another staging is
-// open; ErrClosed after Close.
+// returns the Stager that fills it from a whole snapshot stream.
+// ErrStaging while another staging is open; ErrClosed after Close.
 func (s *SM) BeginStage() (*Stager, error) {
+	return s.beginStage(false)
+}
+
+// BeginDeltaStage is BeginStage for a delta stream (snapshot_delta.go):
+// the staging directory starts as a checkpoint of the live state (hard
+// links), whose digest the Stager computes meanwhile (Digest).
+func (s *SM) BeginDeltaStage() (*Stager, error) {
+	return s.beginStage(true)
+}
+
+func (s *SM) beginStage(delta bool) (*Stager, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	if s.stager != nil {
 		return nil, ErrStaging
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
 	dir := s.dir + restoreDirSuffix
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("sm: staging: clearing %s: %w", dir, err)
 	}
+	if delta {
+		// The live Pebble runs without a WAL: a checkpoint holds only
+		// flushed tables, so flush first (not under mu: applies go on).
+		s.dbMu.RLock()
+		var err error
+		if !s.dbClosed {
+			err = s.db.Flush()
+		}
+		s.dbMu.RUnlock()
+		if err != nil {
+			return nil, fmt.Errorf("sm: staging: flushing before a checkpoint: %w", err)
+		}
+	}
+	s.mu.Lock()
+	closed := s.closed || (delta && s.dbClosed)
+	var err error
+	if !closed && delta {
+		// Under mu: no swap closes the live Pebble meanwhile. O(files).
+		err = s.db.Checkpoint(dir)
+	}
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("sm: staging: checkpoint into %s: %w", dir, err)
+	}
 	po := s.pebbleOptions()
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("sm: staging: opening %s: %w", dir, err)
 	}
 	pr, pw := io.Pipe()
-	st := &Stager{s: s, dir: dir, db: db, pw: pw, done: make(chan struct{})}
+	st := &Stager{s: s, dir: dir, db: db, pw: pw, done: make(chan struct{}), digestC: make(chan struct{})}
 	go func() {
 		defer close(st.done)
-		st.slot, st.err = readSnapshot(db, po, dir, pr)
+		if delta {
+			rs, err := computeDigest(db, st.aborting.Load)
+			if err == nil {
+				st.digest, st.ranges = encodeDigest(rs), len(rs)
+			}
+			st.digestErr = err
+			close(st.digestC)
+			if err == nil {
+				st.slot, st.kept, st.err = readDelta(db, po, dir, pr, rs)
+			} else {
+				st.err = err
+			}
+		} else {
+			close(st.digestC)
+			st.slot, st.err = readSnapshot(db, po, dir, pr)
+		}
 		// Writes after the parser returned (a bad stream, or bytes past
 		// its end) fail instead of blocking.
 		if st.err != nil {
@@ -108,6 +169,21 @@ func (s *SM) BeginStage() (*Stager, error) {
 	}()
 	s.stager = st
 	return st, nil
+}
+
+// Digest waits for a delta staging's digest: its copy's ranges and hashes,
+// for the fetcher's request (SnapshotDelta on the server). A whole
+// staging has none (nil, nil).
+func (st *Stager) Digest() ([]byte, error) {
+	<-st.digestC
+	return st.digest, st.digestErr
+}
+
+// DeltaRanges reports, after a delta staging's Finish, how many of its
+// digest's ranges the server kept and how many there were (0, 0 for a
+// whole staging).
+func (st *Stager) DeltaRanges() (kept, ranges int) {
+	return st.kept, st.ranges
 }
 
 // Write parses and stores the next bytes of the stream; it returns once
@@ -192,6 +268,7 @@ func (st *Stager) stop() bool {
 	}
 	st.finished = true
 	st.mu.Unlock()
+	st.aborting.Store(true)
 	st.pw.CloseWithError(errStageAborted)
 	<-st.done
 	st.db.Close()
