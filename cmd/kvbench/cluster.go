@@ -79,7 +79,7 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	var b strings.Builder
 	base := o.BasePort
 	fmt.Fprintf(&b, "node_id = %d\ncluster_id = 11\ndata_dir = %q\n", i, filepath.Join(dir, fmt.Sprintf("node%d", i)))
-	fmt.Fprintf(&b, "client_listen = \"%s:%d\"\nconsensus_listen = \"%s:%d\"\nlog_level = \"warn\"\n", addrs[i-1], base+i, addrs[i-1], base+20+i)
+	fmt.Fprintf(&b, "client_listen = \"%s:%d\"\nconsensus_listen = \"%s:%d\"\nlog_level = %q\n", addrs[i-1], base+i, addrs[i-1], base+20+i, nodeLogLevel())
 	// The admin endpoint: kvbench scrapes /metrics (leader changes,
 	// snapshots, shedding; nodestats.go). It always has a token, so the
 	// namespace paths' non-loopback addresses are accepted too.
@@ -343,6 +343,7 @@ func (c *cluster) stop() {
 		}
 	}
 	if c.dir != "" {
+		keepLogs(c.dir)
 		os.RemoveAll(c.dir)
 	}
 	if c.shmDir != "" && c.shmDir != c.dir {
@@ -441,4 +442,44 @@ func (w *leaderWatch) count() int {
 func (w *leaderWatch) close() {
 	close(w.stop)
 	<-w.done
+}
+
+// logLevelEnv sets the nodes' log_level (default "warn": a node's info
+// lines, one per snapshot and transfer, are for reading a run, not for
+// every run).
+const logLevelEnv = "KVBENCH_NODE_LOG_LEVEL"
+
+func nodeLogLevel() string {
+	if l := os.Getenv(logLevelEnv); l != "" {
+		return l
+	}
+	return "warn"
+}
+
+// keepLogsEnv names a directory where a cluster's node logs are copied
+// before its data directory is removed (to read what a node did in a
+// run: its snapshot transfers, its leader changes).
+const keepLogsEnv = "KVBENCH_KEEP_LOGS"
+
+// keepLogs copies the node logs of the cluster in dir to $KVBENCH_KEEP_LOGS
+// (when set) under the cluster directory's name; failures are reported,
+// never fatal.
+func keepLogs(dir string) {
+	to := os.Getenv(keepLogsEnv)
+	if to == "" {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "node*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.MkdirAll(to, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, filepath.Base(dir)+"-"+filepath.Base(l)), b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench: keeping %s: %v\n", l, err)
+		}
+	}
 }

@@ -45,8 +45,12 @@ const (
 	// transfers to and from peers by direction ("sent", "received": a
 	// received one until its state is installed).
 	metricSnapshotTransferSeconds = "synod_snapshot_transfer_seconds"
-	metricLogUsed                 = "synod_acceptor_log_used_bytes"
-	metricLogFull                 = "synod_log_full_total"
+	metricSnapshotReceivedBytes   = "synod_snapshot_received_bytes_total"
+	// metricDeltaRanges counts the digest ranges of delta transfers a
+	// node installed, by what="kept" or "replaced".
+	metricDeltaRanges = "synod_snapshot_delta_ranges_total"
+	metricLogUsed     = "synod_acceptor_log_used_bytes"
+	metricLogFull     = "synod_log_full_total"
 	// metricShed is the overload guard's THROTTLED count by priority.
 	metricShed = "synod_overload_shed_total"
 )

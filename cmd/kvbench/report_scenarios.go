@@ -243,6 +243,12 @@ func writeLoadDetail(w io.Writer, r *Report) {
 			if fr.SnapshotReceivedSeconds >= 0 {
 				fmt.Fprintf(w, ", receiving them took %.1f s", fr.SnapshotReceivedSeconds)
 			}
+			if fr.SnapshotReceivedBytes >= 0 {
+				fmt.Fprintf(w, ", %s received", size(int64(fr.SnapshotReceivedBytes)))
+			}
+			if fr.DeltaRangesKept >= 0 && fr.DeltaRangesKept+fr.DeltaRangesReplaced > 0 {
+				fmt.Fprintf(w, ", delta: %.0f ranges kept, %.0f sent", fr.DeltaRangesKept, fr.DeltaRangesReplaced)
+			}
 			fmt.Fprint(w, ")")
 			if fr.Note != "" {
 				fmt.Fprintf(w, "; %s", fr.Note)

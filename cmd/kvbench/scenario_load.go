@@ -137,7 +137,14 @@ type FollowerRestart struct {
 	// SnapshotReceivedSeconds: how long the snapshot transfers it
 	// received after its restart took, in total (-1: not exported).
 	SnapshotReceivedSeconds float64 `json:"snapshot_received_seconds"`
-	Note                    string  `json:"note,omitempty"`
+	// SnapshotReceivedBytes: the snapshot stream bytes it received after
+	// its restart (-1: not exported); DeltaRangesKept and
+	// DeltaRangesReplaced: the digest ranges of its delta transfers the
+	// server kept and sent (-1: not exported).
+	SnapshotReceivedBytes float64 `json:"snapshot_received_bytes"`
+	DeltaRangesKept       float64 `json:"delta_ranges_kept"`
+	DeltaRangesReplaced   float64 `json:"delta_ranges_replaced"`
+	Note                  string  `json:"note,omitempty"`
 }
 
 // loadWriters are the closed-loop writers and what they acknowledged.
@@ -389,7 +396,8 @@ func (lr *LoadResult) snapshotFigures(start, end []metrics, restarted int) {
 // restartFollower SIGKILLs a follower while the writers go on, restarts
 // it after o.LoadDown and waits for it to catch up.
 func restartFollower(ctx context.Context, o *Options, c *cluster, writers *loadWriters, bar *progress) *FollowerRestart {
-	fr := &FollowerRestart{CatchUpSeconds: -1, SnapshotsInstalled: -1, SnapshotReceivedSeconds: -1}
+	fr := &FollowerRestart{CatchUpSeconds: -1, SnapshotsInstalled: -1, SnapshotReceivedSeconds: -1,
+		SnapshotReceivedBytes: -1, DeltaRangesKept: -1, DeltaRangesReplaced: -1}
 	li, err := c.waitLeader(ctx, leaderWaitMax)
 	if err != nil {
 		fr.Note = fmt.Sprintf("no follower stopped: %v", err)
@@ -462,6 +470,15 @@ func restartFollower(ctx context.Context, o *Options, c *cluster, writers *loadW
 		}
 		if v, ok := m.get(histSeries(metricSnapshotTransferSeconds, "sum", "direction", "received")); ok {
 			fr.SnapshotReceivedSeconds = v
+		}
+		if v, ok := m.get(metricSnapshotReceivedBytes); ok {
+			fr.SnapshotReceivedBytes = v
+		}
+		if v, ok := m.get(metricDeltaRanges + `{what="kept"}`); ok {
+			fr.DeltaRangesKept = v
+		}
+		if v, ok := m.get(metricDeltaRanges + `{what="replaced"}`); ok {
+			fr.DeltaRangesReplaced = v
 		}
 	}
 	return fr

@@ -46,12 +46,15 @@ type snapFetch struct {
 	digest []byte // a delta request's (nil: a whole stream)
 	kept   int    // ranges the server kept (a delta, once staged)
 	ranges int
-	meta   paxos.SnapshotMeta
-	header bool
-	seq    uint64
-	got    uint64
-	done   bool
-	start  time.Time
+	// Phase durations for the log: the digest (a delta's checkpoint and
+	// hashing), until the header, until the end frame, Finish.
+	digestTook, headerAt, endAt, finishTook time.Duration
+	meta                                    paxos.SnapshotMeta
+	header                                  bool
+	seq                                     uint64
+	got                                     uint64
+	done                                    bool
+	start                                   time.Time
 }
 
 // offerSnapshot hands a Ready's offer to the fetcher without blocking
@@ -83,6 +86,7 @@ func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
 	var st *sm.Stager
 	var digest []byte
 	var err error
+	start := r.cfg.Now()
 	if delta {
 		st, err = r.sm.BeginDeltaStage()
 		if err == nil {
@@ -98,7 +102,8 @@ func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	f := &snapFetch{r: r, from: offer.From, id: binary.LittleEndian.Uint64(b[:]) | 1, st: st, digest: digest, start: r.cfg.Now()}
+	f := &snapFetch{r: r, from: offer.From, id: binary.LittleEndian.Uint64(b[:]) | 1, st: st, digest: digest, start: start}
+	f.digestTook = r.cfg.Now().Sub(start)
 	r.metrics.Snap.InFlight.WithLabelValues(dirReceived).Inc()
 	return f, nil
 }
@@ -128,6 +133,7 @@ func (f *snapFetch) onFrame(b []byte) (done bool, err error) {
 			return false, fmt.Errorf("%w: a second header", errSnapFrame)
 		}
 		f.header, f.meta = true, fr.meta
+		f.headerAt = r.cfg.Now().Sub(f.start)
 		return false, f.stale()
 	case snapFrameChunk:
 		if !f.header || fr.seq != f.seq+1 {
@@ -147,7 +153,9 @@ func (f *snapFetch) onFrame(b []byte) (done bool, err error) {
 		if !f.header || fr.seq != f.seq || fr.bytes != f.got {
 			return false, fmt.Errorf("%w: end after %d chunks and %d bytes, received %d and %d", errSnapFrame, fr.seq, fr.bytes, f.seq, f.got)
 		}
+		f.endAt = r.cfg.Now().Sub(f.start)
 		slot, err := f.st.Finish()
+		f.finishTook = r.cfg.Now().Sub(f.start) - f.endAt
 		f.kept, f.ranges = f.st.DeltaRanges()
 		f.st = nil
 		if err != nil {
@@ -214,8 +222,9 @@ func (f *snapFetch) end(err error) {
 		ev = ev.Err(err)
 	}
 	if f.digest != nil {
-		ev = ev.Bool("delta", true).Int("ranges", f.ranges).Int("kept", f.kept)
+		ev = ev.Bool("delta", true).Int("ranges", f.ranges).Int("kept", f.kept).Dur("digest", f.digestTook)
 	}
+	ev = ev.Dur("header_at", f.headerAt).Dur("end_at", f.endAt).Dur("finish", f.finishTook)
 	ev.Uint64("from", uint64(f.from)).Uint64("slot", uint64(f.meta.Slot)).Uint64("bytes", f.got).Dur("took", took).
 		Str("result", result).Msg("snapshot transfer")
 }

@@ -107,8 +107,14 @@ var ErrBadDigest = errors.New("sm: bad snapshot digest")
 var testingDeltaKeepAll bool
 
 // deltaRange is one range of a digest: [start, the next range's start).
+// last is the fetcher's own last key in it (nil: none), not sent: a
+// replaced range is cleared only up to it, so that the server's records
+// above it (the new keys of a keyspace that grows at its end) overlap
+// nothing in the staged copy and are ingested into its bottom level
+// instead of level 0, to be compacted down again.
 type deltaRange struct {
 	start []byte
+	last  []byte
 	hash  uint64
 }
 
@@ -210,6 +216,8 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 	encoded := 5 + deltaDigestRangeBytesMin
 	h := xxhash.New()
 	var inRange, seen int
+	var last []byte
+	haveLast := false
 	for it.First(); it.Valid(); it.Next() {
 		if seen++; seen%1024 == 0 && stop() {
 			return nil, errStageAborted
@@ -225,6 +233,7 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 		if inRange >= deltaRangeBytes && len(rs) < deltaRangesMax &&
 			encoded+deltaDigestRangeBytesMin+len(key) <= DeltaDigestBytesMax {
 			rs[len(rs)-1].hash = h.Sum64()
+			rs[len(rs)-1].last = bytes.Clone(last)
 			h.Reset()
 			rs = append(rs, deltaRange{start: bytes.Clone(key)})
 			encoded += deltaDigestRangeBytesMin + len(key)
@@ -232,11 +241,16 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 		}
 		hashRecord(h, key, val)
 		inRange += len(key) + len(val)
+		last = append(last[:0], key...)
+		haveLast = true
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("sm: digest iterator: %w", err)
 	}
 	rs[len(rs)-1].hash = h.Sum64()
+	if haveLast && inRange > 0 {
+		rs[len(rs)-1].last = bytes.Clone(last)
+	}
 	return rs, nil
 }
 
@@ -370,8 +384,11 @@ func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []
 			}
 			h.Reset()
 			prev = prev[:0]
-			if err := db.DeleteRange(rs[cur].start, rangeEnd(rs, cur), pebble.NoSync); err != nil {
-				return 0, 0, fmt.Errorf("sm: delta: clearing range %d: %w", cur, err)
+			if last := rs[cur].last; last != nil {
+				// [start, last]: everything the staged copy holds in it.
+				if err := db.DeleteRange(rs[cur].start, append(bytes.Clone(last), 0), pebble.NoSync); err != nil {
+					return 0, 0, fmt.Errorf("sm: delta: clearing range %d: %w", cur, err)
+				}
 			}
 		case snapRecord:
 			if !replacing {
