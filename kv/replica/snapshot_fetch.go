@@ -90,7 +90,14 @@ func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
 	if delta {
 		st, err = r.sm.BeginDeltaStage()
 		if err == nil {
-			if digest, err = st.Digest(); err != nil {
+			// Hashing a large state takes a while: Close does not wait.
+			select {
+			case <-st.DigestReady():
+				digest, err = st.Digest()
+			case <-r.stop:
+				err = ErrStopped
+			}
+			if err != nil {
 				st.Abort()
 			}
 		}

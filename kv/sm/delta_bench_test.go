@@ -157,13 +157,14 @@ func BenchmarkDigest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	val := make([]byte, 4096)
+	random := make([]byte, 1<<20+4096)
+	crand.Read(random)
 	var slot uint64
 	for k := 0; k < mib<<20/4096; k += 64 {
 		cmds := make([][]byte, 0, 64)
 		for i := k; i < k+64; i++ {
-			val[0], val[1] = byte(i), byte(i>>8)
-			cmds = append(cmds, EncodeCommand(1, &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: uint64(i + 1), FirstUnacked: uint64(i + 1), Key: fmt.Appendf(nil, "load-%012d", i), Value: val}))
+			off := (i * 4099) % (1 << 20)
+			cmds = append(cmds, EncodeCommand(1, &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: uint64(i + 1), FirstUnacked: uint64(i + 1), Key: fmt.Appendf(nil, "load-%012d", i), Value: random[off : off+4096]}))
 		}
 		slot++
 		if _, err := s.Apply(slot, cmds); err != nil {
@@ -171,6 +172,9 @@ func BenchmarkDigest(b *testing.B) {
 		}
 	}
 	s.Flush()
+	if err := s.db.Compact(context.Background(), []byte{}, keyspaceEnd, true); err != nil {
+		b.Fatal(err)
+	}
 	b.SetBytes(int64(mib) << 20)
 	b.ResetTimer()
 	for range b.N {

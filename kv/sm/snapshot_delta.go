@@ -55,19 +55,29 @@ import (
 //
 // The first range starts at the empty key; each start is above the one
 // before and below the keyspace's end; range i ends where i+1 starts, the
-// last at the end of the keyspace.
+// last at the end of the keyspace. The fetcher ends its digest with an
+// empty range above its last key (when the limits leave room): a server
+// whose keyspace grew at its end finds there a range the fetcher does not
+// hold at all, which it sends in one pass, hashing as it goes, instead of
+// hashing it first and reading it again.
 //
 // Delta stream (big endian, as the whole stream):
 //
 //	magic "SYNODSD\x01" | applied slot u64 | ranges u32
 //	per range, in order: kind u8 = 2 (keep)
 //	                 or: kind u8 = 3 (replace), then its records (kind 1, as in snapshot.go)
+//	anywhere before the end: kind u8 = 4 (nothing: the server is still hashing)
 //	end: kind u8 = 0 | record count u64 | xxhash64 of every byte before the end record | state hash u64
 var deltaMagic = []byte("SYNODSD\x01")
 
 const (
 	deltaKeep    = 2
 	deltaReplace = 3
+	// deltaNoop carries nothing: the server writes one (and hands the
+	// stream on) at least every deltaFlushEvery while it hashes a long
+	// range, so that the fetcher, which gives up after seconds without a
+	// frame, hears from it.
+	deltaNoop = 4
 
 	deltaDigestVersion = 1
 	// deltaRangeBytesDefault is the key and value bytes per digest range:
@@ -79,16 +89,21 @@ const (
 	// DeltaDigestBytesMax bounds an encoded digest (it travels in one
 	// request frame).
 	DeltaDigestBytesMax = 512 << 10
-	// deltaFlushEvery: while the server hashes ranges it keeps, it hands
-	// what it encoded to the stream at least this often, so that the
-	// fetcher (which gives up after seconds without a frame) hears from it.
-	deltaFlushEvery = 500 * time.Millisecond
+	// deltaFlushEveryDefault: while the server hashes, it hands what it
+	// encoded (a no-op when nothing else) to the stream at least this
+	// often, so that the fetcher (which gives up after seconds without a
+	// frame) hears from it.
+	deltaFlushEveryDefault = 500 * time.Millisecond
 	// deltaDigestRangeBytesMin is an encoded range's smallest size.
 	deltaDigestRangeBytesMin = 2 + 8
 )
 
-// deltaRangeBytes is deltaRangeBytesDefault; tests shrink it.
-var deltaRangeBytes = deltaRangeBytesDefault
+// deltaRangeBytes and deltaFlushEvery are their defaults; tests shrink
+// them.
+var (
+	deltaRangeBytes = deltaRangeBytesDefault
+	deltaFlushEvery = deltaFlushEveryDefault
+)
 
 // TestingDeltaRangeBytes sets the digest's range size (tests of other
 // packages: small states of many ranges) until the returned function runs.
@@ -125,6 +140,9 @@ func rangeEnd(rs []deltaRange, i int) []byte {
 	}
 	return keyspaceEnd
 }
+
+// emptyRangeHash is the hash of a range without records.
+var emptyRangeHash = xxhash.New().Sum64()
 
 // hashRecord adds one record to a range hash.
 func hashRecord(h *xxhash.Digest, key, val []byte) {
@@ -251,6 +269,10 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 	if haveLast && inRange > 0 {
 		rs[len(rs)-1].last = bytes.Clone(last)
 	}
+	if end := append(bytes.Clone(last), 0); haveLast && len(rs) < deltaRangesMax &&
+		encoded+deltaDigestRangeBytesMin+len(end) <= DeltaDigestBytesMax && bytes.Compare(end, keyspaceEnd) < 0 {
+		rs = append(rs, deltaRange{start: end, hash: emptyRangeHash})
+	}
 	return rs, nil
 }
 
@@ -269,6 +291,9 @@ func (s *SM) SnapshotDelta(digest []byte) (io.ReadCloser, uint64, error) {
 	})
 }
 
+// errStopEach ends writeDelta's walk of a range early.
+var errStopEach = errors.New("stop")
+
 // writeDelta writes the delta stream of snap against the fetcher's ranges.
 func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange) error {
 	enc := newSnapEncoder(w, deltaMagic, slot)
@@ -280,9 +305,22 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 	defer it.Close()
 	state, h := xxhash.New(), xxhash.New()
 	flushed := time.Now()
+	// alive hands the stream on (with a no-op when nothing else was
+	// written) once deltaFlushEvery passed since it last did.
+	alive := func() error {
+		if time.Since(flushed) < deltaFlushEvery {
+			return nil
+		}
+		if err := enc.marker(deltaNoop); err != nil {
+			return err
+		}
+		flushed = time.Now()
+		return enc.bw.Flush()
+	}
 	// each calls fn for every record of range i.
 	each := func(i int, fn func(key, val []byte) error) error {
 		end := rangeEnd(rs, i)
+		n := 0
 		for it.SeekGE(rs[i].start); it.Valid() && bytes.Compare(it.Key(), end) < 0; it.Next() {
 			if bytes.Equal(it.Key(), restoringKey) {
 				continue
@@ -294,11 +332,39 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 			if err := fn(it.Key(), v); err != nil {
 				return err
 			}
+			if n++; n%256 == 0 {
+				if err := alive(); err != nil {
+					return err
+				}
+			}
 		}
 		return it.Error()
 	}
 	for i := range rs {
 		h.Reset()
+		if rs[i].hash == emptyRangeHash && !testingDeltaKeepAll {
+			// The fetcher holds nothing here: send whatever is here in
+			// one pass, hashing it as it goes.
+			empty := true
+			if err := each(i, func([]byte, []byte) error { empty = false; return errStopEach }); err != nil && err != errStopEach {
+				return err
+			}
+			if empty {
+				appendRangeHash(state, emptyRangeHash)
+				if err := enc.marker(deltaKeep); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := enc.marker(deltaReplace); err != nil {
+				return err
+			}
+			if err := each(i, func(key, val []byte) error { hashRecord(h, key, val); return enc.record(key, val) }); err != nil {
+				return err
+			}
+			appendRangeHash(state, h.Sum64())
+			continue
+		}
 		if err := each(i, func(key, val []byte) error { hashRecord(h, key, val); return nil }); err != nil {
 			return err
 		}
@@ -308,11 +374,8 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 			if err := enc.marker(deltaKeep); err != nil {
 				return err
 			}
-			if time.Since(flushed) >= deltaFlushEvery {
-				if err := enc.bw.Flush(); err != nil {
-					return err
-				}
-				flushed = time.Now()
+			if err := alive(); err != nil {
+				return err
 			}
 			continue
 		}
@@ -372,6 +435,7 @@ func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []
 		}
 		sum.Write([]byte{kind})
 		switch kind {
+		case deltaNoop:
 		case deltaKeep, deltaReplace:
 			closeRange()
 			if cur++; cur >= len(rs) {

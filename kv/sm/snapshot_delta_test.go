@@ -156,6 +156,30 @@ func TestDeltaRestoreMatchesServer(t *testing.T) {
 	}
 }
 
+// TestDeltaNoopsWhileHashing: a server that hands the stream on after
+// every few records (no-ops while it hashes) still produces a delta the
+// fetcher restores exactly; the no-ops are there.
+func TestDeltaNoopsWhileHashing(t *testing.T) {
+	smallRanges(t, 64<<10)
+	old := deltaFlushEvery
+	deltaFlushEvery = 0
+	defer func() { deltaFlushEvery = old }()
+	p := newDeltaPair(t, 1200)
+	defer p.close()
+	st, stream, slot := p.deltaStream(t)
+	if n := bytes.Count(stream, []byte{deltaNoop}); n < 4 {
+		t.Fatalf("%d no-op bytes in the stream: the server wrote none", n)
+	}
+	st.Write(stream)
+	if _, err := st.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.fetcher.InstallStaged(slot); err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, rawState(t, p.fetcher), rawState(t, p.server))
+}
+
 // TestDeltaCatchesWrongKeep plants a server that keeps every range
 // whatever the hashes: the fetcher's state hash must refuse the staging
 // (ErrBadSnapshot) and its state must be as it was.

@@ -179,6 +179,11 @@ func (st *Stager) Digest() ([]byte, error) {
 	return st.digest, st.digestErr
 }
 
+// DigestReady is closed once Digest would not block.
+func (st *Stager) DigestReady() <-chan struct{} {
+	return st.digestC
+}
+
 // DeltaRanges reports, after a delta staging's Finish, how many of its
 // digest's ranges the server kept and how many there were (0, 0 for a
 // whole staging).
