@@ -231,7 +231,10 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 	}
 	defer it.Close()
 	rs := []deltaRange{{start: []byte{}}}
-	encoded := 5 + deltaDigestRangeBytesMin
+	// held counts the encoded digest and the ranges' last keys (kept
+	// here, not sent): both within DeltaDigestBytesMax, so the ranges'
+	// memory is bounded as the digest is.
+	held := 5 + deltaDigestRangeBytesMin
 	h := xxhash.New()
 	var inRange, seen int
 	var last []byte
@@ -249,12 +252,12 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 			return nil, fmt.Errorf("sm: digest value: %w", err)
 		}
 		if inRange >= deltaRangeBytes && len(rs) < deltaRangesMax &&
-			encoded+deltaDigestRangeBytesMin+len(key) <= DeltaDigestBytesMax {
+			held+len(last)+deltaDigestRangeBytesMin+len(key) <= DeltaDigestBytesMax {
 			rs[len(rs)-1].hash = h.Sum64()
 			rs[len(rs)-1].last = bytes.Clone(last)
 			h.Reset()
 			rs = append(rs, deltaRange{start: bytes.Clone(key)})
-			encoded += deltaDigestRangeBytesMin + len(key)
+			held += len(last) + deltaDigestRangeBytesMin + len(key)
 			inRange = 0
 		}
 		hashRecord(h, key, val)
@@ -270,7 +273,7 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 		rs[len(rs)-1].last = bytes.Clone(last)
 	}
 	if end := append(bytes.Clone(last), 0); haveLast && len(rs) < deltaRangesMax &&
-		encoded+deltaDigestRangeBytesMin+len(end) <= DeltaDigestBytesMax && bytes.Compare(end, keyspaceEnd) < 0 {
+		held+len(last)+deltaDigestRangeBytesMin+len(end) <= DeltaDigestBytesMax && bytes.Compare(end, keyspaceEnd) < 0 {
 		rs = append(rs, deltaRange{start: end, hash: emptyRangeHash})
 	}
 	return rs, nil

@@ -362,8 +362,9 @@ func TestDeltaStagingCrash(t *testing.T) {
 
 // TestDigestWithinLimits: a state of more keys than deltaRangesMax, cut at
 // every key, gives a digest within deltaRangesMax ranges and
-// DeltaDigestBytesMax bytes (the last range runs to the end), and the
-// delta still restores.
+// DeltaDigestBytesMax bytes, with the fetcher's own last keys within the
+// same bytes (the last range runs to the end), and the delta still
+// restores.
 func TestDigestWithinLimits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("applies 20,000 writes")
@@ -377,9 +378,22 @@ func TestDigestWithinLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != deltaRangesMax || len(digest) > DeltaDigestBytesMax {
-		t.Fatalf("digest of %d ranges in %d bytes, want %d ranges within %d bytes", len(rs), len(digest), deltaRangesMax, DeltaDigestBytesMax)
+	// The last keys the fetcher holds count against the same bytes: here
+	// the byte bound is reached before the range count.
+	own, err := computeDigest(p.fetcher.db, func() bool { return false })
+	if err != nil || len(own) != len(rs) {
+		t.Fatalf("the fetcher's own ranges: %d (digest %d), %v", len(own), len(rs), err)
 	}
+	held := 5
+	for _, r := range own {
+		held += deltaDigestRangeBytesMin + len(r.start) + len(r.last)
+	}
+	reached := len(rs) == deltaRangesMax || held+2*(deltaDigestRangeBytesMin+64) > DeltaDigestBytesMax
+	if len(rs) > deltaRangesMax || len(digest) > DeltaDigestBytesMax || held > DeltaDigestBytesMax || !reached {
+		t.Fatalf("digest of %d ranges in %d bytes (%d bytes held with the last keys): want a limit reached, none passed (%d ranges, %d bytes)",
+			len(rs), len(digest), held, deltaRangesMax, DeltaDigestBytesMax)
+	}
+	t.Logf("digest: ranges=%d bytes=%d keys_held=%d", len(rs), len(digest), held)
 	st.Write(stream)
 	if _, err := st.Finish(); err != nil {
 		t.Fatal(err)
