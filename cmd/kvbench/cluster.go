@@ -114,7 +114,11 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 		// clients and the other replicas (as in the e2e AF_XDP tests).
 		fmt.Fprintf(&b, "interface = %q\npoll = \"adaptive\"\nframe_count = %d\nattach = \"auto\"\n", lanIfName, lanFrameCount)
 	}
-	fmt.Fprintf(&b, "\n[consensus]\ntick = \"1ms\"\n\n")
+	fmt.Fprintf(&b, "\n[consensus]\ntick = \"1ms\"\n")
+	if o.SnapshotTransfer != "" {
+		fmt.Fprintf(&b, "snapshot_transfer = %q\n", o.SnapshotTransfer)
+	}
+	fmt.Fprintln(&b)
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n\n", benchClusterSecret)
 	fmt.Fprintf(&b, "[admin]\ntoken = %q\n\n", benchAdminToken)
 	if p.Replication == "raft" {

@@ -117,6 +117,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.IntVar(&basePort, "base-port", 0, "first loopback port (clients base+1.., consensus base+21..)")
 	var (
 		ceilInflight, loadStep, loadWriters, pmemMiB int
+		snapTransfer                                 string
 		tailShare, overFactor, victimRate, loadGiB   float64
 		capacity                                     float64
 		loadDown, loadStall, loadCatchup, loadTime   time.Duration
@@ -134,6 +135,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.DurationVar(&loadCatchup, "load-catchup-max", 0, "load: how long to wait for the restarted follower to catch up")
 	fs.DurationVar(&loadTime, "load-time-max", 0, "load: end the load (as cut off, with what it loaded) after loading this long")
 	fs.IntVar(&pmemMiB, "pmem-mib", 0, "paxos acceptor log size in MiB (default 64, or 256 with the load scenario)")
+	fs.StringVar(&snapTransfer, "snapshot-transfer", "", "paxos nodes' [consensus] snapshot_transfer: delta (kvnode's default) or whole")
 	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	stallFlags := addStallFlags(fs) // stages.go
@@ -177,6 +179,7 @@ func parseFlags(args []string) (*Options, error) {
 	setI(&o.CeilingInflight, ceilInflight)
 	setI(&o.LoadWriters, loadWriters)
 	setI(&o.PMemMiB, pmemMiB)
+	o.SnapshotTransfer = snapTransfer
 	setF(&o.TailShare, tailShare)
 	setF(&o.OverloadFactor, overFactor)
 	setF(&o.VictimRate, victimRate)

@@ -74,6 +74,9 @@ type Options struct {
 	// PMemMiB sizes every paxos node's acceptor log (0: 64 MiB, or
 	// kvnode's own default of 256 MiB when the load scenario runs).
 	PMemMiB int
+	// SnapshotTransfer is every paxos node's [consensus]
+	// snapshot_transfer ("": kvnode's default, delta; or "whole").
+	SnapshotTransfer string
 
 	Paths     []string // which paths to run ("" = all)
 	Scenarios []string // steady, noisy, ceiling, tail, overload, hog, load (allScenarios)
@@ -223,6 +226,8 @@ func (o *Options) validate() error {
 		return errors.New("--load-down must be >= 0, --load-stall, --load-catchup-max and --load-time-max > 0")
 	case o.PMemMiB < 0 || o.PMemMiB > pmemMiBMax:
 		return fmt.Errorf("--pmem-mib %d outside 0..%d", o.PMemMiB, pmemMiBMax)
+	case o.SnapshotTransfer != "" && o.SnapshotTransfer != "delta" && o.SnapshotTransfer != "whole":
+		return fmt.Errorf("--snapshot-transfer %q is not one of delta, whole", o.SnapshotTransfer)
 	}
 	for _, s := range o.Scenarios {
 		if !slices.Contains(allScenarios, s) {

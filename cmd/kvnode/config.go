@@ -139,6 +139,12 @@ func (c *Config) afxdpConfig() afxdp.Config {
 	return ac
 }
 
+// Values of consensus.snapshot_transfer.
+const (
+	snapshotTransferDelta = "delta"
+	snapshotTransferWhole = "whole"
+)
+
 // ConsensusConfig sets the paxos clock. Durations are Go duration strings.
 type ConsensusConfig struct {
 	Tick           string `toml:"tick"`
@@ -146,6 +152,11 @@ type ConsensusConfig struct {
 	HeartbeatTicks int    `toml:"heartbeat_ticks"`
 	LeaseTicks     int    `toml:"lease_ticks"`
 	DriftTicks     int    `toml:"drift_ticks"`
+	// SnapshotTransfer is how a node that holds state catches up by
+	// snapshot: "delta" (default: only the key ranges that differ,
+	// kv/README.md "Delta snapshots") or "whole" (the whole state; for
+	// keyspaces written uniformly, where a delta only adds hashing).
+	SnapshotTransfer string `toml:"snapshot_transfer"`
 }
 
 // TenantConfig is one tenant. Rates and limits are enforced by the tenant
@@ -260,6 +271,9 @@ func (c *Config) fillDefaults() {
 	if c.Consensus.DriftTicks == 0 {
 		c.Consensus.DriftTicks = defaultDriftTicks
 	}
+	if c.Consensus.SnapshotTransfer == "" {
+		c.Consensus.SnapshotTransfer = snapshotTransferDelta
+	}
 	if c.ConsensusListen == "" {
 		for _, p := range c.Peers {
 			if p.ID == c.NodeID {
@@ -368,6 +382,9 @@ func (c *Config) validate() error {
 	}
 	if cc.LeaseTicks < 0 || cc.DriftTicks < 0 || cc.LeaseTicks >= cc.ElectionTicks {
 		return fmt.Errorf("consensus: need 0 <= lease_ticks (%d) < election_ticks (%d) and drift_ticks >= 0", cc.LeaseTicks, cc.ElectionTicks)
+	}
+	if cc.SnapshotTransfer != snapshotTransferDelta && cc.SnapshotTransfer != snapshotTransferWhole {
+		return fmt.Errorf("consensus.snapshot_transfer: %q is not one of %s, %s", cc.SnapshotTransfer, snapshotTransferDelta, snapshotTransferWhole)
 	}
 	if len(c.Tenants) == 0 {
 		return errors.New("tenants: at least one [[tenants]] entry is required")

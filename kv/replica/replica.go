@@ -48,6 +48,10 @@ type Config struct {
 	DriftTicks     int
 	// SnapshotEverySlots overrides snapshotEverySlots when > 0.
 	SnapshotEverySlots uint64
+	// WholeSnapshots makes this node fetch whole snapshot streams even
+	// when it holds state (no delta transfers: snapshot_fetch.go). It
+	// serves delta requests either way.
+	WholeSnapshots bool
 	// LogSnapshotUsedPercent overrides logSnapshotUsedPercent when > 0;
 	// above 100 the log is compacted only when it is full (tests).
 	LogSnapshotUsedPercent int64

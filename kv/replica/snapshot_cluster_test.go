@@ -144,14 +144,13 @@ func TestSnapshotInstallCrashAtEveryChunk(t *testing.T) {
 // TestDeltaCatchUpSendsWhatChanged: a follower stopped while 60 keys were
 // written above 300 it holds catches up by a delta transfer (it holds
 // state) that keeps most of its ranges and receives less than half the
-// state's bytes; its twin with delta transfers off receives all of them.
+// state's bytes; its twin with delta transfers off (Config.WholeSnapshots,
+// kvnode's snapshot_transfer = "whole") receives all of them.
 func TestDeltaCatchUpSendsWhatChanged(t *testing.T) {
 	defer sm.TestingDeltaRangeBytes(16 << 10)()
 	const oldKeys, keys, valBytes = 300, 60, 1000
 	run := func(delta bool) (received, kept, replaced float64) {
-		testingNoDeltaSnapshots = !delta
-		defer func() { testingNoDeltaSnapshots = false }()
-		c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
+		c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.wholeSnapshots = !delta })
 		for i := range oldKeys {
 			c.put(fmt.Sprintf("a%04d", i), strings.Repeat("o", valBytes))
 		}

@@ -82,7 +82,7 @@ func (r *Replica) offerSnapshot(o paxos.SnapshotOffer) {
 // request), unless its last delta request failed before the server
 // answered (a server of an earlier version refuses the frame).
 func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
-	delta := r.sm.Applied() > 0 && !testingNoDeltaSnapshots && !r.snapWholeNext.Swap(false)
+	delta := r.sm.Applied() > 0 && !r.cfg.WholeSnapshots && !r.snapWholeNext.Swap(false)
 	var st *sm.Stager
 	var digest []byte
 	var err error

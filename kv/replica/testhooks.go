@@ -44,7 +44,3 @@ var testingNoPipelineGate bool
 // tail for followers a little behind. The planted twin inside
 // TestCatchUpTailServesShortLag.
 var testingNoCatchUpTail bool
-
-// testingNoDeltaSnapshots, when set (tests only), makes every fetcher ask
-// for a whole snapshot stream, as before delta transfers existed.
-var testingNoDeltaSnapshots bool
