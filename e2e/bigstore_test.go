@@ -129,9 +129,10 @@ func bigKey(k int64) []byte { return []byte(fmt.Sprintf("big/%09d", k)) }
 // acknowledged write is then read back through the cluster, and every
 // bigFollowerEvery-th from the follower's own state (stale reads answered
 // locally). Prints
-// `bigstore: live_mib=N snapshots=S catchup_s=C lost=0` (snapshots:
-// compaction snapshots taken across the cluster; catchup_s: the first
-// restart's catch-up).
+// `bigstore: live_mib=N snapshots=S catchup_s=C missed_mib=M delta_mib=D
+// kept_ranges=K lost=0` (snapshots: compaction snapshots taken across the
+// cluster; catchup_s: the first restart's catch-up, a delta transfer of D
+// MiB after missing M, keeping K ranges it held).
 func TestBigStoreSnapshots(t *testing.T) {
 	c := &cluster{t: t, dir: bigDataDir(t)}
 	mode := c.pmemDir("synod-e2e-big-")
@@ -170,6 +171,7 @@ func TestBigStoreSnapshots(t *testing.T) {
 	// 1. Half the data with every node up; the other half with f down.
 	load.run(t, cl, bigWriters, bigLiveBytes/2, nil)
 	stopFollower(t, c, f)
+	ackedAtStop := load.acked.Load()
 	load.run(t, cl, bigWriters, bigLiveBytes-load.acked.Load(), nil)
 	if load.acked.Load() < bigLiveBytes {
 		t.Fatalf("acknowledged %.0f MiB of the %d MiB load within the time allowed (%d failed puts)",
@@ -190,9 +192,15 @@ func TestBigStoreSnapshots(t *testing.T) {
 		t.Fatalf("node %d caught up without installing a snapshot", f.id)
 	}
 	t.Logf("node %d caught up in %v", f.id, catchup.Round(time.Millisecond))
+	// f holds the first half: it fetches a delta (kvnode's default), at
+	// least what it missed and less than the whole store, keeping the
+	// ranges it already holds.
 	firstBytes := metricValue(f, "synod_snapshot_received_bytes_total")
-	if firstBytes < bigLiveBytes {
-		t.Fatalf("node %d received %.0f MiB of snapshot, less than the %d MiB of live data", f.id, mib(int64(firstBytes)), bigLiveBytes>>20)
+	kept := metricValue(f, `synod_snapshot_delta_ranges_total{what="kept"}`)
+	missed := load.acked.Load() - ackedAtStop
+	if firstBytes < float64(missed) || firstBytes >= bigLiveBytes || kept < 1 {
+		t.Fatalf("node %d received %.0f MiB of snapshot after missing %.0f MiB of %d MiB, keeping %.0f ranges: want a delta (at least what it missed, less than the store)",
+			f.id, mib(int64(firstBytes)), mib(missed), bigLiveBytes>>20, kept)
 	}
 
 	// 3. f misses more than a log's worth of writes again; it restarts
@@ -290,7 +298,8 @@ func TestBigStoreSnapshots(t *testing.T) {
 	for _, nd := range c.nodes {
 		snapshots += metricValue(nd, "synod_snapshots_total")
 	}
-	fmt.Printf("bigstore: live_mib=%.0f snapshots=%.0f catchup_s=%.1f lost=%d\n", mib(load.acked.Load()), snapshots, catchup.Seconds(), lost)
+	fmt.Printf("bigstore: live_mib=%.0f snapshots=%.0f catchup_s=%.1f missed_mib=%.0f delta_mib=%.0f kept_ranges=%.0f lost=%d\n",
+		mib(load.acked.Load()), snapshots, catchup.Seconds(), mib(missed), mib(int64(firstBytes)), kept, lost)
 	fmt.Printf("bigstore leader-kill: staged_at_kill_mib=%.1f transfers_failed=%.0f transfers_ok=%.0f recovered_s=%.1f keys=%d follower_wrong=%d first_snapshot_mib=%.0f failed_puts=%d total_s=%.1f\n",
 		mib(int64(staged)), failedXfers, okXfers, recovered.Seconds(), keys, followerWrong, mib(int64(firstBytes)), load.failed.Load(), time.Since(start).Seconds())
 }
