@@ -78,14 +78,26 @@ func (c *testCluster) checkCaughtUp(leader, follower paxos.NodeID, keys, valByte
 // boundary in turn, restarting it each time, then once more after the
 // staged copy is complete and before paxos hears of it: every restart
 // opens (a partial staging is discarded, the complete one is swapped in),
-// asks for the transfer again, and the node finally holds everything.
+// asks for the transfer again, and the node finally holds everything. It
+// runs for whole transfers and for delta ones (the follower holds a key
+// from before it stopped, so it asks for a delta; a delta's chunks follow
+// the server's hashing, so the boundaries are walked until a transfer
+// completes without reaching the next one).
 func TestSnapshotInstallCrashAtEveryChunk(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		t.Run(map[bool]string{true: "whole", false: "delta"}[whole], func(t *testing.T) {
+			crashAtEveryChunk(t, whole)
+		})
+	}
+}
+
+func crashAtEveryChunk(t *testing.T, whole bool) {
 	defer withChunkBytes(4 << 10)()
 	const keys, valBytes = 150, 300
-	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
+	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.wholeSnapshots = whole })
 	leader, f := laggingFollower(c, keys, valBytes)
 
-	// No writes from here on: every transfer serves the same stream.
+	// No writes from here on: every transfer serves the same state.
 	rc, _, err := c.nodes[leader].sm.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -101,41 +113,49 @@ func TestSnapshotInstallCrashAtEveryChunk(t *testing.T) {
 	}
 
 	var crashAt atomic.Uint64
-	hit, release := make(chan struct{}), make(chan struct{})
+	hit, release := make(chan uint64), make(chan struct{})
 	TestingSnapshotChunkHook = func(node paxos.NodeID, seq uint64) {
-		if node == f && seq == crashAt.Load() {
-			hit <- struct{}{}
+		if node == f && (seq == crashAt.Load() || seq == snapHookStaged) {
+			hit <- seq
 			<-release
 		}
 	}
 	defer func() { TestingSnapshotChunkHook = nil }()
-	points := make([]uint64, 0, chunks+1)
-	for k := uint64(1); k <= chunks; k++ {
-		points = append(points, k)
-	}
-	points = append(points, snapHookStaged)
-	for _, at := range points {
+	crashed := uint64(0)
+	for at := uint64(1); ; at++ {
 		crashAt.Store(at)
 		c.start(f)
+		var got uint64
 		select {
-		case <-hit:
+		case got = <-hit:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no transfer reached crash point %d of %d chunks", at, chunks)
+			t.Fatalf("no transfer reached crash point %d (whole stream: %d chunks)", at, chunks)
 		}
 		c.crash(f, func() { release <- struct{}{} })
+		if got == snapHookStaged {
+			break // the transfer has fewer chunks than at: staged, crashed
+		}
+		crashed++
+	}
+	if whole && crashed != chunks {
+		t.Fatalf("crashed at %d chunk boundaries of a %d-chunk whole transfer", crashed, chunks)
+	}
+	if crashed < 8 {
+		t.Fatalf("crashed at only %d chunk boundaries", crashed)
 	}
 	crashAt.Store(0)
+	TestingSnapshotChunkHook = nil
 	c.start(f)
 	// The state machine swapped the complete staged copy in when it
 	// opened: the node starts at the leader's slot, without a transfer.
 	if got, want := c.nodes[f].r.Applied(), c.nodes[leader].r.Applied(); got != want {
-		t.Fatalf("after the crash between staging and install, the node starts at slot %d, want the staged %d", got, want)
+		t.Fatalf("after the crash between staging and install (after %d chunk crashes), the node starts at slot %d, want the staged %d", crashed, got, want)
 	}
 	c.checkCaughtUp(leader, f, keys, valBytes)
 	if n := counterValue(c.nodes[f].r.metrics.Snap.Transfers.WithLabelValues(dirReceived, resultOK)); n != 0 {
 		t.Fatalf("the last restart fetched %v snapshots: the staged one was not used", n)
 	}
-	t.Logf("crashed at each of %d chunk boundaries and after staging; caught up at slot %d", chunks, c.nodes[f].r.Applied())
+	t.Logf("whole=%v: crashed at each of %d chunk boundaries and after staging; caught up at slot %d", whole, crashed, c.nodes[f].r.Applied())
 	if got := counterValue(c.nodes[leader].r.metrics.Snap.SentBytes); got == 0 {
 		t.Fatal("the leader counts no snapshot bytes sent")
 	}

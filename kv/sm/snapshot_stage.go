@@ -101,14 +101,27 @@ func (s *SM) beginStage(delta bool) (*Stager, error) {
 	if s.stager != nil {
 		return nil, ErrStaging
 	}
+	// Closed (or abandoned, as a crash): the staging directory is left as
+	// it is, a complete staged copy included, for the next Open.
+	closed := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.closed || (delta && s.dbClosed)
+	}
+	if closed() {
+		return nil, ErrClosed
+	}
 	dir := s.dir + restoreDirSuffix
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("sm: staging: clearing %s: %w", dir, err)
 	}
-	s.mu.Lock()
-	closed := s.closed || (delta && s.dbClosed)
 	var err error
-	if !closed && delta {
+	if delta {
+		s.mu.Lock()
+		if s.closed || s.dbClosed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
 		// Under mu: no swap closes the live Pebble meanwhile. O(files).
 		// The live Pebble runs without a WAL, so the checkpoint holds
 		// the state as of its last flush (the applied slot with it):
@@ -117,10 +130,7 @@ func (s *SM) beginStage(delta bool) (*Stager, error) {
 		// memtables hold the log's replay, and flushing it would delay
 		// the digest for nothing the delta does not already cover.
 		err = s.db.Checkpoint(dir)
-	}
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+		s.mu.Unlock()
 	}
 	if err != nil {
 		os.RemoveAll(dir)

@@ -293,3 +293,44 @@ func TestFlushAsync(t *testing.T) {
 		t.Fatalf("applied %d after the crash, want the flushed %d", s.Applied(), slot)
 	}
 }
+
+// TestBeginStageAfterCloseKeepsStaged: a staging asked for after the SM
+// was abandoned (a crash in progress: the fetcher's next transfer) is
+// refused and leaves a complete staged copy in place, which the next Open
+// swaps in. (A BeginStage that cleared the directory first lost it:
+// TestSnapshotInstallCrashAtEveryChunk failed 3 of 12 runs.)
+func TestBeginStageAfterCloseKeepsStaged(t *testing.T) {
+	const n, valBytes = 50, 64
+	stream, slot := stageSource(t, n, valBytes)
+	dir := filepath.Join(t.TempDir(), "sm")
+	oldState(t, dir, 3)
+	for _, delta := range []bool{false, true} {
+		s := openT(t, dir)
+		st, err := s.BeginStage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write(stream)
+		if _, err := st.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		s.Abandon()
+		begin := s.BeginStage
+		if delta {
+			begin = s.BeginDeltaStage
+		}
+		if _, err := begin(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("delta %v: staging on an abandoned SM: %v, want ErrClosed", delta, err)
+		}
+		if s.StagedSlot() != slot {
+			t.Fatalf("delta %v: the complete staged copy is gone (staged slot %d)", delta, s.StagedSlot())
+		}
+		s = openT(t, dir)
+		if s.Applied() != slot {
+			t.Fatalf("delta %v: reopened at slot %d, want the staged %d", delta, s.Applied(), slot)
+		}
+		s.Close()
+		os.RemoveAll(dir)
+		oldState(t, dir, 3)
+	}
+}
