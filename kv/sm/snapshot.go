@@ -307,63 +307,121 @@ func (s *SM) abortSnapshots() {
 // malformed stream is an error wrapping ErrBadSnapshot; fn's errors are
 // returned as they are.
 func scanSnapshot(r io.Reader, fn func(key, val []byte) error) (slot, count uint64, err error) {
-	h := xxhash.New()
-	br := bufio.NewReaderSize(r, snapWriteBufferSize)
-	tr := io.TeeReader(br, h)
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
+	sr := newStreamReader(r)
+	head, err := sr.header(snapshotMagic, 8)
+	if err != nil {
+		return 0, 0, err
 	}
-	var head [16]byte
-	if _, err := io.ReadFull(tr, head[:]); err != nil {
-		return 0, 0, bad("header: %v", err)
-	}
-	if !bytes.Equal(head[:8], snapshotMagic) {
-		return 0, 0, bad("magic %q", head[:8])
-	}
-	slot = binary.BigEndian.Uint64(head[8:])
+	slot = binary.BigEndian.Uint64(head)
 	for {
-		kind, err := br.ReadByte()
+		kind, err := sr.kind()
 		if err != nil {
-			return 0, 0, bad("record kind: %v", err)
+			return 0, 0, err
 		}
 		if kind == snapEnd {
 			break
 		}
-		h.Write([]byte{kind})
 		if kind != snapRecord {
-			return 0, 0, bad("record kind %d", kind)
+			return 0, 0, badSnapshot("record kind %d", kind)
 		}
-		key, err := readField(tr, len(keyspaceEnd))
+		key, val, err := sr.record()
 		if err != nil {
-			return 0, 0, bad("key: %v", err)
-		}
-		val, err := readField(tr, snapValueBytesMax)
-		if err != nil {
-			return 0, 0, bad("value: %v", err)
-		}
-		if bytes.Compare(key, keyspaceEnd) >= 0 || bytes.Equal(key, restoringKey) {
-			return 0, 0, bad("key %x outside the keyspace", key)
+			return 0, 0, err
 		}
 		if err := fn(key, val); err != nil {
 			return 0, 0, err
 		}
-		count++
 	}
-	sum := h.Sum64()
-	var tail [16]byte
-	if _, err := io.ReadFull(br, tail[:]); err != nil {
-		return 0, 0, bad("end record: %v", err)
+	if _, err := sr.end(0); err != nil {
+		return 0, 0, err
 	}
-	if got := binary.BigEndian.Uint64(tail[:]); got != count {
-		return 0, 0, bad("end record counts %d records, read %d", got, count)
+	return slot, sr.count, nil
+}
+
+// badSnapshot is a malformed stream's error.
+func badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
+}
+
+// streamReader reads the parts every stream shares (snapshot.go's and a
+// delta's, snapshot_delta.go): the header, record kinds, records and the
+// end record, keeping the checksum of every byte before the end record
+// and the count of records. Its errors wrap ErrBadSnapshot.
+type streamReader struct {
+	br    *bufio.Reader
+	tr    io.Reader // br, every byte read added to sum
+	sum   *xxhash.Digest
+	count uint64
+}
+
+func newStreamReader(r io.Reader) *streamReader {
+	sr := &streamReader{br: bufio.NewReaderSize(r, snapWriteBufferSize), sum: xxhash.New()}
+	sr.tr = io.TeeReader(sr.br, sr.sum)
+	return sr
+}
+
+// header reads magic and the n bytes after it, which it returns.
+func (sr *streamReader) header(magic []byte, n int) ([]byte, error) {
+	head := make([]byte, len(magic)+n)
+	if _, err := io.ReadFull(sr.tr, head); err != nil {
+		return nil, badSnapshot("header: %v", err)
 	}
-	if got := binary.BigEndian.Uint64(tail[8:]); got != sum {
-		return 0, 0, bad("checksum %#x, computed %#x", got, sum)
+	if !bytes.Equal(head[:len(magic)], magic) {
+		return nil, badSnapshot("magic %q", head[:len(magic)])
 	}
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		return 0, 0, bad("trailing bytes after the end record")
+	return head[len(magic):], nil
+}
+
+// kind reads the next record's kind (snapEnd is outside the checksum).
+func (sr *streamReader) kind() (byte, error) {
+	kind, err := sr.br.ReadByte()
+	if err != nil {
+		return 0, badSnapshot("record kind: %v", err)
 	}
-	return slot, count, nil
+	if kind != snapEnd {
+		sr.sum.Write([]byte{kind})
+	}
+	return kind, nil
+}
+
+// record reads a record's key and value (fresh slices) after its kind,
+// checks the key is inside the keyspace and counts it.
+func (sr *streamReader) record() (key, val []byte, err error) {
+	if key, err = readField(sr.tr, len(keyspaceEnd)); err != nil {
+		return nil, nil, badSnapshot("key: %v", err)
+	}
+	if val, err = readField(sr.tr, snapValueBytesMax); err != nil {
+		return nil, nil, badSnapshot("value: %v", err)
+	}
+	if bytes.Compare(key, keyspaceEnd) >= 0 || bytes.Equal(key, restoringKey) {
+		return nil, nil, badSnapshot("key %x outside the keyspace", key)
+	}
+	sr.count++
+	return key, val, nil
+}
+
+// end reads the end record after its kind: the count and the checksum,
+// which must match, then extra u64 fields (returned), then nothing.
+func (sr *streamReader) end(extra int) ([]uint64, error) {
+	want := sr.sum.Sum64()
+	tail := make([]byte, 16+8*extra)
+	if _, err := io.ReadFull(sr.br, tail); err != nil {
+		return nil, badSnapshot("end record: %v", err)
+	}
+	if got := binary.BigEndian.Uint64(tail); got != sr.count {
+		return nil, badSnapshot("end record counts %d records, read %d", got, sr.count)
+	}
+	if got := binary.BigEndian.Uint64(tail[8:]); got != want {
+		return nil, badSnapshot("checksum %#x, computed %#x", got, want)
+	}
+	if _, err := sr.br.ReadByte(); !errors.Is(err, io.EOF) {
+		return nil, badSnapshot("trailing bytes after the end record")
+	}
+	out := make([]uint64, extra)
+	for i := range out {
+		out[i] = binary.BigEndian.Uint64(tail[16+8*i:])
+	}
+	return out, nil
 }
 
 func readField(r io.Reader, max int) ([]byte, error) {

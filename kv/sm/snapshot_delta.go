@@ -1,7 +1,6 @@
 package sm
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -398,27 +397,18 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []deltaRange) (slot uint64, kept int, err error) {
 	in := &ingester{db: db, path: filepath.Join(dir, restoreTableName), opts: tableOptions(po, db)}
 	defer in.abort()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrBadSnapshot}, args...)...)
+	sr := newStreamReader(r)
+	head, err := sr.header(deltaMagic, 12)
+	if err != nil {
+		return 0, 0, err
 	}
-	sum := xxhash.New()
-	br := bufio.NewReaderSize(r, snapWriteBufferSize)
-	tr := io.TeeReader(br, sum)
-	var head [20]byte
-	if _, err := io.ReadFull(tr, head[:]); err != nil {
-		return 0, 0, bad("delta header: %v", err)
-	}
-	if !bytes.Equal(head[:8], deltaMagic) {
-		return 0, 0, bad("delta magic %q", head[:8])
-	}
-	slot = binary.BigEndian.Uint64(head[8:])
-	if n := binary.BigEndian.Uint32(head[16:]); n != uint32(len(rs)) {
-		return 0, 0, bad("the stream has %d ranges, the digest %d", n, len(rs))
+	slot = binary.BigEndian.Uint64(head)
+	if n := binary.BigEndian.Uint32(head[8:]); n != uint32(len(rs)) {
+		return 0, 0, badSnapshot("the stream has %d ranges, the digest %d", n, len(rs))
 	}
 	state, h := xxhash.New(), xxhash.New()
 	cur, replacing := -1, false
 	var prev []byte
-	var count uint64
 	closeRange := func() {
 		switch {
 		case cur < 0:
@@ -429,20 +419,19 @@ func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []
 		}
 	}
 	for {
-		kind, err := br.ReadByte()
+		kind, err := sr.kind()
 		if err != nil {
-			return 0, 0, bad("record kind: %v", err)
+			return 0, 0, err
 		}
 		if kind == snapEnd {
 			break
 		}
-		sum.Write([]byte{kind})
 		switch kind {
 		case deltaNoop:
 		case deltaKeep, deltaReplace:
 			closeRange()
 			if cur++; cur >= len(rs) {
-				return 0, 0, bad("more than %d ranges", len(rs))
+				return 0, 0, badSnapshot("more than %d ranges", len(rs))
 			}
 			replacing = kind == deltaReplace
 			if !replacing {
@@ -459,54 +448,37 @@ func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []
 			}
 		case snapRecord:
 			if !replacing {
-				return 0, 0, bad("a record outside a replaced range")
+				return 0, 0, badSnapshot("a record outside a replaced range")
 			}
-			key, err := readField(tr, len(keyspaceEnd))
+			key, val, err := sr.record()
 			if err != nil {
-				return 0, 0, bad("key: %v", err)
-			}
-			val, err := readField(tr, snapValueBytesMax)
-			if err != nil {
-				return 0, 0, bad("value: %v", err)
+				return 0, 0, err
 			}
 			switch {
 			case bytes.Compare(key, rs[cur].start) < 0 || bytes.Compare(key, rangeEnd(rs, cur)) >= 0:
-				return 0, 0, bad("key %x outside range %d", key, cur)
+				return 0, 0, badSnapshot("key %x outside range %d", key, cur)
 			case len(prev) > 0 && bytes.Compare(key, prev) <= 0:
-				return 0, 0, bad("key %x after %x: out of order", key, prev)
-			case bytes.Equal(key, restoringKey):
-				return 0, 0, bad("key %x is reserved", key)
+				return 0, 0, badSnapshot("key %x after %x: out of order", key, prev)
 			}
 			prev = append(prev[:0], key...)
 			hashRecord(h, key, val)
 			if err := in.set(key, val); err != nil {
 				return 0, 0, err
 			}
-			count++
 		default:
-			return 0, 0, bad("record kind %d", kind)
+			return 0, 0, badSnapshot("record kind %d", kind)
 		}
 	}
 	closeRange()
 	if cur != len(rs)-1 {
-		return 0, 0, bad("the stream covers %d of %d ranges", cur+1, len(rs))
+		return 0, 0, badSnapshot("the stream covers %d of %d ranges", cur+1, len(rs))
 	}
-	streamSum := sum.Sum64()
-	var tail [24]byte
-	if _, err := io.ReadFull(br, tail[:]); err != nil {
-		return 0, 0, bad("end record: %v", err)
+	extra, err := sr.end(1)
+	if err != nil {
+		return 0, 0, err
 	}
-	if got := binary.BigEndian.Uint64(tail[:]); got != count {
-		return 0, 0, bad("end record counts %d records, read %d", got, count)
-	}
-	if got := binary.BigEndian.Uint64(tail[8:]); got != streamSum {
-		return 0, 0, bad("checksum %#x, computed %#x", got, streamSum)
-	}
-	if got, want := state.Sum64(), binary.BigEndian.Uint64(tail[16:]); got != want {
-		return 0, 0, bad("the staged state hashes to %#x, the server's to %#x", got, want)
-	}
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		return 0, 0, bad("trailing bytes after the end record")
+	if got := state.Sum64(); got != extra[0] {
+		return 0, 0, badSnapshot("the staged state hashes to %#x, the server's to %#x", got, extra[0])
 	}
 	if err := in.ingest(); err != nil {
 		return 0, 0, err
