@@ -106,6 +106,13 @@ func TestDiskBytes(t *testing.T) {
 	if n, err := diskBytes(filepath.Join(dir, "missing")); err != nil || n != 0 {
 		t.Fatalf("missing: %d %v", n, err)
 	}
+	// A hard link (a checkpoint's) counts once, as du counts it.
+	if err := os.Link(filepath.Join(dir, "a"), filepath.Join(sub, "a-link")); err != nil {
+		t.Fatal(err)
+	}
+	if linked, err := diskBytes(dir); err != nil || linked != all {
+		t.Fatalf("with a hard link: %d %v, want %d", linked, err, all)
+	}
 }
 
 // TestLoadSteps: every step boundary the acknowledged bytes cross is

@@ -21,9 +21,13 @@ func rssBytes(pid int) (int64, error) {
 
 // diskBytes returns the disk space the files under path take (allocated
 // blocks, as du counts them: a sparse or preallocated file counts what it
-// holds on disk). A missing path is 0.
+// holds on disk, and a file with several links under path counts once,
+// as a delta snapshot's staging, a checkpoint of hard links, does). A
+// missing path is 0.
 func diskBytes(path string) (int64, error) {
 	var total int64
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
 	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -37,6 +41,13 @@ func diskBytes(path string) (int64, error) {
 				return nil
 			}
 			return err
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			id := inode{uint64(st.Dev), st.Ino}
+			if seen[id] {
+				return nil
+			}
+			seen[id] = true
 		}
 		total += st.Blocks * 512
 		return nil
