@@ -134,7 +134,9 @@ func bigKey(k int64) []byte { return []byte(fmt.Sprintf("big/%09d", k)) }
 // cluster; catchup_s: the first restart's catch-up, a delta transfer of D
 // MiB after missing M, keeping K ranges it held).
 func TestBigStoreSnapshots(t *testing.T) {
-	c := &cluster{t: t, dir: bigDataDir(t)}
+	// Delta transfers (not kvnode's default): the restarted follower holds
+	// half the store, and its catch-ups run the delta path end to end.
+	c := &cluster{t: t, dir: bigDataDir(t), consensus: "snapshot_transfer = \"delta\"\n"}
 	mode := c.pmemDir("synod-e2e-big-")
 	for i := 1; i <= 3; i++ {
 		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -192,9 +194,9 @@ func TestBigStoreSnapshots(t *testing.T) {
 		t.Fatalf("node %d caught up without installing a snapshot", f.id)
 	}
 	t.Logf("node %d caught up in %v", f.id, catchup.Round(time.Millisecond))
-	// f holds the first half: it fetches a delta (kvnode's default), at
-	// least what it missed and less than the whole store, keeping the
-	// ranges it already holds.
+	// f holds the first half: it fetches a delta (snapshot_transfer =
+	// "delta"), at least what it missed and less than the whole store,
+	// keeping the ranges it already holds.
 	firstBytes := metricValue(f, "synod_snapshot_received_bytes_total")
 	kept := metricValue(f, `synod_snapshot_delta_ranges_total{what="kept"}`)
 	missed := load.acked.Load() - ackedAtStop

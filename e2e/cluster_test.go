@@ -149,6 +149,9 @@ type cluster struct {
 	// extra environment of its processes (plantedCluster sets both).
 	bin string
 	env []string
+	// consensus is extra [consensus] keys for every node (bigstore: its
+	// snapshot_transfer).
+	consensus string
 	// secrets and accepted override a node's [security] cluster_secret
 	// (default e2eClusterSecret) and accepted_secrets; writeConfig reads
 	// them.
@@ -324,7 +327,7 @@ func (c *cluster) writeConfig(nd *node, clusterID int, pmemMode, top, tables str
 		fmt.Fprintf(&b, "resp_listen = %q\n", nd.resp)
 	}
 	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, pmemMode)
-	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n")
+	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n%s", c.consensus)
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n", c.secretOf(nd))
 	if acc := c.accepted[nd.id]; len(acc) > 0 {
 		quoted := make([]string, len(acc))

@@ -153,9 +153,9 @@ type ConsensusConfig struct {
 	LeaseTicks     int    `toml:"lease_ticks"`
 	DriftTicks     int    `toml:"drift_ticks"`
 	// SnapshotTransfer is how a node that holds state catches up by
-	// snapshot: "delta" (default: only the key ranges that differ,
-	// kv/README.md "Delta snapshots") or "whole" (the whole state; for
-	// keyspaces written uniformly, where a delta only adds hashing).
+	// snapshot: "whole" (default: the whole state) or "delta" (only the
+	// key ranges that differ, after both ends hash their whole state:
+	// kv/README.md "Delta snapshots"; fewer bytes, more reading).
 	SnapshotTransfer string `toml:"snapshot_transfer"`
 }
 
@@ -272,7 +272,7 @@ func (c *Config) fillDefaults() {
 		c.Consensus.DriftTicks = defaultDriftTicks
 	}
 	if c.Consensus.SnapshotTransfer == "" {
-		c.Consensus.SnapshotTransfer = snapshotTransferDelta
+		c.Consensus.SnapshotTransfer = snapshotTransferWhole
 	}
 	if c.ConsensusListen == "" {
 		for _, p := range c.Peers {

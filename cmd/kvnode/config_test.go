@@ -69,7 +69,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"kind = \"udp\"", "kind = \"afxdp\"", "interface"},
 		{"kind = \"udp\"", "kind = \"auto\"\ninterface = \"lo\"\npoll = \"sometimes\"", "poll"},
 		{"tick = \"1ms\"", "tick = \"soon\"", "consensus.tick"},
-		{"snapshot_transfer = \"delta\"", "snapshot_transfer = \"some\"", "consensus.snapshot_transfer"},
+		{"snapshot_transfer = \"whole\"", "snapshot_transfer = \"some\"", "consensus.snapshot_transfer"},
 		{"node_id = 1", "node_id = 9", "node_id 9 is not listed"},
 		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},
 		{"consensus_addr = \"127.0.0.1:7012\"", "consensus_addr = \"nowhere\"", "peers[1].consensus_addr"},

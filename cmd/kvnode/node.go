@@ -108,7 +108,7 @@ func runNode(cfg *Config) error {
 		HeartbeatTicks: cfg.Consensus.HeartbeatTicks,
 		LeaseTicks:     cfg.Consensus.LeaseTicks,
 		DriftTicks:     cfg.Consensus.DriftTicks,
-		WholeSnapshots: cfg.Consensus.SnapshotTransfer == snapshotTransferWhole,
+		DeltaSnapshots: cfg.Consensus.SnapshotTransfer == snapshotTransferDelta,
 		Cores: replica.Cores{
 			RX: rxCPU, TX: cpuOrUnpinned(cfg.Cores.TX),
 			Consensus: cpuOrUnpinned(cfg.Cores.Consensus), Apply: cpuOrUnpinned(cfg.Cores.Apply),

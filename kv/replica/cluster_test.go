@@ -46,8 +46,8 @@ type testCluster struct {
 	// wrapSM, when set, wraps each node's state machine
 	// (snapshot_cluster_test.go).
 	wrapSM func(paxos.NodeID, *sm.SM) StateMachine
-	// wholeSnapshots is every node's Config.WholeSnapshots.
-	wholeSnapshots bool
+	// deltaSnapshots is every node's Config.DeltaSnapshots.
+	deltaSnapshots bool
 	// secret, when set, authenticates the cluster's consensus traffic
 	// (Config.Auth; snapshot_cluster_test.go).
 	secret []byte
@@ -204,7 +204,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: c.election(), HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
-		WholeSnapshots: c.wholeSnapshots, Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],
+		DeltaSnapshots: c.deltaSnapshots, Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
 	}, conn, alog, stm)
 	if err != nil {

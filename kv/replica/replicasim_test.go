@@ -275,7 +275,10 @@ func (s *rsim) start(n *rsimNode) {
 		ID: n.id, ClusterID: 9, Peers: s.peers, Tick: rsimTick,
 		ElectionTicks: rsimElectionTicks, HeartbeatTicks: rsimHeartbeatTicks, LeaseTicks: rsimLeaseTicks, DriftTicks: rsimDriftTicks,
 		SnapshotEverySlots: s.snapEvery, Cores: Unpinned, Log: zerolog.Nop(),
-		Accel: ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
+		// Delta transfers on half the seeds (by the interval's parity, so
+		// that no seed's schedule changes), whole ones on the others.
+		DeltaSnapshots: s.snapEvery%2 == 0,
+		Accel:          ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
 	}, conn, n.log, store)
 	if err != nil {
 		store.Abandon()

@@ -94,7 +94,7 @@ func TestSnapshotInstallCrashAtEveryChunk(t *testing.T) {
 func crashAtEveryChunk(t *testing.T, whole bool) {
 	defer withChunkBytes(4 << 10)()
 	const keys, valBytes = 150, 300
-	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.wholeSnapshots = whole })
+	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.deltaSnapshots = !whole })
 	leader, f := laggingFollower(c, keys, valBytes)
 
 	// No writes from here on: every transfer serves the same state.
@@ -164,13 +164,13 @@ func crashAtEveryChunk(t *testing.T, whole bool) {
 // TestDeltaCatchUpSendsWhatChanged: a follower stopped while 60 keys were
 // written above 300 it holds catches up by a delta transfer (it holds
 // state) that keeps most of its ranges and receives less than half the
-// state's bytes; its twin with delta transfers off (Config.WholeSnapshots,
-// kvnode's snapshot_transfer = "whole") receives all of them.
+// state's bytes; its twin without Config.DeltaSnapshots (kvnode's default,
+// snapshot_transfer = "whole") receives all of them.
 func TestDeltaCatchUpSendsWhatChanged(t *testing.T) {
 	defer sm.TestingDeltaRangeBytes(16 << 10)()
 	const oldKeys, keys, valBytes = 300, 60, 1000
 	run := func(delta bool) (received, kept, replaced float64) {
-		c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.wholeSnapshots = !delta })
+		c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA; c.deltaSnapshots = delta })
 		for i := range oldKeys {
 			c.put(fmt.Sprintf("a%04d", i), strings.Repeat("o", valBytes))
 		}

@@ -76,13 +76,14 @@ func (r *Replica) offerSnapshot(o paxos.SnapshotOffer) {
 	}
 }
 
-// fetchBegin starts a transfer for offer: it opens the staging. A node
-// that holds state asks for a delta (kv/sm "Delta snapshots": its staging
-// starts as a checkpoint of its state, whose digest goes with the
-// request), unless its last delta request failed before the server
-// answered (a server of an earlier version refuses the frame).
+// fetchBegin starts a transfer for offer: it opens the staging. With
+// Config.DeltaSnapshots a node that holds state asks for a delta (kv/sm
+// "Delta snapshots": its staging starts as a checkpoint of its state,
+// whose digest goes with the request), unless its last delta request
+// failed before the server answered (a server of an earlier version
+// refuses the frame).
 func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
-	delta := r.sm.Applied() > 0 && !r.cfg.WholeSnapshots && !r.snapWholeNext.Swap(false)
+	delta := r.cfg.DeltaSnapshots && r.sm.Applied() > 0 && !r.snapWholeNext.Swap(false)
 	var st *sm.Stager
 	var digest []byte
 	var err error
