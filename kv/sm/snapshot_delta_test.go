@@ -114,6 +114,22 @@ func (p *deltaPair) deltaStream(t *testing.T) (*Stager, []byte, uint64) {
 	return st, stream, slot
 }
 
+// install writes stream into st, finishes it at slot and installs it, and
+// requires the fetcher's state to be the server's.
+func (p *deltaPair) install(t *testing.T, st *Stager, stream []byte, slot uint64) {
+	t.Helper()
+	if _, err := st.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Finish(); err != nil || got != slot {
+		t.Fatalf("finish: slot %d, %v; want %d", got, err, slot)
+	}
+	if err := p.fetcher.InstallStaged(slot); err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, rawState(t, p.fetcher), rawState(t, p.server))
+}
+
 func smallRanges(t *testing.T, bytes int) {
 	t.Cleanup(TestingDeltaRangeBytes(bytes))
 }
@@ -181,14 +197,7 @@ func TestDeltaNoopsWhileHashing(t *testing.T) {
 	if n := bytes.Count(stream, []byte{deltaNoop}); n < 4 {
 		t.Fatalf("%d no-op bytes in the stream: the server wrote none", n)
 	}
-	st.Write(stream)
-	if _, err := st.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.fetcher.InstallStaged(slot); err != nil {
-		t.Fatal(err)
-	}
-	sameState(t, rawState(t, p.fetcher), rawState(t, p.server))
+	p.install(t, st, stream, slot)
 }
 
 // TestDeltaCatchesWrongKeep plants a server that keeps every range
@@ -410,14 +419,7 @@ func TestDigestWithinLimits(t *testing.T) {
 			len(rs), len(digest), held, deltaRangesMax, DeltaDigestBytesMax)
 	}
 	t.Logf("digest: ranges=%d bytes=%d keys_held=%d", len(rs), len(digest), held)
-	st.Write(stream)
-	if _, err := st.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.fetcher.InstallStaged(slot); err != nil {
-		t.Fatal(err)
-	}
-	sameState(t, rawState(t, p.fetcher), rawState(t, p.server))
+	p.install(t, st, stream, slot)
 }
 
 // TestDecodeDigestRejects: a server refuses every malformed digest with
