@@ -190,7 +190,7 @@ func TestDeltaCatchUpSendsWhatChanged(t *testing.T) {
 	}
 	received, kept, replaced := run(true)
 	whole, wholeKept, _ := run(false)
-	t.Logf("delta catch-up: received_bytes=%.0f kept_ranges=%.0f replaced_ranges=%.0f whole_received_bytes=%.0f", received, kept, replaced, whole)
+	fmt.Printf("delta catch-up: received_bytes=%.0f kept_ranges=%.0f replaced_ranges=%.0f whole_received_bytes=%.0f\n", received, kept, replaced, whole)
 	if kept == 0 || kept < replaced || wholeKept != 0 {
 		t.Fatalf("kept %v ranges, replaced %v (the whole run kept %v): want most kept", kept, replaced, wholeKept)
 	}
