@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -236,8 +235,7 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 	held := 5 + deltaDigestRangeBytesMin
 	h := xxhash.New()
 	var inRange, seen int
-	var last []byte
-	haveLast := false
+	var last []byte // the last key hashed (keys are never empty: a tenant prefix)
 	for it.First(); it.Valid(); it.Next() {
 		if seen++; seen%1024 == 0 && stop() {
 			return nil, errStageAborted
@@ -262,16 +260,18 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 		hashRecord(h, key, val)
 		inRange += len(key) + len(val)
 		last = append(last[:0], key...)
-		haveLast = true
 	}
 	if err := it.Error(); err != nil {
 		return nil, fmt.Errorf("sm: digest iterator: %w", err)
 	}
 	rs[len(rs)-1].hash = h.Sum64()
-	if haveLast && inRange > 0 {
-		rs[len(rs)-1].last = bytes.Clone(last)
+	if len(last) == 0 {
+		return rs, nil // nothing held: one range, empty
 	}
-	if end := append(bytes.Clone(last), 0); haveLast && len(rs) < deltaRangesMax &&
+	// The last range holds at least the key it was cut at, so last is
+	// in it.
+	rs[len(rs)-1].last = bytes.Clone(last)
+	if end := append(bytes.Clone(last), 0); len(rs) < deltaRangesMax &&
 		held+len(last)+deltaDigestRangeBytesMin+len(end) <= DeltaDigestBytesMax && bytes.Compare(end, keyspaceEnd) < 0 {
 		rs = append(rs, deltaRange{start: end, hash: emptyRangeHash})
 	}
@@ -395,7 +395,7 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 // whose ranges are rs, and returns the applied slot of its header and how
 // many ranges it kept.
 func readDelta(db *pebble.DB, po *pebble.Options, dir string, r io.Reader, rs []deltaRange) (slot uint64, kept int, err error) {
-	in := &ingester{db: db, path: filepath.Join(dir, restoreTableName), opts: tableOptions(po, db)}
+	in := newIngester(db, po, dir)
 	defer in.abort()
 	sr := newStreamReader(r)
 	head, err := sr.header(deltaMagic, 12)

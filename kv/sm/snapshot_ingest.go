@@ -45,7 +45,7 @@ const restoreTableName = "staging-ingest.sst"
 // database in dir, opened with po) by ingesting sstables, and returns the
 // applied slot of its header.
 func readSnapshot(db *pebble.DB, po *pebble.Options, dir string, r io.Reader) (uint64, error) {
-	in := &ingester{db: db, path: filepath.Join(dir, restoreTableName), opts: tableOptions(po, db)}
+	in := newIngester(db, po, dir)
 	defer in.abort()
 	var prev []byte
 	slot, _, err := scanSnapshot(r, func(key, val []byte) error {
@@ -71,6 +71,12 @@ type ingester struct {
 	path string
 	opts sstable.WriterOptions
 	w    *sstable.Writer
+}
+
+// newIngester is the ingester of db (opened with po in dir), writing its
+// tables to restoreTableName there.
+func newIngester(db *pebble.DB, po *pebble.Options, dir string) *ingester {
+	return &ingester{db: db, path: filepath.Join(dir, restoreTableName), opts: tableOptions(po, db)}
 }
 
 // tableOptions are the writer options of the bottom level of db, opened
