@@ -327,7 +327,7 @@ func (c *cluster) writeConfig(nd *node, clusterID int, pmemMode, top, tables str
 		fmt.Fprintf(&b, "resp_listen = %q\n", nd.resp)
 	}
 	fmt.Fprintf(&b, "[pmem]\npath = %q\nsize_bytes = %d\nmode = %q\n", filepath.Join(c.pdir, fmt.Sprintf("n%d.pmem", nd.id)), 64<<20, pmemMode)
-	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n%s", c.consensus)
+	fmt.Fprintf(&b, "[consensus]\ntick = \"1ms\"\nelection_ticks = 150\nheartbeat_ticks = 20\nlease_ticks = 100\ndrift_ticks = 10\n%s%s", c.consensus, snapshotTransferEnv(c.consensus))
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n", c.secretOf(nd))
 	if acc := c.accepted[nd.id]; len(acc) > 0 {
 		quoted := make([]string, len(acc))
@@ -644,4 +644,15 @@ func (c *cluster) endpoints(nodes ...*node) []string {
 
 func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// snapshotTransferEnv is a [consensus] snapshot_transfer line for every
+// node when E2E_SNAPSHOT_TRANSFER is set ("delta": run the pause, restart
+// and kill suites with delta catch-ups), nothing otherwise or where the
+// test's own keys (consensus) name it.
+func snapshotTransferEnv(consensus string) string {
+	if v := os.Getenv("E2E_SNAPSHOT_TRANSFER"); v != "" && !strings.Contains(consensus, "snapshot_transfer") {
+		return fmt.Sprintf("snapshot_transfer = %q\n", v)
+	}
+	return ""
 }
