@@ -75,7 +75,7 @@ type Options struct {
 	// kvnode's own default of 256 MiB when the load scenario runs).
 	PMemMiB int
 	// SnapshotTransfer is every paxos node's [consensus]
-	// snapshot_transfer ("": kvnode's default, delta; or "whole").
+	// snapshot_transfer ("": kvnode's default, whole; or "delta").
 	SnapshotTransfer string
 
 	Paths     []string // which paths to run ("" = all)

@@ -157,7 +157,19 @@ type ConsensusConfig struct {
 	// key ranges that differ, after both ends hash their whole state:
 	// kv/README.md "Delta snapshots"; fewer bytes, more reading).
 	SnapshotTransfer string `toml:"snapshot_transfer"`
+	// CatchUpLogPercent is the share of the acceptor log (pmem.size_bytes)
+	// that compaction keeps below a snapshot for followers that fell
+	// behind: one that missed fewer bytes of writes catches up from the
+	// log, not by a snapshot (kv/replica log_tail.go). Absent:
+	// catchUpLogPercentDefault; 0 keeps only a short tail of slots; at most
+	// replica.CatchUpLogPercentMax.
+	CatchUpLogPercent *int `toml:"catch_up_log_percent"`
 }
+
+// catchUpLogPercentDefault is consensus.catch_up_log_percent when absent:
+// the most the replica allows, since the node's memory budget already
+// holds a full log (config_memory.go).
+const catchUpLogPercentDefault = replica.CatchUpLogPercentMax
 
 // TenantConfig is one tenant. Rates and limits are enforced by the tenant
 // shaper; zero means unlimited.
@@ -274,6 +286,10 @@ func (c *Config) fillDefaults() {
 	if c.Consensus.SnapshotTransfer == "" {
 		c.Consensus.SnapshotTransfer = snapshotTransferWhole
 	}
+	if c.Consensus.CatchUpLogPercent == nil {
+		pct := catchUpLogPercentDefault
+		c.Consensus.CatchUpLogPercent = &pct
+	}
 	if c.ConsensusListen == "" {
 		for _, p := range c.Peers {
 			if p.ID == c.NodeID {
@@ -385,6 +401,9 @@ func (c *Config) validate() error {
 	}
 	if cc.SnapshotTransfer != snapshotTransferDelta && cc.SnapshotTransfer != snapshotTransferWhole {
 		return fmt.Errorf("consensus.snapshot_transfer: %q is not one of %s, %s", cc.SnapshotTransfer, snapshotTransferDelta, snapshotTransferWhole)
+	}
+	if p := cc.CatchUpLogPercent; p != nil && (*p < 0 || *p > replica.CatchUpLogPercentMax) {
+		return fmt.Errorf("consensus.catch_up_log_percent: %d outside 0..%d", *p, replica.CatchUpLogPercentMax)
 	}
 	if len(c.Tenants) == 0 {
 		return errors.New("tenants: at least one [[tenants]] entry is required")

@@ -101,14 +101,15 @@ func runNode(cfg *Config) error {
 	tmetrics := tenants.NewMetrics(reg)
 	promReg.MustRegister(tmetrics)
 	rcfg := replica.Config{
-		ID:             paxos.NodeID(cfg.NodeID),
-		ClusterID:      cfg.ClusterID,
-		Tick:           cfg.TickDuration(),
-		ElectionTicks:  cfg.Consensus.ElectionTicks,
-		HeartbeatTicks: cfg.Consensus.HeartbeatTicks,
-		LeaseTicks:     cfg.Consensus.LeaseTicks,
-		DriftTicks:     cfg.Consensus.DriftTicks,
-		DeltaSnapshots: cfg.Consensus.SnapshotTransfer == snapshotTransferDelta,
+		ID:                paxos.NodeID(cfg.NodeID),
+		ClusterID:         cfg.ClusterID,
+		Tick:              cfg.TickDuration(),
+		ElectionTicks:     cfg.Consensus.ElectionTicks,
+		HeartbeatTicks:    cfg.Consensus.HeartbeatTicks,
+		LeaseTicks:        cfg.Consensus.LeaseTicks,
+		DriftTicks:        cfg.Consensus.DriftTicks,
+		DeltaSnapshots:    cfg.Consensus.SnapshotTransfer == snapshotTransferDelta,
+		CatchUpLogPercent: catchUpLogPercent(cfg.Consensus.CatchUpLogPercent),
 		Cores: replica.Cores{
 			RX: rxCPU, TX: cpuOrUnpinned(cfg.Cores.TX),
 			Consensus: cpuOrUnpinned(cfg.Cores.Consensus), Apply: cpuOrUnpinned(cfg.Cores.Apply),
@@ -327,4 +328,13 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 		})
 	}
 	return mux
+}
+
+// catchUpLogPercent is consensus.catch_up_log_percent, defaulted by
+// parseConfig (nil only in a Config built by hand: the default).
+func catchUpLogPercent(p *int) int {
+	if p == nil {
+		return catchUpLogPercentDefault
+	}
+	return *p
 }

@@ -48,6 +48,8 @@ type testCluster struct {
 	wrapSM func(paxos.NodeID, *sm.SM) StateMachine
 	// deltaSnapshots is every node's Config.DeltaSnapshots.
 	deltaSnapshots bool
+	// catchUpLogPercent is every node's Config.CatchUpLogPercent.
+	catchUpLogPercent int
 	// secret, when set, authenticates the cluster's consensus traffic
 	// (Config.Auth; snapshot_cluster_test.go).
 	secret []byte
@@ -204,7 +206,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
 		ElectionTicks: c.election(), HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
-		DeltaSnapshots: c.deltaSnapshots, Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],
+		DeltaSnapshots: c.deltaSnapshots, CatchUpLogPercent: c.catchUpLogPercent, Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],
 		Log: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel).With().Uint64("node", uint64(id)).Logger(),
 	}, conn, alog, stm)
 	if err != nil {
@@ -510,6 +512,14 @@ func TestErrorsMapToStatuses(t *testing.T) {
 	if !errors.Is(&NotLeaderError{}, paxos.ErrNotLeader) {
 		t.Fatal("NotLeaderError does not match paxos.ErrNotLeader")
 	}
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
 }
 
 func counterValue(c prometheus.Counter) float64 {

@@ -68,7 +68,7 @@ var (
 	_ = [100 - logReservePercent - snapshotRetainLogPercentMax - 1]struct{}{}
 	_ = [100 - logReservePercent - logSnapshotUsedPercent - 1]struct{}{}
 	// The catch-up tail never keeps a log that usage wants compacted.
-	_ = [logSnapshotUsedPercent - catchUpLogPercentMax - 1]struct{}{}
+	_ = [logSnapshotUsedPercent - CatchUpLogPercentMax - 1]struct{}{}
 	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + pmem.RecordBytesMax + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
 )
 
@@ -142,10 +142,12 @@ const (
 	// (snapshot_compact.go, catchUpFloor): 5,000 slots at the default
 	// snapshotEverySlots, as etcd keeps 5,000 entries for slow followers.
 	catchUpTailDivisor = 4
-	// catchUpLogPercentMax: the catch-up tail is kept only while the
-	// acceptor log is below this share in use, so a compaction the
-	// log's usage asked for (logSnapshotUsedPercent) always frees it.
-	catchUpLogPercentMax = 40
+	// CatchUpLogPercentMax: the tail of slots is kept only while the
+	// acceptor log is below this share in use, and the tail by bytes
+	// (Config.CatchUpLogPercent, log_tail.go) holds at most this share,
+	// so a compaction the log's usage asked for (logSnapshotUsedPercent)
+	// always frees the rest.
+	CatchUpLogPercentMax = 40
 	// logFullRetryTicks is how often, in ticks, a stalled Ready whose
 	// append hit a full PMem log is retried.
 	logFullRetryTicks = 10

@@ -176,6 +176,7 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 	}
 	if len(accepted)+len(own) > 0 {
 		start := r.cfg.Now()
+		used0, _ := r.alog.Usage()
 		var err error
 		if len(accepted) > 0 {
 			err = r.alog.Append(accepted)
@@ -183,6 +184,10 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 		if err == nil && len(own) > 0 {
 			// After the answered ones: in Ready order.
 			err = r.alog.Append(own)
+		}
+		if err == nil {
+			used1, capacity := r.alog.Usage()
+			r.logTail.appended(used1-used0, lastSlot(accepted, own), capacity)
 		}
 		sync := len(accepted) > 0
 		if err == nil && !sync && rg != nil && !r.own.queue(*rg) {

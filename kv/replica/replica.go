@@ -55,6 +55,12 @@ type Config struct {
 	// (both ends hash their whole state; kv/README.md). A node serves delta
 	// requests either way.
 	DeltaSnapshots bool
+	// CatchUpLogPercent, when > 0, makes compaction keep the newest slots
+	// that fit in this share of the acceptor log's capacity below a
+	// snapshot, so a follower that missed them catches up from the log
+	// (log_tail.go). At most CatchUpLogPercentMax; 0 keeps only the tail
+	// of every/catchUpTailDivisor slots.
+	CatchUpLogPercent int
 	// LogSnapshotUsedPercent overrides logSnapshotUsedPercent when > 0;
 	// above 100 the log is compacted only when it is full (tests).
 	LogSnapshotUsedPercent int64
@@ -121,6 +127,9 @@ func (c *Config) validate() error {
 	}
 	if !self {
 		return fmt.Errorf("replica: node %d is not among the peers", c.ID)
+	}
+	if c.CatchUpLogPercent < 0 || c.CatchUpLogPercent > CatchUpLogPercentMax {
+		return fmt.Errorf("replica: catch-up log share %d%% outside 0..%d", c.CatchUpLogPercent, CatchUpLogPercentMax)
 	}
 	if c.Tick <= 0 {
 		return errors.New("replica: tick period must be positive")
@@ -210,6 +219,7 @@ type Replica struct {
 	applied    atomic.Uint64
 	logFull    atomic.Bool
 	stalled    *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	logTail    logTail      // consensus loop only: log bytes appended above a slot (log_tail.go)
 	// own is the persister's queue of the leader's own writes
 	// (persister.go); applyBacklog holds what the apply queue had no room
 	// for (apply_backlog.go; consensus loop only).
@@ -348,6 +358,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
 	}
 	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
+	r.logTail.start(max(applied, lastSlot(accepted, nil)))
 	if applied > 0 {
 		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: voters, Learners: learners}
 	}

@@ -71,25 +71,34 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 }
 
 // catchUpFloor is the slot compaction may go to instead of slot: it keeps
-// the last every/catchUpTailDivisor slots below the snapshot in the log,
-// while the acceptor log is below catchUpLogPercentMax in use, so a
-// follower that missed a few Accepts or paused briefly when its leader
-// compacted catches up from the log instead of fetching the whole store
-// (etcd keeps such a tail too). Every node keeps it, not only the leader:
-// a node that leads later serves the same laggards (a leader-only tail,
-// tried first, was lost whenever leadership moved). A follower farther
-// behind, or a log past that share, is served a snapshot (consensus
-// loop).
+// a catch-up tail below the snapshot in the log, so a follower that missed
+// some Accepts, paused, or was down for a while when its leader compacted
+// catches up from the log instead of fetching the whole store. The tail
+// is the larger of two: the last every/catchUpTailDivisor slots, while
+// the acceptor log is below CatchUpLogPercentMax in use (etcd keeps such a
+// tail of entries), and, when Config.CatchUpLogPercent is set, as many of
+// the newest slots as fit in that share of the log's capacity (log_tail.go:
+// what lets a follower down for a minute under load skip the snapshot).
+// Every node keeps it, not only the leader: a node that leads later
+// serves the same laggards (a leader-only tail, tried first, was lost
+// whenever leadership moved). A follower farther behind is served a
+// snapshot (consensus loop).
 func (r *Replica) catchUpFloor(slot paxos.Slot) paxos.Slot {
-	tail := paxos.Slot(r.snapshotEvery() / catchUpTailDivisor)
-	if tail == 0 || slot <= tail || testingNoCatchUpTail {
+	if testingNoCatchUpTail {
 		return slot
 	}
+	floor := slot
 	used, capacity := r.alog.Usage()
-	if capacity > 0 && used*100 >= capacity*catchUpLogPercentMax {
-		return slot
+	if tail := paxos.Slot(r.snapshotEvery() / catchUpTailDivisor); tail > 0 && slot > tail &&
+		(capacity <= 0 || used*100 < capacity*CatchUpLogPercentMax) {
+		floor = slot - tail
 	}
-	return slot - tail
+	if pct := r.cfg.CatchUpLogPercent; pct > 0 && capacity > 0 {
+		if f, ok := r.logTail.floor(capacity * int64(pct) / 100); ok {
+			floor = min(floor, f)
+		}
+	}
+	return max(floor, 1)
 }
 
 // snapPinsMax bounds the log pins held at once: snapshotServesMax running
