@@ -83,42 +83,17 @@ func consensusAttacks() []attack {
 			})
 		}},
 		{name: "snapshot transfer requested by a non-member", run: func(t *testing.T, c *cluster, cl *client.Client) string {
-			// The transfer connection's magic ("SNP1") and a request
-			// framed as a sealed one from node 1 but with a forged tag:
-			// the node must refuse it at its head, before sending a
-			// byte of state (kv/replica/snapshot_wire.go).
-			var leaked int
-			harm := c.unharmed(cl, func() {
-				req := []byte{1, 1}                                 // kind request, version 1
-				req = binary.LittleEndian.AppendUint64(req, 0xfeed) // transfer id
-				req = binary.LittleEndian.AppendUint64(req, 1)      // from: node 1
-				req = binary.LittleEndian.AppendUint64(req, 0)      // commit
-				head := []byte{0xC5, 2, 0, 0}                       // sealed, snapshot channel
-				head = binary.LittleEndian.AppendUint64(head, e2eClusterID)
-				head = binary.LittleEndian.AppendUint64(head, 1)                             // sender: node 1
-				head = binary.LittleEndian.AppendUint64(head, uint64(time.Now().UnixNano())) // incarnation
-				head = binary.LittleEndian.AppendUint64(head, 1)                             // counter
-				frame := append([]byte("SNP1"), binary.LittleEndian.AppendUint32(nil, uint32(len(head)+len(req)+8))...)
-				frame = append(frame, head...)
-				frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged head tag
-				frame = append(frame, req...)
-				frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged tag
-				for _, nd := range c.nodes {
-					conn, err := net.DialTimeout("tcp", nd.consensus, time.Second)
-					if err != nil {
-						continue
-					}
-					conn.SetDeadline(time.Now().Add(2 * time.Second))
-					conn.Write(frame)
-					n, _ := io.Copy(io.Discard, conn)
-					leaked += int(n)
-					conn.Close()
-				}
-			})
-			if harm == "" && leaked > 0 {
-				harm = fmt.Sprintf("the nodes answered a forged snapshot request with %d bytes", leaked)
+			return forgedSnapshotRequest(c, cl, nil)
+		}},
+		{name: "delta snapshot transfer requested by a non-member", run: func(t *testing.T, c *cluster, cl *client.Client) string {
+			// The same, as a delta request carrying a digest of garbage:
+			// refused at the frame's head, before the digest is decoded
+			// or a byte of state hashed.
+			digest := make([]byte, 4096)
+			for i := range digest {
+				digest[i] = byte(i * 131)
 			}
-			return harm
+			return forgedSnapshotRequest(c, cl, digest)
 		}},
 		{name: "replayed packets sealed with the real secret by an old incarnation", run: func(t *testing.T, c *cluster, cl *client.Client) string {
 			// An insider's capture from an earlier life of node 1: valid
@@ -240,4 +215,49 @@ func sendSideFrame(addr string, b []byte) {
 	defer conn.Close()
 	conn.SetWriteDeadline(time.Now().Add(time.Second))
 	conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...))
+}
+
+// forgedSnapshotRequest sends every node a snapshot transfer request (a
+// delta request when digest is not nil) on the transfer connection
+// ("SNP1"), framed as a sealed one from node 1 but with forged tags: the
+// node must refuse it at its head, before sending a byte of state
+// (kv/replica/snapshot_wire.go). It returns the harm done, "" for none.
+func forgedSnapshotRequest(c *cluster, cl *client.Client, digest []byte) string {
+	var leaked int
+	harm := c.unharmed(cl, func() {
+		kind := byte(1) // request
+		if digest != nil {
+			kind = 6 // delta request
+		}
+		req := []byte{kind, 1}                              // kind, version 1
+		req = binary.LittleEndian.AppendUint64(req, 0xfeed) // transfer id
+		req = binary.LittleEndian.AppendUint64(req, 1)      // from: node 1
+		req = binary.LittleEndian.AppendUint64(req, 0)      // commit
+		req = append(req, digest...)
+		head := []byte{0xC5, 2, 0, 0} // sealed, snapshot channel
+		head = binary.LittleEndian.AppendUint64(head, e2eClusterID)
+		head = binary.LittleEndian.AppendUint64(head, 1)                             // sender: node 1
+		head = binary.LittleEndian.AppendUint64(head, uint64(time.Now().UnixNano())) // incarnation
+		head = binary.LittleEndian.AppendUint64(head, 1)                             // counter
+		frame := append([]byte("SNP1"), binary.LittleEndian.AppendUint32(nil, uint32(len(head)+len(req)+8))...)
+		frame = append(frame, head...)
+		frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged head tag
+		frame = append(frame, req...)
+		frame = binary.LittleEndian.AppendUint64(frame, 0xbad7a9) // forged tag
+		for _, nd := range c.nodes {
+			conn, err := net.DialTimeout("tcp", nd.consensus, time.Second)
+			if err != nil {
+				continue
+			}
+			conn.SetDeadline(time.Now().Add(2 * time.Second))
+			conn.Write(frame)
+			n, _ := io.Copy(io.Discard, conn)
+			leaked += int(n)
+			conn.Close()
+		}
+	})
+	if harm == "" && leaked > 0 {
+		harm = fmt.Sprintf("the nodes answered a forged snapshot request with %d bytes", leaked)
+	}
+	return harm
 }

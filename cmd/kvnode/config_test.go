@@ -70,6 +70,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{"kind = \"udp\"", "kind = \"auto\"\ninterface = \"lo\"\npoll = \"sometimes\"", "poll"},
 		{"tick = \"1ms\"", "tick = \"soon\"", "consensus.tick"},
 		{"snapshot_transfer = \"whole\"", "snapshot_transfer = \"some\"", "consensus.snapshot_transfer"},
+		{"catch_up_log_percent = 40", "catch_up_log_percent = 41", "consensus.catch_up_log_percent: 41 outside 0..40"},
+		{"catch_up_log_percent = 40", "catch_up_log_percent = -1", "consensus.catch_up_log_percent"},
 		{"node_id = 1", "node_id = 9", "node_id 9 is not listed"},
 		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},
 		{"consensus_addr = \"127.0.0.1:7012\"", "consensus_addr = \"nowhere\"", "peers[1].consensus_addr"},
@@ -90,5 +92,27 @@ func TestInvalidConfigs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s -> %s: want error naming %q, got %v", tc.old, tc.new, tc.want, err)
 		}
+	}
+}
+
+// TestCatchUpLogPercent: consensus.catch_up_log_percent absent is the
+// default (the most the replica allows), 0 stays 0 (only the tail of
+// slots), and a value in range is kept.
+func TestCatchUpLogPercent(t *testing.T) {
+	base := readExample(t)
+	for _, tc := range []struct {
+		line string
+		want int
+	}{{"", catchUpLogPercentDefault}, {"catch_up_log_percent = 0", 0}, {"catch_up_log_percent = 25", 25}} {
+		c, err := parseConfig([]byte(strings.Replace(base, "catch_up_log_percent = 40", tc.line, 1)))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.line, err)
+		}
+		if got := catchUpLogPercent(c.Consensus.CatchUpLogPercent); got != tc.want {
+			t.Fatalf("%q: share %d, want %d", tc.line, got, tc.want)
+		}
+	}
+	if catchUpLogPercentDefault != 40 {
+		t.Fatalf("default %d: the README and the example say 40", catchUpLogPercentDefault)
 	}
 }

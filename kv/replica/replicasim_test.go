@@ -271,14 +271,21 @@ func (s *rsim) start(n *rsimNode) {
 		ac = &AccelConfig{}
 	}
 	conn := afxdp.NewMemNetwork().Listen(s.peers[n.id-1].ConsensusAddr) // unused: the simulator routes
+	// The catch-up tail by bytes on a third of the seeds (by the
+	// interval again): compaction keeps more of the log there.
+	tailPct := 0
+	if s.snapEvery%3 == 0 {
+		tailPct = CatchUpLogPercentMax
+	}
 	r, err := New(Config{
 		ID: n.id, ClusterID: 9, Peers: s.peers, Tick: rsimTick,
 		ElectionTicks: rsimElectionTicks, HeartbeatTicks: rsimHeartbeatTicks, LeaseTicks: rsimLeaseTicks, DriftTicks: rsimDriftTicks,
 		SnapshotEverySlots: s.snapEvery, Cores: Unpinned, Log: zerolog.Nop(),
 		// Delta transfers on half the seeds (by the interval's parity, so
 		// that no seed's schedule changes), whole ones on the others.
-		DeltaSnapshots: s.snapEvery%2 == 0,
-		Accel:          ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
+		DeltaSnapshots:    s.snapEvery%2 == 0,
+		CatchUpLogPercent: tailPct,
+		Accel:             ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
 	}, conn, n.log, store)
 	if err != nil {
 		store.Abandon()
