@@ -70,7 +70,8 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 	return floor
 }
 
-// catchUpFloor is the slot compaction may go to instead of slot: it keeps
+// catchUpFloor is the slot compaction may go through instead of slot (0:
+// none): it keeps
 // a catch-up tail below the snapshot in the log, so a follower that missed
 // some Accepts, paused, or was down for a while when its leader compacted
 // catches up from the log instead of fetching the whole store. The tail
@@ -94,11 +95,13 @@ func (r *Replica) catchUpFloor(slot paxos.Slot) paxos.Slot {
 		floor = slot - tail
 	}
 	if pct := r.cfg.CatchUpLogPercent; pct > 0 && capacity > 0 {
+		// f is the lowest slot to keep; compaction goes through the one
+		// below it (0: nothing to compact, which compacted handles).
 		if f, ok := r.logTail.floor(capacity * int64(pct) / 100); ok {
-			floor = min(floor, f)
+			floor = min(floor, f-1)
 		}
 	}
-	return max(floor, 1)
+	return floor
 }
 
 // snapPinsMax bounds the log pins held at once: snapshotServesMax running
