@@ -58,8 +58,10 @@ func TestLogTailFloor(t *testing.T) {
 // missed many more slots than the tail of slots (every/4 = 5 here), but
 // fewer bytes than that share of the log, catches up from the log with no
 // snapshot; one that missed more bytes than the share installs a
-// snapshot, and the log never holds more than the share the usage that
-// asks for a snapshot allows. The planted twin (the share 0: only the
+// snapshot, and the leader's log, compacted down to the share each time
+// its use reaches the 50 % that asks for a snapshot, never fills (below
+// 75 % at every put: 47-52 % seen, the overshoot being the puts made
+// while the snapshot's flush runs). The planted twin (the share 0: only the
 // tail of slots) catches the same short outage up by snapshot, which the
 // same checks see.
 func TestCatchUpTailByBytes(t *testing.T) {
@@ -119,8 +121,8 @@ func TestCatchUpTailByBytes(t *testing.T) {
 	if short != 0 || long == 0 {
 		t.Fatalf("share %d%%: snapshots installed after a %d KiB outage %v (want 0), after a 12.5 MiB one %v (want > 0)", pct, missed>>10, short, long)
 	}
-	if maxUsed >= 100 {
-		t.Fatalf("share %d%%: the leader's log reached %d%% in use", pct, maxUsed)
+	if maxUsed >= 75 {
+		t.Fatalf("share %d%%: the leader's log reached %d%% in use: the tail kept more than the usage that asks for a snapshot allows", pct, maxUsed)
 	}
 	pShort, _, _, pLag, _ := run(0)
 	caught := pShort > 0
