@@ -262,6 +262,31 @@ func (r *Replica) noteConfChanges(rd *paxos.Ready) {
 	}
 }
 
+// recoverPendingMembership puts the last ConfChange among the entries a
+// restarted node recovered from its acceptor log (accepted above its
+// applied slot) in the book as pending, as noteConfChanges did when it
+// accepted it. Without it a node killed before its state machine flushed
+// the change came back knowing only the older membership, refused every
+// packet of a member added since as from an unknown sender, and, when
+// that member led, never caught up (e2e TestGrowShrinkUnderLeaderKills,
+// node 4 leading). A change that was not chosen is dropped when the
+// commit index passes its slot, as before (New, before the node exists).
+func (r *Replica) recoverPendingMembership(accepted []paxos.Entry) {
+	for i := len(accepted) - 1; i >= 0; i-- {
+		e := &accepted[i]
+		if e.Type != paxos.EntryConfChange || e.Slot <= r.members.slot {
+			continue
+		}
+		if rec, ok := confRecord(e); ok {
+			r.members.pending, r.members.pendingSlot = rec, e.Slot
+			r.refreshBook(&r.cfg)
+			r.log.Info().Uint64("slot", uint64(e.Slot)).Str("members", describeMembers(rec)).
+				Msg("a membership change recovered from the acceptor log is pending until its slot commits")
+		}
+		return
+	}
+}
+
 // adoptMembership makes a record read from an installed snapshot the
 // committed membership (consensus loop).
 func (r *Replica) adoptMembership(rec sm.Membership) {

@@ -359,6 +359,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
 	r.logTail.start(max(applied, lastSlot(accepted, nil)))
+	r.recoverPendingMembership(accepted)
 	if applied > 0 {
 		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: voters, Learners: learners}
 	}
