@@ -40,8 +40,18 @@ const (
 	pauseLoadBetween   = 200 * time.Millisecond
 	pauseCheckTimeout  = 3 * time.Minute
 	// pausePlantedRoundsMax bounds the planted-bug run (it stops at the
-	// first stale read).
-	pausePlantedRoundsMax = 40
+	// first stale read). A leader pause shows the planted bug only when
+	// the resumed leader's consensus loop takes the probe before its
+	// ticker: about one leader pause in ten in 30 CI runs (the first catch
+	// came after 1-27 pauses), so 40 mixed rounds missed it about once in
+	// 50 runs; 80 rounds that all pause the leader for long enough miss it
+	// about once in 10^4.
+	pausePlantedRoundsMax = 80
+	// pauseHuntMin is the shortest pause of the planted-bug run: shorter
+	// ones often end before the other nodes elect a leader, and send no
+	// probe (pauseMin stays low in the real run, which must also meet
+	// short pauses).
+	pauseHuntMin = time.Second
 )
 
 // pauseRun is what runPauses leaves for its caller's checks.
@@ -103,8 +113,9 @@ func TestPauseNemesisCatchesPlantedStaleClock(t *testing.T) {
 	}
 }
 
-// runPauses runs the chains and rounds pauses on c (stopping at the first
-// stale read when untilStale), then the final checks of the chains.
+// runPauses runs the chains and rounds pauses on c, then the final checks
+// of the chains. With untilStale it hunts: it stops at the first stale
+// read, pauses only the leader, and never for less than pauseHuntMin.
 func runPauses(t *testing.T, c *cluster, rounds int, untilStale bool) pauseRun {
 	r := pauseRun{h: newHistory()}
 	c.leader()
@@ -115,9 +126,15 @@ func runPauses(t *testing.T, c *cluster, rounds int, untilStale bool) pauseRun {
 	for round := 1; round <= rounds && !(untilStale && r.staleReads > 0); round++ {
 		time.Sleep(pauseLoadBetween)
 		l := c.leader()
-		dur := pauseMin + time.Duration(rng.Int64N(int64(pauseMax-pauseMin)))
+		lo := pauseMin
+		if untilStale {
+			lo = pauseHuntMin
+		}
+		dur := lo + time.Duration(rng.Int64N(int64(pauseMax-lo)))
 		r.pauses++
-		if round%pauseFollowerEvery == 0 {
+		// A hunt for a planted bug pauses only leaders: a follower's
+		// pause cannot show a stale read.
+		if !untilStale && round%pauseFollowerEvery == 0 {
 			f := c.nodes[0]
 			for _, nd := range c.nodes {
 				if nd != l {
