@@ -200,7 +200,16 @@ func (c *testCluster) start(id paxos.NodeID) {
 	}
 	var auth *Auth
 	if c.secret != nil {
-		auth = mustAuth(c.t, 9, id, c.secret)
+		// Like kvnode: the configured peers (this node among them) are
+		// the first senders admitted; the book replaces them at New.
+		ids := make([]paxos.NodeID, 0, len(c.peers))
+		for _, p := range c.peers {
+			ids = append(ids, p.ID)
+		}
+		var err error
+		if auth, err = NewAuth(9, id, ids, [][]byte{c.secret}, time.Now()); err != nil {
+			c.t.Fatal(err)
+		}
 	}
 	r, err := New(Config{
 		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,

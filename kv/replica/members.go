@@ -228,15 +228,8 @@ func (r *Replica) noteConfChanges(rd *paxos.Ready) {
 	ms := &r.members
 	changed := false
 	// A leader's own acceptances travel in OwnAccepted (persister.go).
-	accepted := allAccepted(rd)
-	for i := range accepted {
-		e := &accepted[i]
-		if e.Type != paxos.EntryConfChange {
-			continue
-		}
-		if rec, ok := confRecord(e); ok {
-			ms.pending, ms.pendingSlot, changed = rec, e.Slot, true
-		}
+	if rec, slot, ok := lastConfChange(allAccepted(rd), 0); ok {
+		ms.pending, ms.pendingSlot, changed = rec, slot, true
 	}
 	for i := range rd.Committed {
 		e := &rd.Committed[i]
@@ -272,19 +265,32 @@ func (r *Replica) noteConfChanges(rd *paxos.Ready) {
 // node 4 leading). A change that was not chosen is dropped when the
 // commit index passes its slot, as before (New, before the node exists).
 func (r *Replica) recoverPendingMembership(accepted []paxos.Entry) {
-	for i := len(accepted) - 1; i >= 0; i-- {
-		e := &accepted[i]
-		if e.Type != paxos.EntryConfChange || e.Slot <= r.members.slot {
+	if testingNoRecoverPendingMembership {
+		return
+	}
+	if rec, slot, ok := lastConfChange(accepted, r.members.slot); ok {
+		r.members.pending, r.members.pendingSlot = rec, slot
+		r.refreshBook(&r.cfg)
+		r.log.Info().Uint64("slot", uint64(slot)).Str("members", describeMembers(rec)).
+			Msg("a membership change recovered from the acceptor log is pending until its slot commits")
+	}
+}
+
+// lastConfChange returns the membership of the last well-formed
+// ConfChange in entries (the last in their order, which is the order they
+// were accepted in) at a slot above above, and its slot; ok is false when
+// there is none.
+func lastConfChange(entries []paxos.Entry, above paxos.Slot) (rec []sm.Member, slot paxos.Slot, ok bool) {
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := &entries[i]
+		if e.Type != paxos.EntryConfChange || e.Slot <= above {
 			continue
 		}
 		if rec, ok := confRecord(e); ok {
-			r.members.pending, r.members.pendingSlot = rec, e.Slot
-			r.refreshBook(&r.cfg)
-			r.log.Info().Uint64("slot", uint64(e.Slot)).Str("members", describeMembers(rec)).
-				Msg("a membership change recovered from the acceptor log is pending until its slot commits")
+			return rec, e.Slot, true
 		}
-		return
 	}
+	return nil, 0, false
 }
 
 // adoptMembership makes a record read from an installed snapshot the

@@ -44,3 +44,10 @@ var testingNoPipelineGate bool
 // tail for followers a little behind. The planted twin inside
 // TestCatchUpTailServesShortLag.
 var testingNoCatchUpTail bool
+
+// testingNoRecoverPendingMembership, when true, makes a restarted node
+// ignore the membership changes in the entries it recovered
+// (recoverPendingMembership does nothing), as before that function
+// existed: TestRestartHearsMemberAddedSinceFlush plants it to show it
+// catches the loss.
+var testingNoRecoverPendingMembership bool
