@@ -24,6 +24,9 @@ import (
 var kvnodeBin string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(childHelperEnv); mode != "" {
+		childHelper(mode) // children_test.go; exits
+	}
 	if bin := os.Getenv("E2E_KVNODE"); bin != "" {
 		// A prebuilt kvnode (e.g. to run the compiled test binary on
 		// another machine).
@@ -429,7 +432,7 @@ func (c *cluster) launch(nd *node, cmd *exec.Cmd) {
 		c.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		logf.Close()
 		c.t.Fatal(err)
 	}

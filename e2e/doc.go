@@ -9,5 +9,7 @@
 //	E2E_PMEM_MODE=msync go test ./e2e/      # acceptor logs msync'ed files, not /dev/shm
 //	E2E_ACCEL=off|soft go test ./e2e/       # accel on no node / every node (default: nodes 1, 2)
 //
-// TestMain builds kvnode once into a temporary directory.
+// TestMain builds kvnode once into a temporary directory. Every kvnode
+// the suite starts dies with the test binary, even when a timeout or a
+// kill ends it without cleanup (startChild, children_test.go).
 package e2e
