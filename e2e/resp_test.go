@@ -307,6 +307,27 @@ func TestRESPGoRedis(t *testing.T) {
 			time.Sleep(statusPollEvery)
 		}
 	})
+	// The endpoint's figures are on /metrics (kv/resp/metrics.go): the
+	// follower executed commands, forwarded writes to the leader and
+	// answered errors, and each command it executed has its latency.
+	t.Run("metrics", func(t *testing.T) {
+		commands := metricValue(f, "synod_resp_commands_total")
+		for name, v := range map[string]float64{
+			"synod_resp_commands_total": commands, "synod_resp_proxied_total": metricValue(f, "synod_resp_proxied_total"),
+			"synod_resp_error_replies_total": metricValue(f, "synod_resp_error_replies_total"),
+			"synod_resp_conns_total":         metricValue(f, "synod_resp_conns_total"),
+		} {
+			if v <= 0 {
+				t.Errorf("%s on the follower: %v, want > 0", name, v)
+			}
+		}
+		if n := metricValue(f, "synod_resp_command_latency_seconds_count"); n != commands {
+			t.Errorf("the follower timed %v commands of %v executed", n, commands)
+		}
+		fmt.Printf("e2e resp metrics: follower commands=%.0f proxied=%.0f errors=%.0f latency_count=%.0f\n", commands,
+			metricValue(f, "synod_resp_proxied_total"), metricValue(f, "synod_resp_error_replies_total"),
+			metricValue(f, "synod_resp_command_latency_seconds_count"))
+	})
 }
 
 // TestRESPLeaderKillRetries kills the leader under go-redis clients that

@@ -203,6 +203,9 @@ func runNode(cfg *Config) error {
 		store.Close()
 		return err
 	}
+	if rs != nil {
+		promReg.MustRegister(rs.Collector()) // synod_resp_* (kv/resp/metrics.go)
+	}
 
 	mux := adminMux(rep, promReg, faults, cfg.FaultInjection)
 	mux.Handle(snapshotPath, snapshotHandler(rep, store, cfg.ClusterID, log)) // backups (snapshot.go)

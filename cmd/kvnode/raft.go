@@ -110,7 +110,12 @@ func runRaftNode(cfg *Config) error {
 		node.Close()
 		return err
 	}
-	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, raftPromRegistry(node), durability), log))
+	promReg := raftPromRegistry(node)
+	promReg.MustRegister(srv.Collector()) // connection caps, response budgets ([limits])
+	if rs != nil {
+		promReg.MustRegister(rs.Collector())
+	}
+	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(raftAdminMux(node, promReg, durability), log))
 	if err != nil {
 		srv.Close()
 		closeRESP(rs)

@@ -357,11 +357,13 @@ func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte
 		closeAfter = p.closeAfter
 	} else {
 		c.s.stats.commands.Add(1)
+		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 		x := &exec{c: c, ctx: rctx, w: w, held: held, cmd: p.cmd}
 		closeAfter = c.dispatch(x)
 		cancel()
 		held = x.held
+		c.s.observe(start)
 	}
 	n := int64(len(w.b))
 	if !c.h.Fit(held, n) {

@@ -39,6 +39,7 @@ package resp
 import (
 	"crypto/tls"
 	"errors"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,7 @@ type Server struct {
 
 	connIDs atomic.Uint64
 	stats   counters
+	latency prometheus.Histogram // command latency (metrics.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -99,7 +101,7 @@ type counters struct {
 // (caps, budgets, timeouts, admission), authenticate against reg and
 // execute on be, the same backend as host's.
 func New(host *server.Server, reg *tenants.Registry, be server.Backend, cfg Config) *Server {
-	s := &Server{host: host, reg: reg, be: be, cfg: cfg, start: time.Now(), scans: newCursorTable()}
+	s := &Server{host: host, reg: reg, be: be, cfg: cfg, start: time.Now(), scans: newCursorTable(), latency: newLatency()}
 	s.proxy = newProxy(cfg.Peers, cfg.ProxyTLS)
 	return s
 }
