@@ -30,8 +30,9 @@ import (
 // The book holds the committed membership, the one before it (so a removed
 // member still hears of its removal for a while), the membership of a
 // change accepted but not yet committed (so a leader reaches a new learner
-// the moment the change commits), and this node. Everything in it is
-// bounded by 3 x paxos.MembersMax.
+// the moment the change commits; after a restart, the last change the
+// acceptor log recovered above the applied slot, recoverPendingMembership),
+// and this node. Everything in it is bounded by 3 x paxos.MembersMax.
 
 // Compile-time: the state machine's membership bound is paxos's.
 var _ = [1]struct{}{}[sm.MembersMax-paxos.MembersMax]
