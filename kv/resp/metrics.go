@@ -46,7 +46,7 @@ func newLatency() prometheus.Histogram {
 func (s *Server) observe(start time.Time) { s.latency.Observe(time.Since(start).Seconds()) }
 
 type collector struct {
-	s                                                              *Server
+	s                                                               *Server
 	conns, connsTot, commands, proxied, errors, authFail, protoErrs *prometheus.Desc
 }
 
