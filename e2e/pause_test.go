@@ -42,10 +42,10 @@ const (
 	// pausePlantedRoundsMax bounds the planted-bug run (it stops at the
 	// first stale read). A leader pause shows the planted bug only when
 	// the resumed leader's consensus loop takes the probe before its
-	// ticker: about one leader pause in ten in 30 CI runs (the first catch
-	// came after 1-27 pauses), so 40 mixed rounds missed it about once in
-	// 50 runs; 80 rounds that all pause the leader for long enough miss it
-	// about once in 10^4.
+	// ticker: in 30 CI runs of 40 mixed rounds the first catch came after
+	// 1-27 pauses and one run missed it; hunting rounds (below) caught it
+	// 7 times in 89 (p ~ 0.08), so 80 of them miss it about once in 1,000
+	// runs.
 	pausePlantedRoundsMax = 80
 	// pauseHuntMin is the shortest pause of the planted-bug run: shorter
 	// ones often end before the other nodes elect a leader, and send no
