@@ -18,15 +18,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"synod/internal/childproc"
 )
 
 // kvnodeBin is the kvnode binary TestMain built.
 var kvnodeBin string
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childHelperEnv); mode != "" {
-		childHelper(mode) // children_test.go; exits
-	}
 	if bin := os.Getenv("E2E_KVNODE"); bin != "" {
 		// A prebuilt kvnode (e.g. to run the compiled test binary on
 		// another machine).
@@ -432,7 +431,7 @@ func (c *cluster) launch(nd *node, cmd *exec.Cmd) {
 		c.t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		logf.Close()
 		c.t.Fatal(err)
 	}

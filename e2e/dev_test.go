@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"synod/internal/childproc"
 )
 
 // devPortsFree reports whether the dev cluster's twelve ports at base are
@@ -56,7 +58,7 @@ func TestDevMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()

@@ -11,5 +11,5 @@
 //
 // TestMain builds kvnode once into a temporary directory. Every kvnode
 // the suite starts dies with the test binary, even when a timeout or a
-// kill ends it without cleanup (startChild, children_test.go).
+// kill ends it without cleanup (internal/childproc).
 package e2e

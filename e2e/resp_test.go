@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 
+	"synod/internal/childproc"
 	"synod/internal/kvmodel"
 )
 
@@ -630,7 +631,7 @@ func TestRESPRedisCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
-	if err := startChild(cmd); err != nil {
+	if err := childproc.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"synod/internal/childproc"
 	"synod/kv/client"
 	"synod/kv/proto"
 )
@@ -228,7 +229,8 @@ func (c *cluster) startNode(i int) (*nodeProc, error) {
 		cmd = c.lan.command(i, c.kvnode, "--config", cfgPath)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	// The node dies with kvbench, even a kvbench killed without cleanup.
+	if err := childproc.Start(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting kvnode %d: %w", i, err)
 	}
