@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,38 +49,42 @@ func devBasePort(t *testing.T) int {
 	return 0
 }
 
-// TestDevMode runs the README's main job, `kvnode --dev`: it prints how to
-// connect, the printed endpoints and token work, and Ctrl-C (SIGINT) stops
-// the cluster and removes its temporary data.
-func TestDevMode(t *testing.T) {
+// devRun is a running `kvnode --dev` and what it printed.
+type devRun struct {
+	cmd              *exec.Cmd
+	lines            chan string // the rest of its stdout
+	dataDir, pmemDir string
+	token            string
+	endpoints        []string
+}
+
+// startDev starts `kvnode --dev` on a free port block and waits until it
+// reports the cluster up and how to connect.
+func startDev(t *testing.T) *devRun {
+	t.Helper()
 	base := devBasePort(t)
-	cmd := exec.Command(kvnodeBin, "--dev", "--dev-port", fmt.Sprint(base))
-	out, err := cmd.StdoutPipe()
+	d := &devRun{cmd: exec.Command(kvnodeBin, "--dev", "--dev-port", fmt.Sprint(base)), lines: make(chan string, 64)}
+	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
-	if err := childproc.Start(cmd); err != nil {
+	d.cmd.Stderr = os.Stderr
+	if err := childproc.Start(d.cmd); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 64)
+	t.Cleanup(func() { d.cmd.Process.Kill() })
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			lines <- sc.Text()
+			d.lines <- sc.Text()
 		}
-		close(lines)
+		close(d.lines)
 	}()
-	var (
-		up             bool
-		dataDir, token string
-		endpoints      []string
-	)
+	up := false
 	timeout := time.After(startTimeout + leaderTimeout)
-	for !up || token == "" {
+	for !up || d.token == "" {
 		select {
-		case l, ok := <-lines:
+		case l, ok := <-d.lines:
 			if !ok {
 				t.Fatal("kvnode --dev exited before the cluster was up")
 			}
@@ -86,14 +92,17 @@ func TestDevMode(t *testing.T) {
 			case strings.HasPrefix(l, "synod dev cluster is up"):
 				up = true
 			case len(f) >= 2 && f[0] == "data:":
-				dataDir = f[1]
+				d.dataDir = f[1]
+				if i := slices.Index(f, "in"); i > 0 && i+1 < len(f) && f[i-1] == "logs" {
+					d.pmemDir = f[i+1]
+				}
 			case strings.Contains(l, "kvctl --endpoints") && strings.HasSuffix(l, "put hello world"):
 				for i := range f {
 					switch f[i] {
 					case "--endpoints":
-						endpoints = strings.Split(f[i+1], ",")
+						d.endpoints = strings.Split(f[i+1], ",")
 					case "--token":
-						token = f[i+1]
+						d.token = f[i+1]
 					}
 				}
 			}
@@ -101,6 +110,15 @@ func TestDevMode(t *testing.T) {
 			t.Fatal("kvnode --dev did not report a cluster")
 		}
 	}
+	return d
+}
+
+// TestDevMode runs the README's main job, `kvnode --dev`: it prints how to
+// connect, the printed endpoints and token work, and Ctrl-C (SIGINT) stops
+// the cluster and removes its temporary data.
+func TestDevMode(t *testing.T) {
+	d := startDev(t)
+	cmd, lines, dataDir, token, endpoints := d.cmd, d.lines, d.dataDir, d.token, d.endpoints
 	if len(endpoints) != 3 || dataDir == "" {
 		t.Fatalf("connect info: endpoints %v data %q", endpoints, dataDir)
 	}
@@ -123,5 +141,80 @@ func TestDevMode(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Fatalf("dev data %s not removed (%v)", dataDir, err)
+	}
+}
+
+// TestDevModeNodesDieWithIt: the three kvnodes `kvnode --dev` starts die
+// with it even when it is killed without a chance to clean up (SIGKILL),
+// instead of serving on as orphans (internal/childproc).
+func TestDevModeNodesDieWithIt(t *testing.T) {
+	d := startDev(t)
+	for _, dir := range []string{d.dataDir, d.pmemDir} { // SIGKILL leaves them
+		if dir != "" {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+		}
+	}
+	kids := childPids(d.cmd.Process.Pid)
+	if len(kids) != 3 {
+		t.Fatalf("kvnode --dev (pid %d) has children %v, want 3 nodes", d.cmd.Process.Pid, kids)
+	}
+	d.cmd.Process.Kill()
+	d.cmd.Wait()
+	var alive []int
+	for _, pid := range kids {
+		if !waitGone(pid, devChildGoneWait) {
+			alive = append(alive, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	fmt.Printf("e2e dev sigkill: nodes=%d orphans=%d\n", len(kids), len(alive))
+	if len(alive) > 0 {
+		t.Fatalf("nodes %v outlived kvnode --dev", alive)
+	}
+}
+
+// devChildGoneWait bounds how long an orphaned dev node may take to die.
+const devChildGoneWait = 5 * time.Second
+
+// childPids lists the processes whose parent is ppid (from /proc).
+func childPids(ppid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		rest := string(b)[strings.LastIndexByte(string(b), ')')+1:]
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == strconv.Itoa(ppid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitGone reports whether process pid ceased to exist (or is a zombie,
+// i.e. dead) within d.
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return true
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			rest := string(b)[strings.LastIndexByte(string(b), ')')+1:]
+			if f := strings.Fields(rest); len(f) > 0 && f[0] == "Z" {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"synod/internal/childproc"
 )
 
 // Dev cluster settings.
@@ -146,7 +148,9 @@ func runDev(base int, keep bool) error {
 		}
 		cmd := exec.Command(exe, "--config", cfgPath)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
+		// The node dies with this process, even one killed without
+		// cleanup (SIGKILL): no orphan keeps serving the dev ports.
+		if err := childproc.Start(cmd); err != nil {
 			logf.Close()
 			stopAll()
 			cleanup()
