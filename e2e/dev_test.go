@@ -162,7 +162,7 @@ func TestDevModeNodesDieWithIt(t *testing.T) {
 	d.cmd.Wait()
 	var alive []int
 	for _, pid := range kids {
-		if !waitGone(pid, devChildGoneWait) {
+		if !childproc.Gone(pid, devChildGoneWait) {
 			alive = append(alive, pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -196,25 +196,4 @@ func childPids(ppid int) []int {
 		}
 	}
 	return pids
-}
-
-// waitGone reports whether process pid ceased to exist (or is a zombie,
-// i.e. dead) within d.
-func waitGone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-			return true
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			rest := string(b)[strings.LastIndexByte(string(b), ')')+1:]
-			if f := strings.Fields(rest); len(f) > 0 && f[0] == "Z" {
-				return true
-			}
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 func TestChildDiesWithItsParent(t *testing.T) {
 	for _, mode := range []string{"guarded", "guarded-thread-ended", "plain"} {
 		pid := orphan(t, mode)
-		gone := waitGone(pid, goneWait)
+		gone := Gone(pid, goneWait)
 		if !gone {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -68,7 +68,7 @@ func TestChildOutlivesTheCallersThread(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		died := waitGone(cmd.Process.Pid, goneWait)
+		died := Gone(cmd.Process.Pid, goneWait)
 		cmd.Process.Kill()
 		cmd.Wait()
 		fmt.Printf("childproc: thread ended, naive=%v child_died=%v\n", naive, died)
@@ -127,24 +127,4 @@ func helper(mode string) {
 	}
 	fmt.Printf("child pid %d\n", cmd.Process.Pid)
 	os.Exit(0)
-}
-
-// waitGone reports whether process pid ceased to exist (or is a zombie,
-// i.e. dead) within d.
-func waitGone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-			return true
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
-				return true
-			}
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
