@@ -135,7 +135,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.DurationVar(&loadCatchup, "load-catchup-max", 0, "load: how long to wait for the restarted follower to catch up")
 	fs.DurationVar(&loadTime, "load-time-max", 0, "load: end the load (as cut off, with what it loaded) after loading this long")
 	fs.IntVar(&pmemMiB, "pmem-mib", 0, "paxos acceptor log size in MiB (default 64, or 256 with the load scenario)")
-	fs.StringVar(&snapTransfer, "snapshot-transfer", "", "paxos nodes' [consensus] snapshot_transfer: delta (kvnode's default) or whole")
+	fs.StringVar(&snapTransfer, "snapshot-transfer", "", "paxos nodes' [consensus] snapshot_transfer: whole (kvnode's default) or delta")
 	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	stallFlags := addStallFlags(fs) // stages.go
