@@ -559,6 +559,13 @@ func (c *conn) readFailed(err error) {
 // handshakeBodyBytesMax bounds a HELLO body: version and token.
 const handshakeBodyBytesMax = 2 + 2 + proto.TokenBytesMax
 
+// handshakeDiscardBytesMax bounds what the server reads and drops of a
+// HELLO body over handshakeBodyBytesMax before answering TOO_LARGE, so the
+// close after the answer is a FIN that delivers it (closing with unread
+// bytes resets the connection, and a reset can discard the answer). A
+// longer body is answered at once: its sender may see the reset instead.
+const handshakeDiscardBytesMax = 4096
+
 // handshake reads and answers HELLO, reading straight from the socket (no
 // buffer is allocated for a connection before it authenticates). It
 // returns false when the connection is finished.
@@ -574,8 +581,21 @@ func (c *conn) handshake() bool {
 		c.reject(h, statusOf(err), true, 0, "handshake header: "+err.Error())
 		return false
 	}
-	if h.Op != proto.OpHello || h.Length > handshakeBodyBytesMax {
+	if h.Op != proto.OpHello {
 		c.reject(h, proto.StatusUnauthorized, true, 0, "the first frame must be HELLO")
+		return false
+	}
+	if h.Length > handshakeBodyBytesMax {
+		// Too long for a version and a token of TokenBytesMax: TOO_LARGE,
+		// the token limit's status (docs/protocol.md), then close.
+		if h.Length <= handshakeDiscardBytesMax {
+			if _, err := io.CopyN(io.Discard, c.nc, int64(h.Length)); err != nil {
+				c.close("handshake read: " + err.Error())
+				return false
+			}
+		}
+		c.reject(h, proto.StatusTooLarge, true, 0, fmt.Sprintf("HELLO body of %d bytes exceeds %d (a version and a token of at most %d bytes)",
+			h.Length, handshakeBodyBytesMax, proto.TokenBytesMax))
 		return false
 	}
 	body := make([]byte, h.Length)

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
@@ -226,6 +227,64 @@ func TestHelloNonZeroTenant(t *testing.T) {
 		t.Fatalf("HELLO with tenant 1 in its header: %v %s", r.Status, r.Message)
 	}
 	c.expectClosed()
+}
+
+// TestHelloTokenBoundary walks a HELLO's token length byte by byte across
+// TokenBytesMax: up to the limit an unknown token is UNAUTHORIZED (and a
+// known token of exactly the limit is accepted); past it the answer is
+// TOO_LARGE, as docs/protocol.md's limit table says, and the connection
+// closes. The same for HELLO bodies padded past the limit with trailing
+// bytes: BAD_REQUEST up to the body limit, TOO_LARGE past it.
+func TestHelloTokenBoundary(t *testing.T) {
+	long := strings.Repeat("k", proto.TokenBytesMax)
+	reg, err := tenants.NewRegistry([]tenants.Spec{
+		{ID: 1, Name: "a", Token: tokenA},
+		{ID: 9, Name: "long", Token: long},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startWith(t, reg, &echoBackend{}, Config{}, zerolog.Nop())
+	for n := proto.TokenBytesMax - 2; n <= proto.TokenBytesMax+2; n++ {
+		token := strings.Repeat("x", n)
+		want := proto.StatusUnauthorized
+		if n > proto.TokenBytesMax {
+			want = proto.StatusTooLarge
+		}
+		c := dialRaw(t, addr)
+		if r := c.hello(token); r.Status != want {
+			t.Fatalf("HELLO with a %d-byte token: %v %q, want %v", n, r.Status, r.Message, want)
+		}
+		c.expectClosed()
+	}
+	c := dialRaw(t, addr)
+	if r := c.hello(long); r.Status != proto.StatusOK || r.Tenant != 9 {
+		t.Fatalf("HELLO with a known %d-byte token: %v %q", len(long), r.Status, r.Message)
+	}
+	// A valid HELLO followed by trailing bytes in its body.
+	valid := proto.AppendRequest(nil, &proto.Request{Op: proto.OpHello, ID: 1, Version: proto.Version, Token: tokenA})
+	for _, body := range []int{handshakeBodyBytesMax, handshakeBodyBytesMax + 1, handshakeDiscardBytesMax, handshakeDiscardBytesMax + 1} {
+		pad := body - (len(valid) - proto.HeaderBytes)
+		frame := append(append([]byte(nil), valid...), make([]byte, pad)...)
+		binary.BigEndian.PutUint32(frame[0:4], uint32(body)) // the header's length field
+		want := proto.StatusBadRequest
+		if body > handshakeBodyBytesMax {
+			want = proto.StatusTooLarge
+		}
+		c := dialRaw(t, addr)
+		c.send(frame)
+		r, err := c.recv()
+		if body > handshakeDiscardBytesMax && err != nil {
+			continue // answered at once, unread bytes: a reset may win
+		}
+		if err != nil {
+			t.Fatalf("HELLO body of %d bytes: %v", body, err)
+		}
+		if r.Status != want {
+			t.Fatalf("HELLO body of %d bytes: %v %q, want %v", body, r.Status, r.Message, want)
+		}
+		c.expectClosed()
+	}
 }
 
 // shaperAdmitter adapts tenants.Shaper as kvnode does.
