@@ -76,7 +76,9 @@ func (r *Replica) ChangeMembership(ctx context.Context, ch MemberChange) error {
 }
 
 // TransferLeadership hands leadership to voter to and waits until this
-// node follows it (paxos TransferLeadership). Errors as ChangeMembership.
+// node follows it (paxos TransferLeadership). A transfer to the node that
+// leads, this one or the one this node follows, returns nil without a
+// change, so a retry is safe. Errors as ChangeMembership.
 func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error {
 	if to == 0 || to >= peersMax {
 		return fmt.Errorf("%w: node id %d outside 1..%d", ErrMemberInvalid, to, peersMax-1)
@@ -86,6 +88,12 @@ func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error
 			return nil // already there
 		}
 		return err
+	}
+	if to == r.cfg.ID {
+		// Already there: a retry of a transfer whose answer was lost, or
+		// one aimed at the leader, succeeds without a change (the
+		// protocol's idempotence promise, docs/protocol.md).
+		return nil
 	}
 	done := make(chan error, 1)
 	if err := r.control(ctx, func() {

@@ -208,7 +208,8 @@ func TestMemberChangeRules(t *testing.T) {
 // TestTransferLeadership: the leader hands leadership to a caught-up voter
 // (Replica.TransferLeadership returns once this node follows it), the
 // cluster serves writes under the new leader with every earlier write in
-// place, and a transfer to a non-voter is refused as invalid.
+// place, a transfer to a non-voter is refused as invalid, and one to the
+// leader, or retried after it went through, succeeds without a change.
 func TestTransferLeadership(t *testing.T) {
 	c := newTestCluster(t, 3, 0)
 	c.put("a", "1")
@@ -218,6 +219,13 @@ func TestTransferLeadership(t *testing.T) {
 	defer cancel()
 	if err := c.nodes[l].r.TransferLeadership(ctx, 9); !errors.Is(err, ErrMemberInvalid) {
 		t.Fatalf("a transfer to a non-member: %v, want ErrMemberInvalid", err)
+	}
+	// To the leader itself: done, nothing changes (docs/protocol.md).
+	if err := c.nodes[l].r.TransferLeadership(ctx, l); err != nil {
+		t.Fatalf("a transfer to the leader itself: %v, want nil", err)
+	}
+	if s := c.nodes[l].r.Status(); s.Role != paxos.RoleLeader || s.Transferring != 0 {
+		t.Fatalf("after a transfer to itself node %d: role %v transferring %d, want leading, no transfer", l, s.Role, s.Transferring)
 	}
 	if err := c.nodes[l].r.TransferLeadership(ctx, to); err != nil {
 		t.Fatalf("transfer %d -> %d: %v", l, to, err)
@@ -231,6 +239,13 @@ func TestTransferLeadership(t *testing.T) {
 			t.Fatalf("node %d does not lead after the transfer: %+v", to, c.nodes[to].r.Status())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// The same request retried (its answer lost): the old leader knows
+	// the target leads, the target is the leader; both answer done.
+	for _, n := range []paxos.NodeID{l, to} {
+		if err := c.nodes[n].r.TransferLeadership(ctx, to); err != nil {
+			t.Fatalf("the transfer to %d retried on node %d: %v, want nil", to, n, err)
+		}
 	}
 	c.put("b", "2")
 	for k, v := range map[string]string{"a": "1", "b": "2"} {
