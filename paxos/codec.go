@@ -24,13 +24,16 @@ import (
 // after the members); 2 carries only its metadata (the state is streamed
 // by the runtime outside consensus messages); 3 adds the learners to the
 // snapshot metadata, flagJoining and MsgTransfer (membership.go, join.go,
-// transfer.go). A node decodes only its own
+// transfer.go); 4 changes no message but fences nodes older than the
+// digest CAS condition (kv/proto, CAS expect byte 2) out of a cluster
+// whose commands may carry it: such a node would decode those commands as
+// malformed and apply nothing where the others write. A node decodes only its own
 // version, so a cluster crosses a version change by stopping every node,
 // upgrading, and starting them again. The ConfChange encoding inside
 // EntryConfChange entries is durable in acceptor logs and keeps its own
 // versions (membership.go), independent of this one.
 const (
-	codecVersion = 3
+	codecVersion = 4
 
 	// EntriesPerMessageMax bounds the entries one message carries.
 	EntriesPerMessageMax = 4096

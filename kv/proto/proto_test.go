@@ -19,12 +19,14 @@ func sampleRequests() []*Request {
 		{Op: OpDelete, Tenant: 7, ID: 5, ClientID: 9, Seq: 6, FirstUnacked: 6, Key: []byte("key")},
 		{Op: OpCAS, Tenant: 7, ID: 6, ClientID: 9, Seq: 7, FirstUnacked: 7, Key: []byte("key"), ExpectPresent: true, Expect: []byte("old"), Value: []byte("new")},
 		{Op: OpCAS, Tenant: 7, ID: 6, ClientID: 9, Seq: 7, FirstUnacked: 7, Key: []byte("key"), Expect: []byte{}, Value: []byte("new")},
+		{Op: OpCAS, Tenant: 7, ID: 6, ClientID: 9, Seq: 7, FirstUnacked: 7, Key: []byte("key"), ExpectPresent: true, ExpectDigest: true, Expect: ValueDigest([]byte("old")), Value: []byte("new")},
 		{Op: OpScan, Tenant: 7, ID: 7, Start: []byte("a"), End: []byte("z"), Limit: 10},
 		{Op: OpScan, Tenant: 7, ID: 7, Start: []byte{}, End: []byte{}, Limit: ScanLimitMax},
 		{Op: OpBatch, Tenant: 7, ID: 8, ClientID: 9, Seq: 8, FirstUnacked: 1, Ops: []BatchOp{
 			{Op: OpPut, Key: []byte("a"), Value: []byte("1")},
 			{Op: OpDelete, Key: []byte("b")},
 			{Op: OpCAS, Key: []byte("c"), ExpectPresent: true, Expect: []byte("x"), Value: []byte("y")},
+			{Op: OpCAS, Key: []byte("d"), ExpectPresent: true, ExpectDigest: true, Expect: ValueDigest([]byte("x")), Value: []byte{}},
 		}},
 		{Op: OpStatus, Tenant: 7, ID: 9},
 		{Op: OpMemberList, Tenant: 7, ID: 10, AdminToken: "admin-token-0123456789"},
@@ -163,11 +165,17 @@ func TestMalformed(t *testing.T) {
 		{"get in batch", AppendRequest(nil, &Request{Op: OpBatch, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Ops: []BatchOp{{Op: OpGet, Key: []byte("k")}}}), false},
 		{"stale flag on write", AppendRequest(nil, &Request{Op: OpPut, Flags: FlagStaleOK, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k")}), false},
 		{"cas absent with expect", AppendRequest(nil, &Request{Op: OpCAS, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k"), Expect: []byte("x")}), false},
-		{"bad boolean", func() []byte {
+		{"unknown expect byte", func() []byte {
 			b := AppendRequest(nil, &Request{Op: OpCAS, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k")})
-			b[HeaderBytes+24+2+1] = 2
+			b[HeaderBytes+24+2+1] = 3
 			return b
 		}(), false},
+		{"digest too short", AppendRequest(nil, &Request{Op: OpCAS, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k"),
+			ExpectPresent: true, ExpectDigest: true, Expect: make([]byte, ExpectDigestBytes-1)}), false},
+		{"digest too long", AppendRequest(nil, &Request{Op: OpCAS, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k"),
+			ExpectPresent: true, ExpectDigest: true, Expect: make([]byte, ExpectDigestBytes+1)}), false},
+		{"digest in a batch, empty", AppendRequest(nil, &Request{Op: OpBatch, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1,
+			Ops: []BatchOp{{Op: OpCAS, Key: []byte("k"), ExpectPresent: true, ExpectDigest: true}}}), false},
 	}
 	for _, tc := range cases {
 		_, _, err := DecodeFrame(tc.frame)

@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 
@@ -33,8 +34,12 @@ type Request struct {
 	// PUT: the new value. CAS: the value to store on a match.
 	Value []byte
 	// CAS: the expected current value; ExpectPresent false means "the key
-	// must be absent" and Expect is then empty.
+	// must be absent" and Expect is then empty. With ExpectDigest, Expect
+	// is the SHA-256 of the expected value (ExpectDigestBytes), so a
+	// condition on a value of any size costs 32 bytes (ExpectDigest
+	// requires ExpectPresent).
 	ExpectPresent bool
+	ExpectDigest  bool
 	Expect        []byte
 
 	// SCAN: keys in [Start, End) of the tenant; an empty End means "to the
@@ -68,7 +73,33 @@ type BatchOp struct {
 	Key           []byte
 	Value         []byte
 	ExpectPresent bool
+	ExpectDigest  bool
 	Expect        []byte
+}
+
+// The CAS expect byte (wire): what the condition compares.
+const (
+	expectAbsent = 0 // the key must be absent; expect is empty
+	expectValue  = 1 // the key holds exactly expect
+	expectDigest = 2 // the key holds a value whose SHA-256 is expect
+)
+
+// ExpectDigestBytes is the length of a digest condition's expect field.
+const ExpectDigestBytes = sha256.Size
+
+// ValueDigest is the digest a CAS with ExpectDigest compares: SHA-256 of
+// the value.
+func ValueDigest(value []byte) []byte {
+	d := sha256.Sum256(value)
+	return d[:]
+}
+
+// keyOp is the key-level part of PUT, DELETE and CAS.
+type keyOp struct {
+	key, value    []byte
+	expectPresent bool
+	expectDigest  bool
+	expect        []byte
 }
 
 // AppendRequest appends the complete frame (header and body) for req.
@@ -97,7 +128,7 @@ func AppendRequestBody(b []byte, req *Request) []byte {
 		b = appendMemberRequest(b, req)
 	case OpPut, OpDelete, OpCAS:
 		b = appendWriteID(b, req)
-		b = appendKeyOp(b, req.Op, req.Key, req.Value, req.ExpectPresent, req.Expect)
+		b = appendKeyOp(b, req.Op, keyOp{req.Key, req.Value, req.ExpectPresent, req.ExpectDigest, req.Expect})
 	case OpScan:
 		b = appendBytes16(b, req.Start)
 		b = appendBytes16(b, req.End)
@@ -108,7 +139,7 @@ func AppendRequestBody(b []byte, req *Request) []byte {
 		for i := range req.Ops {
 			op := &req.Ops[i]
 			b = append(b, byte(op.Op))
-			b = appendKeyOp(b, op.Op, op.Key, op.Value, op.ExpectPresent, op.Expect)
+			b = appendKeyOp(b, op.Op, keyOp{op.Key, op.Value, op.ExpectPresent, op.ExpectDigest, op.Expect})
 		}
 	}
 	return b
@@ -122,15 +153,22 @@ func appendWriteID(b []byte, req *Request) []byte {
 
 // appendKeyOp appends the key-level part of PUT, DELETE and CAS, shared by
 // the single-key opcodes and the operations inside a BATCH.
-func appendKeyOp(b []byte, op Opcode, key, value []byte, expectPresent bool, expect []byte) []byte {
-	b = appendBytes16(b, key)
+func appendKeyOp(b []byte, op Opcode, k keyOp) []byte {
+	b = appendBytes16(b, k.key)
 	switch op {
 	case OpPut:
-		b = appendBytes32(b, value)
+		b = appendBytes32(b, k.value)
 	case OpCAS:
-		b = appendBool(b, expectPresent)
-		b = appendBytes32(b, expect)
-		b = appendBytes32(b, value)
+		expect := byte(expectAbsent)
+		switch {
+		case k.expectPresent && k.expectDigest:
+			expect = expectDigest
+		case k.expectPresent:
+			expect = expectValue
+		}
+		b = append(b, expect)
+		b = appendBytes32(b, k.expect)
+		b = appendBytes32(b, k.value)
 	}
 	return b
 }
@@ -173,7 +211,8 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 		}
 	case OpPut, OpDelete, OpCAS:
 		readWriteID(r, req)
-		req.Key, req.Value, req.ExpectPresent, req.Expect = readKeyOp(r, h.Op)
+		k := readKeyOp(r, h.Op)
+		req.Key, req.Value, req.ExpectPresent, req.ExpectDigest, req.Expect = k.key, k.value, k.expectPresent, k.expectDigest, k.expect
 	case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
 		readMemberRequest(r, req)
 	case OpScan:
@@ -198,7 +237,8 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 			if r.err == nil && op.Op != OpPut && op.Op != OpDelete && op.Op != OpCAS {
 				r.fail("batch op %d: %v not allowed in a batch", i, op.Op)
 			}
-			op.Key, op.Value, op.ExpectPresent, op.Expect = readKeyOp(r, op.Op)
+			k := readKeyOp(r, op.Op)
+			op.Key, op.Value, op.ExpectPresent, op.ExpectDigest, op.Expect = k.key, k.value, k.expectPresent, k.expectDigest, k.expect
 			req.Ops = append(req.Ops, op)
 		}
 	}
@@ -225,23 +265,31 @@ func readWriteID(r *reader, req *Request) {
 	}
 }
 
-func readKeyOp(r *reader, op Opcode) (key, value []byte, expectPresent bool, expect []byte) {
-	key = r.bytes16("key", KeyBytesMax)
-	if r.err == nil && len(key) == 0 {
+func readKeyOp(r *reader, op Opcode) (k keyOp) {
+	k.key = r.bytes16("key", KeyBytesMax)
+	if r.err == nil && len(k.key) == 0 {
 		r.fail("empty key")
 	}
 	switch op {
 	case OpPut:
-		value = r.bytes32("value", ValueBytesMax)
+		k.value = r.bytes32("value", ValueBytesMax)
 	case OpCAS:
-		expectPresent = r.boolean("expect present")
-		expect = r.bytes32("expect", ValueBytesMax)
-		value = r.bytes32("value", ValueBytesMax)
-		if r.err == nil && !expectPresent && len(expect) != 0 {
+		expect := r.u8("expect")
+		if r.err == nil && expect > expectDigest {
+			r.fail("expect byte is %d (0 absent, 1 value, 2 digest)", expect)
+		}
+		k.expectPresent, k.expectDigest = expect != expectAbsent, expect == expectDigest
+		k.expect = r.bytes32("expect", ValueBytesMax)
+		k.value = r.bytes32("value", ValueBytesMax)
+		switch {
+		case r.err != nil:
+		case expect == expectAbsent && len(k.expect) != 0:
 			r.fail("expect value given with expect-absent")
+		case expect == expectDigest && len(k.expect) != ExpectDigestBytes:
+			r.fail("expect digest of %d bytes, want %d", len(k.expect), ExpectDigestBytes)
 		}
 	}
-	return key, value, expectPresent, expect
+	return k
 }
 
 // DecodeFrame decodes one complete request frame from the start of b and

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bytes"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -322,12 +323,15 @@ func (x *exec) write(req *proto.Request) (ok, mismatch bool) {
 	return false, false
 }
 
-// casRequest is a CAS of key from (found, cur) to value.
+// casRequest is a CAS of key from (found, cur) to value. The condition
+// carries cur's digest, not cur: a condition on the value read plus the new
+// value would not fit RequestBodyBytesMax once both are over half of it.
 func casRequest(key []byte, found bool, cur, value []byte) *proto.Request {
-	if !found {
-		cur = nil
+	req := &proto.Request{Op: proto.OpCAS, Key: key, Value: value}
+	if found {
+		req.ExpectPresent, req.ExpectDigest, req.Expect = true, true, proto.ValueDigest(cur)
 	}
-	return &proto.Request{Op: proto.OpCAS, Key: key, ExpectPresent: found, Expect: cur, Value: value}
+	return req
 }
 
 // contended answers a command whose CAS lost casAttemptsMax times.
@@ -426,11 +430,15 @@ func cmdSetNX(x *exec) {
 
 func cmdGetSet(x *exec) { x.setLoop(x.args()[1], x.args()[2], false, false, true) }
 
-// deleteIf is a BATCH that deletes key only if it holds (found, cur).
+// deleteIf is a BATCH that deletes key only if it holds (found, cur): a
+// condition on cur's digest (its value is moot: the DELETE after it on the
+// same key wins), then the DELETE. So a conditional delete costs about
+// 2 x key + 80 bytes whatever the value's size, and DEL of up to
+// delKeysMax keys always fits one request.
 func deleteIf(ops []proto.BatchOp, key []byte, found bool, cur []byte) []proto.BatchOp {
-	cond := proto.BatchOp{Op: proto.OpCAS, Key: key, ExpectPresent: found, Expect: cur, Value: cur}
-	if !found {
-		cond.Expect, cond.Value = nil, []byte{}
+	cond := proto.BatchOp{Op: proto.OpCAS, Key: key, Value: []byte{}}
+	if found {
+		cond.ExpectPresent, cond.ExpectDigest, cond.Expect = true, true, proto.ValueDigest(cur)
 	}
 	return append(ops, cond, proto.BatchOp{Op: proto.OpDelete, Key: key})
 }
@@ -540,7 +548,7 @@ func cmdIncr(x *exec) {
 	case "decr":
 		delta = -1
 	case "incrby", "decrby":
-		d, err := strconv.ParseInt(string(args[2]), 10, 64)
+		d, err := parseRedisInt(args[2])
 		if err != nil || (name == "decrby" && d == -1<<63) {
 			x.w.err("ERR value is not an integer or out of range")
 			return
@@ -558,7 +566,7 @@ func cmdIncr(x *exec) {
 		}
 		v := int64(0)
 		if found {
-			n, err := strconv.ParseInt(string(cur), 10, 64)
+			n, err := parseRedisInt(cur)
 			if err != nil {
 				x.w.err("ERR value is not an integer or out of range")
 				return
@@ -581,6 +589,28 @@ func cmdIncr(x *exec) {
 	}
 	x.contended()
 }
+
+// parseRedisInt parses b as Redis parses an integer argument or value: an
+// optional '-', then decimal digits without a leading zero (or the single
+// digit 0), within int64. strconv.ParseInt alone also takes "+5" and
+// "012", which Redis refuses.
+func parseRedisInt(b []byte) (int64, error) {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || (digits[0] == '0' && len(b) > 1) {
+		return 0, errNotRedisInt
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, errNotRedisInt
+		}
+	}
+	return strconv.ParseInt(string(b), 10, 64)
+}
+
+var errNotRedisInt = errors.New("not an integer")
 
 // cmdCAS: CAS key expected new -> 1 when the key held expected and now
 // holds new, 0 when it held something else or nothing.

@@ -84,7 +84,7 @@ func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result
 		if err != nil {
 			return Result{}, err
 		}
-		if !casMatches(cur, ok, req.ExpectPresent, req.Expect) {
+		if !casMatches(cur, ok, req.ExpectPresent, req.ExpectDigest, req.Expect) {
 			return Result{Status: proto.StatusCASMismatch, Value: cur, HasValue: ok}, nil
 		}
 		return Result{}, batch.Set(dk, req.Value, nil)
@@ -100,7 +100,7 @@ func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result
 			if err != nil {
 				return Result{}, err
 			}
-			if !casMatches(cur, ok, op.ExpectPresent, op.Expect) {
+			if !casMatches(cur, ok, op.ExpectPresent, op.ExpectDigest, op.Expect) {
 				return Result{Status: proto.StatusCASMismatch, FailedOp: uint32(i),
 					Message: fmt.Sprintf("batch op %d: compare failed", i)}, nil
 			}
@@ -122,9 +122,15 @@ func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result
 	return Result{Status: proto.StatusBadRequest, Message: fmt.Sprintf("%v is not a write", req.Op)}, nil
 }
 
-func casMatches(cur []byte, present, expectPresent bool, expect []byte) bool {
-	if !expectPresent {
+// casMatches reports whether a CAS condition holds for the key's current
+// value cur (present: the key exists): absent, exactly expect, or (digest)
+// a value whose SHA-256 is expect.
+func casMatches(cur []byte, present, expectPresent, digest bool, expect []byte) bool {
+	switch {
+	case !expectPresent:
 		return !present
+	case digest:
+		return present && bytes.Equal(proto.ValueDigest(cur), expect)
 	}
 	return present && bytes.Equal(cur, expect)
 }

@@ -25,6 +25,9 @@ func TestWriteSeedCorpus(t *testing.T) {
 		EncodeCommand(3, &proto.Request{Op: proto.OpCAS, ClientID: 1, Seq: 3, FirstUnacked: 3, Key: []byte("k"), ExpectPresent: true, Expect: []byte("e"), Value: []byte("v")}),
 		EncodeCommand(4, &proto.Request{Op: proto.OpBatch, ClientID: 1, Seq: 4, FirstUnacked: 4, Ops: []proto.BatchOp{
 			{Op: proto.OpPut, Key: []byte("a"), Value: []byte("1")}, {Op: proto.OpDelete, Key: []byte("b")}}}),
+		EncodeCommand(5, &proto.Request{Op: proto.OpBatch, ClientID: 1, Seq: 5, FirstUnacked: 5, Ops: []proto.BatchOp{
+			{Op: proto.OpCAS, Key: []byte("b"), ExpectPresent: true, ExpectDigest: true, Expect: proto.ValueDigest([]byte("1")), Value: []byte{}},
+			{Op: proto.OpDelete, Key: []byte("b")}}}),
 		{1, 0, 0, 0, 0, byte(proto.OpPut)},
 		{9},
 	}

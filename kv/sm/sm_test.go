@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"synod/kv/proto"
@@ -127,6 +128,31 @@ func TestCAS(t *testing.T) {
 	if r := cas("absent", str(""), "z"); r.Status != proto.StatusCASMismatch || r.HasValue {
 		t.Fatalf("expect empty on absent key: %+v", r)
 	}
+	// A digest condition compares SHA-256 of the current value.
+	digest := func(key string, of string, value string) Result {
+		return a.apply(1, &proto.Request{Op: proto.OpCAS, Key: []byte(key), Value: []byte(value),
+			ExpectPresent: true, ExpectDigest: true, Expect: proto.ValueDigest([]byte(of))})
+	}
+	if r := digest("k", "a", "c"); r.Status != proto.StatusCASMismatch || string(r.Value) != "b" {
+		t.Fatalf("digest of another value: %+v", r)
+	}
+	if r := digest("absent", "", "c"); r.Status != proto.StatusCASMismatch || r.HasValue {
+		t.Fatalf("digest of the empty value on an absent key: %+v", r)
+	}
+	if r := digest("k", "b", "c"); r.Status != proto.StatusOK {
+		t.Fatalf("digest of the current value: %+v", r)
+	}
+	if v, _ := mustGet(t, s, 1, "k"); v != "c" {
+		t.Fatalf("value %q after a digest CAS", v)
+	}
+	// The digest, not the bytes: a condition naming a 32-byte value itself
+	// as if it were its digest does not match.
+	v32 := strings.Repeat("v", proto.ExpectDigestBytes)
+	a.apply(1, put("k32", v32))
+	if r := a.apply(1, &proto.Request{Op: proto.OpCAS, Key: []byte("k32"), Value: []byte("d"),
+		ExpectPresent: true, ExpectDigest: true, Expect: []byte(v32)}); r.Status != proto.StatusCASMismatch {
+		t.Fatalf("a digest condition holding the value: %+v", r)
+	}
 }
 
 func TestScanLimitAndBounds(t *testing.T) {
@@ -191,6 +217,25 @@ func TestBatchAtomic(t *testing.T) {
 	}
 	if v, _ := mustGet(t, s, 1, "c"); v != "2" {
 		t.Fatalf("c = %q", v)
+	}
+	// A conditional delete by digest (what RESP's DEL sends): the
+	// condition's write is moot, the DELETE after it wins.
+	stale := a.apply(1, &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpCAS, Key: []byte("c"), ExpectPresent: true, ExpectDigest: true, Expect: proto.ValueDigest([]byte("1")), Value: []byte{}},
+		{Op: proto.OpDelete, Key: []byte("c")},
+	}})
+	if stale.Status != proto.StatusCASMismatch || stale.FailedOp != 0 {
+		t.Fatalf("delete on a stale digest: %+v", stale)
+	}
+	del := a.apply(1, &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpCAS, Key: []byte("c"), ExpectPresent: true, ExpectDigest: true, Expect: proto.ValueDigest([]byte("2")), Value: []byte{}},
+		{Op: proto.OpDelete, Key: []byte("c")},
+	}})
+	if del.Status != proto.StatusOK {
+		t.Fatalf("delete on the current digest: %+v", del)
+	}
+	if _, ok := mustGet(t, s, 1, "c"); ok {
+		t.Fatal("c survived its conditional delete")
 	}
 }
 
