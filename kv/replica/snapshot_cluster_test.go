@@ -193,6 +193,15 @@ func TestDeltaCatchUpSendsWhatChanged(t *testing.T) {
 		if counterValue(c.nodes[f].r.metrics.Installed) < 1 {
 			t.Fatalf("delta %v: the follower caught up without a snapshot: the test needs one", delta)
 		}
+		// The fetcher counts a transfer after its install returns, so the
+		// follower can serve everything before its counters are in (seen
+		// on a loaded machine: kept=0 replaced=0 after a delta).
+		for deadline := time.Now().Add(10 * time.Second); counterValue(m.Transfers.WithLabelValues(dirReceived, resultOK)) < 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("delta %v: the follower installed a snapshot but counts no transfer received", delta)
+			}
+			time.Sleep(time.Millisecond)
+		}
 		return counterValue(m.ReceivedBytes), counterValue(m.DeltaRanges.WithLabelValues(rangesKept)), counterValue(m.DeltaRanges.WithLabelValues(rangesReplaced))
 	}
 	received, kept, replaced := run(true)

@@ -213,15 +213,17 @@ func (f *snapFetch) end(err error) {
 	case err != nil:
 		result = resultFailed
 	}
+	if f.done && f.digest != nil {
+		m.DeltaRanges.WithLabelValues(rangesKept).Add(float64(f.kept))
+		m.DeltaRanges.WithLabelValues(rangesReplaced).Add(float64(f.ranges - f.kept))
+	}
+	// Last of the counters: a reader that sees the transfer counted sees
+	// its ranges too (TestDeltaCatchUpSendsWhatChanged waits on it).
 	m.Transfers.WithLabelValues(dirReceived, result).Inc()
 	if f.digest != nil && !f.header && result == resultFailed {
 		// No answer to a delta request: perhaps a server that does not
 		// know the frame. The next transfer asks for a whole stream.
 		r.snapWholeNext.Store(true)
-	}
-	if f.done && f.digest != nil {
-		m.DeltaRanges.WithLabelValues(rangesKept).Add(float64(f.kept))
-		m.DeltaRanges.WithLabelValues(rangesReplaced).Add(float64(f.ranges - f.kept))
 	}
 	ev := r.log.Info()
 	if err != nil && result == resultFailed {
