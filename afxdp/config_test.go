@@ -66,3 +66,36 @@ func TestOpenTransport(t *testing.T) {
 		t.Fatalf("udp transport: %v on %v", fb, c.LocalAddr())
 	}
 }
+
+// TestOpenAutoWithoutInterface: the auto transport with no interface named
+// takes the interface that holds its address (loopback for 127.0.0.1) and
+// tries AF_XDP there; an address no interface holds falls back to UDP and
+// says why, instead of refusing to start (kvnode's "auto" promise).
+func TestOpenAutoWithoutInterface(t *testing.T) {
+	if name, err := interfaceHolding(mustAddr("127.0.0.1")); err != nil || name == "" {
+		t.Skipf("no interface holds 127.0.0.1 here: %q, %v", name, err)
+	}
+	if _, err := interfaceHolding(mustAddr("0.0.0.0")); err == nil {
+		t.Fatal("the unspecified address named an interface")
+	}
+	if _, err := interfaceHolding(mustAddr("192.0.2.77")); err == nil {
+		t.Fatal("a documentation address (TEST-NET-1) named an interface")
+	}
+	c, fb, err := Open(Config{Addr: mustAddr("127.0.0.1"), Port: 47124})
+	if err != nil {
+		t.Fatalf("auto on 127.0.0.1 without an interface: %v", err)
+	}
+	c.Close()
+	t.Logf("auto on 127.0.0.1: fallback %v", fb)
+	c, fb, err = Open(Config{Addr: mustAddr("0.0.0.0"), Port: 47125})
+	if err != nil {
+		t.Fatalf("auto on 0.0.0.0 without an interface: %v", err)
+	}
+	defer c.Close()
+	if fb == nil || !strings.Contains(fb.Error(), "no interface configured") {
+		t.Fatalf("auto on 0.0.0.0: fallback %v, want the reason", fb)
+	}
+	if _, ok := c.(*UDPConn); !ok {
+		t.Fatalf("auto on 0.0.0.0: %T, want the UDP fallback", c)
+	}
+}

@@ -104,7 +104,7 @@
 //     record plus the pad before it might then never fit. Both return
 //     ErrRecordTooLarge.
 //   - RegionBytesMin (64 KiB) and RegionBytesMax (1 TiB) bound the region;
-//     the size must be a multiple of regionAlignBytes (4 KiB). Open refuses
+//     the size must be a multiple of RegionAlignBytes (4 KiB). Open refuses
 //     other sizes with ErrRegionSize.
 //   - AppendBatchRecordsMax bounds one Append call.
 //

@@ -38,8 +38,9 @@ const (
 	RegionBytesMin = 64 << 10
 	// RegionBytesMax is the largest region Open accepts.
 	RegionBytesMax = 1 << 40
-	// regionAlignBytes is the unit a region size must be a multiple of.
-	regionAlignBytes = 4096
+	// RegionAlignBytes is the unit a region size must be a multiple of
+	// (kvnode checks pmem.size_bytes against it).
+	RegionAlignBytes = 4096
 	// AppendBatchRecordsMax is the most records one Append call takes.
 	AppendBatchRecordsMax = 4096
 )

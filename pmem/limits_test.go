@@ -13,11 +13,11 @@ func TestRegionSizeLimits(t *testing.T) {
 		size int64
 		ok   bool
 	}{
-		{RegionBytesMin - regionAlignBytes, false},
+		{RegionBytesMin - RegionAlignBytes, false},
 		{RegionBytesMin + 1, false},
 		{RegionBytesMin, true},
 		{RegionBytesMax, true},
-		{RegionBytesMax + regionAlignBytes, false},
+		{RegionBytesMax + RegionAlignBytes, false},
 		{-4096, false},
 	}
 	// No size for a region that does not exist: "open an existing one",

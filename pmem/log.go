@@ -201,9 +201,9 @@ func Open(opts Options) (*Log, Recovery, error) {
 }
 
 func checkRegionSize(size int64) error {
-	if size < RegionBytesMin || size > RegionBytesMax || size%regionAlignBytes != 0 {
+	if size < RegionBytesMin || size > RegionBytesMax || size%RegionAlignBytes != 0 {
 		return fmt.Errorf("%w: %d bytes (want %d..%d, a multiple of %d)",
-			ErrRegionSize, size, RegionBytesMin, int64(RegionBytesMax), regionAlignBytes)
+			ErrRegionSize, size, RegionBytesMin, int64(RegionBytesMax), RegionAlignBytes)
 	}
 	return nil
 }

@@ -217,7 +217,7 @@ func recoverRegion(mem []byte, clusterID, nodeID uint64, fn func(off uint64, r R
 			ErrIdentity, id.clusterID, id.nodeID, clusterID, nodeID)
 	case id.regionBytes != uint64(len(mem)):
 		return st, fmt.Errorf("%w: header says %d bytes, region has %d", ErrHeaderCorrupt, id.regionBytes, len(mem))
-	case id.regionBytes < RegionBytesMin || id.regionBytes > RegionBytesMax || id.regionBytes%regionAlignBytes != 0:
+	case id.regionBytes < RegionBytesMin || id.regionBytes > RegionBytesMax || id.regionBytes%RegionAlignBytes != 0:
 		return st, fmt.Errorf("%w: region size %d out of bounds", ErrHeaderCorrupt, id.regionBytes)
 	}
 	st.id = id

@@ -379,10 +379,20 @@ func (c *Config) validate() error {
 	if c.PMem.SizeBytes < pmemSizeBytesMin {
 		return fmt.Errorf("pmem.size_bytes: %d is below the minimum %d", c.PMem.SizeBytes, pmemSizeBytesMin)
 	}
+	if c.PMem.SizeBytes%pmem.RegionAlignBytes != 0 {
+		// Caught here, naming the key, not when the log is opened.
+		return fmt.Errorf("pmem.size_bytes: %d is not a multiple of %d", c.PMem.SizeBytes, pmem.RegionAlignBytes)
+	}
 	switch c.Transport.Kind {
 	case afxdp.TransportUDP:
 	case afxdp.TransportAFXDP, afxdp.TransportAuto:
-		if err := c.afxdpConfig().Validate(); err != nil {
+		ac := c.afxdpConfig()
+		if c.Transport.Kind == afxdp.TransportAuto && ac.Interface == "" {
+			// auto finds the interface holding consensus_listen's address
+			// when it opens (or falls back to UDP); check the rest now.
+			ac.Interface = "lo"
+		}
+		if err := ac.Validate(); err != nil {
 			return fmt.Errorf("transport: %w", err)
 		}
 	default:

@@ -87,7 +87,7 @@ func (c *Config) stallDetector(log zerolog.Logger) (*stall.Detector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stall: %w", err)
 	}
-	log.Info().Dur("threshold", c.Stall.cfg.Threshold).Bool("trace", d.Recording()).Str("trace_dir", c.Stall.cfg.Dir).
+	log.Info().Dur("threshold", d.Threshold()).Bool("trace", d.Recording()).Str("trace_dir", c.Stall.cfg.Dir).
 		Msg("stall detector")
 	return d, nil
 }

@@ -68,6 +68,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"kind = \"udp\"", "kind = \"carrier-pigeon\"", "transport.kind"},
 		{"kind = \"udp\"", "kind = \"afxdp\"", "interface"},
 		{"kind = \"udp\"", "kind = \"auto\"\ninterface = \"lo\"\npoll = \"sometimes\"", "poll"},
+		{"kind = \"udp\"", "kind = \"auto\"\npoll = \"sometimes\"", "poll"},
 		{"tick = \"1ms\"", "tick = \"soon\"", "consensus.tick"},
 		{"snapshot_transfer = \"whole\"", "snapshot_transfer = \"some\"", "consensus.snapshot_transfer"},
 		{"catch_up_log_percent = 40", "catch_up_log_percent = 41", "consensus.catch_up_log_percent: 41 outside 0..40"},

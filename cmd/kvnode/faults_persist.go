@@ -13,15 +13,16 @@ import (
 // duration such as "1s", at most replica.PersistDelayMax.
 const persistDelayField = "delay_persist"
 
-// persistDelayFault serves POST /debug/faults delay_persist=D. It reports
-// whether the request carried the field (answered here, with 400 for a
-// malformed or out-of-range duration); a request without it is left to the
-// block handler, so "block=" alone still heals.
+// persistDelayFault serves POST /debug/faults delay_persist=D, the field
+// in the query string or in a form body alike (r.Form; the caller parsed
+// it). It reports whether the request carried the field (answered here,
+// with 400 for a malformed or out-of-range duration); a request without it
+// is left to the block handler, so "block=" alone still heals.
 func persistDelayFault(w http.ResponseWriter, r *http.Request, faults *replica.Faults) bool {
-	if err := r.ParseForm(); err != nil || !r.PostForm.Has(persistDelayField) {
+	if !r.Form.Has(persistDelayField) {
 		return false
 	}
-	v := r.PostForm.Get(persistDelayField)
+	v := r.Form.Get(persistDelayField)
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > replica.PersistDelayMax {
 		http.Error(w, fmt.Sprintf("bad %s %q: want a duration in [0, %v]", persistDelayField, v, replica.PersistDelayMax), http.StatusBadRequest)

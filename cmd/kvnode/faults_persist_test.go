@@ -55,4 +55,42 @@ func TestAdminPersistDelay(t *testing.T) {
 	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 2 {
 		t.Fatalf("delay_persist changed the blocked peers: %v", b)
 	}
+	// In the query string, as examples/kvnode.toml's curl line sends it:
+	// the same field, the same checks; it used to be ignored, and the
+	// request taken for "block=" (everything healed).
+	query := func(q string) int {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/debug/faults?"+q, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := query(persistDelayField + "=2m"); code != http.StatusBadRequest {
+		t.Fatalf("?delay_persist=2m: %d, want 400", code)
+	}
+	if code := query(persistDelayField + "=1s"); code != http.StatusOK {
+		t.Fatalf("?delay_persist=1s: %d", code)
+	}
+	if d := r.Faults().PersistDelayPending(); d != time.Second {
+		t.Fatalf("?delay_persist=1s left %v pending, want 1s", d)
+	}
+	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 2 {
+		t.Fatalf("?delay_persist changed the blocked peers: %v", b)
+	}
+	// A POST naming neither field is refused and heals nothing.
+	if code := query(""); code != http.StatusBadRequest {
+		t.Fatalf("a POST naming nothing: %d, want 400", code)
+	}
+	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 2 {
+		t.Fatalf("a POST naming nothing changed the blocked peers: %v", b)
+	}
+	if code := query("block=3"); code != http.StatusOK {
+		t.Fatalf("?block=3: %d", code)
+	}
+	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 3 {
+		t.Fatalf("?block=3: blocked %v", b)
+	}
+	r.Faults().HealAll()
 }

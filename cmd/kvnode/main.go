@@ -35,6 +35,7 @@ func main() {
 		devKeep    = flag.Bool("dev-keep", false, "with --dev: keep the temporary data and logs on exit")
 		join       = flag.Bool("join", false, "with --config and an empty data_dir: join a running cluster (wait to be added with kvctl member add, then catch up by snapshot)")
 	)
+	flag.Usage = usage
 	flag.Parse()
 	var err error
 	switch {
@@ -55,4 +56,21 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kvnode: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// usage is kvnode --help: every way to run it, the restore subcommand
+// included (it has flags of its own: kvnode restore --help), then the
+// flags.
+func usage() {
+	out := flag.CommandLine.Output()
+	fmt.Fprintf(out, `Usage:
+  kvnode --config FILE            run one replica (examples/kvnode.toml lists every key)
+  kvnode --config FILE --join     a new member of a running cluster (then: kvctl member add)
+  kvnode --dev                    a 3-replica cluster on loopback with temporary data
+  kvnode restore --from BACKUP --config FILE
+                                  seed a new node's data_dir from a backup (kvnode restore --help)
+
+Flags:
+`)
+	flag.PrintDefaults()
 }

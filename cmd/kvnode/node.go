@@ -311,7 +311,18 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 				http.Error(w, "POST block=ID,ID (empty heals) or delay_persist=DURATION", http.StatusMethodNotAllowed)
 				return
 			}
+			// The fields may come in the query string (as the README's
+			// curl lines send them) or in a form body.
+			if err := r.ParseForm(); err != nil {
+				http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
+				return
+			}
 			if persistDelayFault(w, r, faults) { // faults_persist.go
+				return
+			}
+			if !r.Form.Has("block") {
+				// Naming nothing must not heal what is blocked.
+				http.Error(w, "POST block=ID,ID (empty heals) or delay_persist=DURATION", http.StatusBadRequest)
 				return
 			}
 			var ids []paxos.NodeID
