@@ -271,6 +271,9 @@ type nodeStatus struct {
 	LeaseValid bool      `json:"lease_valid"`
 	Durability string    `json:"durability"`
 	Blocked    []uint64  `json:"blocked,omitempty"`
+	// Removed: this node knows itself outside the committed membership
+	// (replica.Removed): stop it.
+	Removed bool `json:"removed,omitempty"`
 	// Accel: the plane-versus-software commit check (accel = "soft").
 	Accel *accelStatus `json:"accel,omitempty"`
 }
@@ -294,7 +297,7 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			ID: uint64(s.ID), Role: s.Role.String(), Leader: uint64(s.Leader),
 			Promised: [2]uint64{s.Promised.Round, uint64(s.Promised.Node)},
 			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
-			LeaseValid: s.LeaseValid, Durability: rep.Mode(),
+			LeaseValid: s.LeaseValid, Durability: rep.Mode(), Removed: rep.Removed(),
 		}
 		if res, on := rep.AccelResult(); on {
 			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}

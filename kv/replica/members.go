@@ -150,12 +150,7 @@ func (r *Replica) initMembership(cfg *Config, stm membershipStore) (voters, lear
 		ms.committed = configured // bootstrap: every configured peer votes
 	}
 	voters, learners = splitMembers(ms.committed)
-	self := paxos.NodeID(cfg.ID)
-	if !ms.joining && !slices.Contains(voters, self) && !slices.Contains(learners, self) {
-		r.log.Warn().Uint64("slot", uint64(ms.slot)).
-			Msg("this node is not in the committed membership (removed?): it follows the log but does not vote")
-	}
-	r.refreshBook(cfg)
+	r.refreshBook(cfg) // warns when this node is not in the membership (noteRemoved)
 	return voters, learners, ms.joining, nil
 }
 
@@ -189,7 +184,30 @@ func (r *Replica) refreshBook(cfg *Config) {
 	r.book.Store(book)
 	v := &memberView{members: slices.Clone(ms.committed), slot: ms.slot, pending: ms.pending != nil}
 	r.memberView.Store(v)
+	r.noteRemoved(cfg.ID)
 }
+
+// noteRemoved records whether this node is outside the committed
+// membership (Replica.Removed), and says so once when it becomes so: a
+// removed node that keeps running still answers as a follower of the
+// leader it last knew, with a commit index that no longer moves (nobody
+// sends it the log), which an operator cannot tell from a healthy one.
+// A node that never hears of the change (the leader stopped sending to it
+// first) cannot know; `kvctl member list` on the leader is the truth.
+func (r *Replica) noteRemoved(self paxos.NodeID) {
+	ms := &r.members
+	out := !ms.joining && !slices.ContainsFunc(ms.committed, func(m sm.Member) bool { return paxos.NodeID(m.ID) == self })
+	if out && !r.removed.Swap(true) {
+		r.log.Warn().Uint64("slot", uint64(ms.slot)).Str("members", describeMembers(ms.committed)).
+			Msg("this node is not in the committed membership (removed): it no longer votes nor receives the log; stop it and retire its data")
+	} else if !out {
+		r.removed.Store(false)
+	}
+}
+
+// Removed reports whether this node knows itself outside the committed
+// membership (noteRemoved): kvnode's /status shows it as "removed".
+func (r *Replica) Removed() bool { return r.removed.Load() }
 
 // refreshPeers makes every peer table follow the book (consensus loop):
 // the side channel's peers, the senders the authenticator admits, the

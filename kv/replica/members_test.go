@@ -289,3 +289,30 @@ func TestTransferLeadershipRoundTrips(t *testing.T) {
 	}
 	c.put("b", "2")
 }
+
+// TestRemovedNodeKnowsIt: a member removed while it runs, once it hears
+// the change committed, knows it (Replica.Removed, kvnode's /status
+// "removed") and says so in its log; the members that stay do not. A
+// removed node that kept running used to look like a healthy follower
+// whose commit index no longer moved (found by an operator's walk through
+// the docs).
+func TestRemovedNodeKnowsIt(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	gone := paxos.NodeID(1 + l%3)
+	c.change(MemberChange{Op: proto.OpMemberRemove, ID: gone})
+	c.put("b", "2")
+	deadline := time.Now().Add(memberChangeTimeout)
+	for !c.nodes[gone].r.Removed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d, removed and running, does not know it: members %v", gone, c.nodes[gone].r.membersNow().members)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for id, n := range c.nodes {
+		if id != gone && n.r.Removed() {
+			t.Fatalf("node %d, still a member, reports itself removed", id)
+		}
+	}
+}

@@ -156,6 +156,7 @@ type Replica struct {
 	// (consensus loop only), memberView what it publishes (members.go).
 	book       atomic.Pointer[peerBook]
 	members    memberState
+	removed    atomic.Bool // outside the committed membership (members.go)
 	memberView atomic.Pointer[memberView]
 	// installedMembers: the membership of a snapshot the apply loop
 	// installed, for the consensus loop to adopt.
