@@ -66,6 +66,9 @@ type memberState struct {
 	pendingSlot paxos.Slot
 	// joining: started with Config.Join and no membership known yet.
 	joining bool
+	// checked: noteRemoved ran once (at start); wasMember: this node has
+	// been in the committed membership since it started.
+	checked, wasMember bool
 }
 
 // memberView is what the consensus loop publishes for membership
@@ -194,9 +197,19 @@ func (r *Replica) refreshBook(cfg *Config) {
 // sends it the log), which an operator cannot tell from a healthy one.
 // A node that never hears of the change (the leader stopped sending to it
 // first) cannot know; `kvctl member list` on the leader is the truth.
+//
+// Only a node that was a member (or, at start, is not joining) counts: a
+// joiner that installs a snapshot taken before it was added is not in
+// that snapshot's membership yet, and is not removed.
 func (r *Replica) noteRemoved(self paxos.NodeID) {
 	ms := &r.members
-	out := !ms.joining && !slices.ContainsFunc(ms.committed, func(m sm.Member) bool { return paxos.NodeID(m.ID) == self })
+	in := slices.ContainsFunc(ms.committed, func(m sm.Member) bool { return paxos.NodeID(m.ID) == self })
+	first := !ms.checked
+	ms.checked = true
+	if in {
+		ms.wasMember = true
+	}
+	out := !in && !ms.joining && (ms.wasMember || first)
 	if out && !r.removed.Swap(true) {
 		r.log.Warn().Uint64("slot", uint64(ms.slot)).Str("members", describeMembers(ms.committed)).
 			Msg("this node is not in the committed membership (removed): it no longer votes nor receives the log; stop it and retire its data")

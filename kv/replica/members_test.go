@@ -117,6 +117,9 @@ func TestRestartKeepsCommittedMembership(t *testing.T) {
 	want := []paxos.NodeID{1, 2, 4}
 	for _, id := range want {
 		c.waitMembers(id, want, nil)
+		if c.nodes[id].r.Removed() {
+			t.Fatalf("node %d, a member (node 4 joined by snapshot), reports itself removed", id)
+		}
 	}
 	// The record is durable in each state machine, with 4's addresses.
 	rec, ok, err := c.nodes[4].sm.Membership()
