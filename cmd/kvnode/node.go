@@ -146,7 +146,19 @@ func runNode(cfg *Config) error {
 	}
 	if secrets, _ := cfg.Security.secrets(); secrets != nil {
 		// Every consensus packet is sealed and checked (kv/replica/auth.go).
-		if rcfg.Auth, err = replica.NewAuth(cfg.ClusterID, paxos.NodeID(cfg.NodeID), memberIDs, secrets, time.Now()); err != nil {
+		// The incarnation never goes back across restarts, whatever the
+		// clock does (incarnation.go).
+		inc, behind, ierr := nextIncarnation(cfg.DataDir, time.Now())
+		if ierr != nil {
+			conn.Close()
+			plog.Close()
+			store.Close()
+			return fmt.Errorf("security: %w", ierr)
+		}
+		if behind {
+			log.Warn().Uint64("incarnation", inc).Msg("the clock is behind this node's last start: its consensus incarnation continues from the recorded one")
+		}
+		if rcfg.Auth, err = replica.NewAuth(cfg.ClusterID, paxos.NodeID(cfg.NodeID), memberIDs, secrets, time.Unix(0, int64(inc))); err != nil {
 			conn.Close()
 			plog.Close()
 			store.Close()

@@ -40,8 +40,10 @@ import (
 // and channel, the newest incarnation it saw and a window of the last
 // authReplayWindow counters: a packet from an older incarnation, below the
 // window, or seen before is dropped, so captured traffic cannot be replayed
-// (a new incarnation resets the window; incarnations grow with the wall
-// clock across restarts).
+// (a new incarnation resets the window; incarnations must grow across
+// restarts: kvnode takes the wall clock, or one more than the incarnation
+// it recorded in its data_dir when the clock is behind it, because a
+// receiver refuses every packet of an older one).
 //
 // Rotation: a node seals with its first secret and opens with any of its
 // secrets, so a cluster moves from secret A to B without downtime by

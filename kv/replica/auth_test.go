@@ -230,3 +230,38 @@ func FuzzOpenSealed(f *testing.F) {
 		rx.openSideHead(head[:], sideFrameBytesMax)
 	})
 }
+
+// TestAuthRestartWithClockBehind: a peer that saw a sender's incarnation
+// refuses every packet of a lower one, so a sender restarted with its
+// clock stepped back is deaf to its peers, however long they run: the
+// incarnation must come from a record that never goes back (kvnode's
+// data_dir/incarnation, cmd/kvnode TestNextIncarnation). With the
+// recorded incarnation plus one, the restarted sender is heard at once.
+func TestAuthRestartWithClockBehind(t *testing.T) {
+	rx := mustAuth(t, 9, 2, secretA)
+	start := time.Now()
+	tx, err := NewAuth(9, 1, members, [][]byte{secretA}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(b []byte) error { _, _, err := rx.open(b, authChannelDatagram); return err }
+	if err := open(tx.seal(nil, authChannelDatagram, []byte("first life"))); err != nil {
+		t.Fatal(err)
+	}
+	naive, err := NewAuth(9, 1, members, [][]byte{secretA}, start.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := open(naive.seal(nil, authChannelDatagram, []byte("clock behind"))); !errors.Is(err, errAuthReplay) {
+			t.Fatalf("packet %d of a restart with the clock behind: %v, want refused", i, err)
+		}
+	}
+	recorded, err := NewAuth(9, 1, members, [][]byte{secretA}, time.Unix(0, start.UnixNano()+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := open(recorded.seal(nil, authChannelDatagram, []byte("recorded + 1"))); err != nil {
+		t.Fatalf("a restart with the recorded incarnation + 1: %v", err)
+	}
+}
