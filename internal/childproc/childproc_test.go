@@ -3,6 +3,7 @@
 package childproc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,12 @@ const helperEnv = "SYNOD_CHILDPROC_HELPER"
 
 // goneWait bounds how long an orphaned child may take to die.
 const goneWait = 3 * time.Second
+
+// errMainThread: the test's goroutine ran on the main thread (it retries,
+// at most mainThreadTriesMax times).
+var errMainThread = errors.New("on the main thread")
+
+const mainThreadTriesMax = 100
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
@@ -55,17 +62,33 @@ func TestChildDiesWithItsParent(t *testing.T) {
 func TestChildOutlivesTheCallersThread(t *testing.T) {
 	for _, naive := range []bool{false, true} {
 		cmd := exec.Command("sleep", "60")
-		errc := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-			if naive {
-				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-				errc <- cmd.Start()
-				return
+		// The goroutine must not run on the process's main thread: Go
+		// cannot end that one (it parks it instead), so no thread would
+		// end and the naive child would live (seen in CI once, 1 run in
+		// about 50). A goroutine that lands there unlocks and reports
+		// it, and another is started.
+		var err error
+		for tries := 0; ; tries++ {
+			errc := make(chan error, 1)
+			go func() {
+				runtime.LockOSThread() // never unlocked below: the thread ends with this goroutine
+				if syscall.Gettid() == syscall.Getpid() {
+					runtime.UnlockOSThread()
+					errc <- errMainThread
+					return
+				}
+				if naive {
+					cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+					errc <- cmd.Start()
+					return
+				}
+				errc <- Start(cmd)
+			}()
+			if err = <-errc; err != errMainThread || tries == mainThreadTriesMax {
+				break
 			}
-			errc <- Start(cmd)
-		}()
-		if err := <-errc; err != nil {
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		died := Gone(cmd.Process.Pid, goneWait)
