@@ -64,8 +64,8 @@ func TestChildOutlivesTheCallersThread(t *testing.T) {
 		cmd := exec.Command("sleep", "60")
 		// The goroutine must not run on the process's main thread: Go
 		// cannot end that one (it parks it instead), so no thread would
-		// end and the naive child would live (seen in CI once, 1 run in
-		// about 50). A goroutine that lands there unlocks and reports
+		// end and the naive child would live (seen once, in a CI run of
+		// 2026-12-02). A goroutine that lands there unlocks and reports
 		// it, and another is started.
 		var err error
 		for tries := 0; ; tries++ {
