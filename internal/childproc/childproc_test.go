@@ -22,11 +22,16 @@ const helperEnv = "SYNOD_CHILDPROC_HELPER"
 // goneWait bounds how long an orphaned child may take to die.
 const goneWait = 3 * time.Second
 
-// errMainThread: the test's goroutine ran on the main thread (it retries,
-// at most mainThreadTriesMax times).
-var errMainThread = errors.New("on the main thread")
+// errMainThread: a test goroutine ran on the process's main thread.
+var errMainThread = errors.New("a test goroutine ran on the main thread")
 
-const mainThreadTriesMax = 100
+// init locks the main goroutine to the main thread for the life of the
+// test binary, so that no other goroutine ever runs there. Go cannot end
+// the main thread: a goroutine that exits locked to it parks it instead,
+// so TestChildOutlivesTheCallersThread's naive child, started from such a
+// goroutine, lived (seen in two CI runs of 2026-12-02, when the test's own
+// goroutine ran on the main thread and the one it started ran there too).
+func init() { runtime.LockOSThread() }
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
@@ -62,32 +67,24 @@ func TestChildDiesWithItsParent(t *testing.T) {
 func TestChildOutlivesTheCallersThread(t *testing.T) {
 	for _, naive := range []bool{false, true} {
 		cmd := exec.Command("sleep", "60")
-		// The goroutine must not run on the process's main thread: Go
-		// cannot end that one (it parks it instead), so no thread would
-		// end and the naive child would live (seen once, in a CI run of
-		// 2026-12-02). A goroutine that lands there unlocks and reports
-		// it, and another is started.
-		var err error
-		for tries := 0; ; tries++ {
-			errc := make(chan error, 1)
-			go func() {
-				runtime.LockOSThread() // never unlocked below: the thread ends with this goroutine
-				if syscall.Gettid() == syscall.Getpid() {
-					runtime.UnlockOSThread()
-					errc <- errMainThread
-					return
-				}
-				if naive {
-					cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-					errc <- cmd.Start()
-					return
-				}
-				errc <- Start(cmd)
-			}()
-			if err = <-errc; err != errMainThread || tries == mainThreadTriesMax {
-				break
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			if syscall.Gettid() == syscall.Getpid() {
+				// Go parks the main thread instead of ending it; init
+				// keeps every test goroutine off it.
+				runtime.UnlockOSThread()
+				errc <- errMainThread
+				return
 			}
-		}
+			if naive {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				errc <- cmd.Start()
+				return
+			}
+			errc <- Start(cmd)
+		}()
+		err := <-errc
 		if err != nil {
 			t.Fatal(err)
 		}
