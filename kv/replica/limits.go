@@ -127,8 +127,13 @@ const (
 	// sideDialTimeout and sideWriteTimeout bound one dial and one frame write.
 	sideDialTimeout  = 1 * time.Second
 	sideWriteTimeout = 5 * time.Second
-	// sideConnsMax bounds accepted side-channel connections.
+	// sideConnsMax bounds accepted side-channel connections. When it is
+	// reached the oldest connection that has not authenticated a head yet
+	// is closed for a new one (sidechannel.go, sideConn).
 	sideConnsMax = 64
+	// sideHeadTimeout bounds how long an accepted connection may take to
+	// send its first frame head (or a snapshot transfer's magic).
+	sideHeadTimeout = 5 * time.Second
 
 	// snapshotEverySlots is how many applied slots pass between snapshots
 	// (each snapshot lets the node compact and the PMem log truncate).

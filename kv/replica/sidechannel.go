@@ -55,7 +55,20 @@ type sideChannel struct {
 	dropped atomic.Uint64
 
 	mu       sync.Mutex
-	accepted map[net.Conn]struct{}
+	accepted map[net.Conn]*sideConn
+	seq      uint64 // accept order (mu)
+}
+
+// sideConn is an accepted connection's standing. A connection is unproven
+// until its first frame head authenticates: unproven ones must send that
+// head within sideHeadTimeout, and when the table is full the oldest of
+// them is closed to make room for a new connection. So connections that
+// send nothing (or garbage slowly) can hold no slot a peer needs: before,
+// 64 idle connections from anyone refused every peer's new connection,
+// and a large write, which travels here, stalled every write behind it.
+type sideConn struct {
+	seq    uint64
+	proven atomic.Bool
 }
 
 type sidePeer struct {
@@ -80,7 +93,7 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		deliver:  deliver,
 		peers:    make(map[paxos.NodeID]*sidePeer, len(peers)),
 		stop:     make(chan struct{}),
-		accepted: make(map[net.Conn]struct{}),
+		accepted: make(map[net.Conn]*sideConn),
 	}
 	for id, addr := range peers {
 		s.peers[id] = newSidePeer(id, addr)
@@ -142,21 +155,48 @@ func (s *sideChannel) acceptLoop() {
 			time.Sleep(sideDialBackoffMin)
 			continue
 		}
-		if s.conns.Load() >= sideConnsMax {
+		if s.conns.Load() >= sideConnsMax && !s.evictUnproven() {
 			s.log.Warn().Str("remote", c.RemoteAddr().String()).Msg("side channel: too many connections, refusing")
 			c.Close()
 			continue
 		}
 		s.mu.Lock()
-		s.accepted[c] = struct{}{}
+		s.seq++
+		sc := &sideConn{seq: s.seq}
+		s.accepted[c] = sc
 		s.mu.Unlock()
 		s.conns.Add(1)
 		s.wg.Add(1)
-		go s.recvLoop(c)
+		go s.recvLoop(c, sc)
 	}
 }
 
-func (s *sideChannel) recvLoop(c net.Conn) {
+// evictUnproven closes the oldest connection that has not yet sent an
+// authenticated head, making room for a new one; it reports whether there
+// was one (acceptLoop). The count of open connections falls when the
+// closed one's goroutine ends, so it may pass sideConnsMax by the few
+// evicted connections still winding down.
+func (s *sideChannel) evictUnproven() bool {
+	if testingNoSideEviction {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest net.Conn
+	var at uint64
+	for c, sc := range s.accepted {
+		if !sc.proven.Load() && (oldest == nil || sc.seq < at) {
+			oldest, at = c, sc.seq
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	oldest.Close()
+	return true
+}
+
+func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.accepted, c)
@@ -166,6 +206,10 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 		s.wg.Done()
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
+	// The first head (or a snapshot transfer's magic) within
+	// sideHeadTimeout; readSealedFrame lifts the deadline once a head
+	// authenticates.
+	c.SetReadDeadline(time.Now().Add(sideHeadTimeout))
 	if s.serveSnapshot != nil {
 		if b, err := r.Peek(4); err == nil && binary.LittleEndian.Uint32(b) == snapshotConnMagic {
 			r.Discard(4)
@@ -179,9 +223,11 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 			err error
 		)
 		if s.auth != nil {
-			b, err = s.readSealedFrame(c, r)
+			b, err = s.readSealedFrame(c, r, sc)
 		} else {
 			b, err = readSideFrame(r)
+			sc.proven.Store(true) // no authentication: nothing to prove
+			c.SetReadDeadline(time.Time{})
 		}
 		if err != nil {
 			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) {
@@ -204,9 +250,11 @@ func (s *sideChannel) recvLoop(c net.Conn) {
 // readSealedFrame reads one authenticated frame: its head is checked
 // before the body is read, and the body waits for room in the node's
 // buffered-bytes budget (released once the frame was handed on).
-func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader) ([]byte, error) {
+func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]byte, error) {
 	var head [sideFrameHeadBytes]byte
-	c.SetReadDeadline(time.Time{})
+	if sc.proven.Load() {
+		c.SetReadDeadline(time.Time{}) // a proven peer may idle
+	}
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, err
 	}
@@ -214,6 +262,7 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	sc.proven.Store(true)
 	units := (n + sideBudgetUnitBytes - 1) / sideBudgetUnitBytes
 	for i := 0; i < units; i++ {
 		select {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -102,4 +103,77 @@ func FuzzReadSideFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSideChannelIdleConnsDoNotLockOutPeers: connections that authenticate
+// nothing cannot keep a peer out of the side channel. An attacker without
+// the secret fills the table (sideConnsMax connections that send nothing);
+// a peer's new connection must still be admitted (the oldest unproven one
+// is closed for it) and its frame delivered well before the attacker's
+// connections would time out (sideHeadTimeout). The planted twin
+// (testingNoSideEviction, the old admission) delivers nothing in that
+// time: a full table refused every new connection, and with a large write
+// travelling here every write behind it stalled (found by an outside
+// attacker: 128 idle connections stopped a dev cluster's writes).
+func TestSideChannelIdleConnsDoNotLockOutPeers(t *testing.T) {
+	for _, planted := range []bool{false, true} {
+		testingNoSideEviction = planted
+		delivered := sideDeliveredPastIdleConns(t)
+		testingNoSideEviction = false
+		fmt.Printf("side channel full of idle connections: planted=%v delivered=%v\n", planted, delivered)
+		if delivered == planted {
+			t.Fatalf("planted=%v: a peer's frame delivered=%v past %d idle unauthenticated connections", planted, delivered, sideConnsMax)
+		}
+	}
+}
+
+// sideDeliveredPastIdleConns fills a receiver's table with idle
+// connections, then reports whether an authenticated peer's frame arrives
+// within sideHeadTimeout - 1 s.
+func sideDeliveredPastIdleConns(t *testing.T) bool {
+	t.Helper()
+	got := make(chan []byte, 4)
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) { got <- p }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx.start()
+	defer rx.close()
+	addr := rx.ln.Addr().String()
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range sideConnsMax {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	for deadline := time.Now().Add(5 * time.Second); rx.conns.Load() < sideConnsMax; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver holds %d connections, want %d", rx.conns.Load(), sideConnsMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) {}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.start()
+	defer tx.close()
+	until := time.After(sideHeadTimeout - time.Second)
+	for {
+		tx.send(2, []byte("from a peer"))
+		select {
+		case <-got:
+			return true
+		case <-until:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -51,3 +51,8 @@ var testingNoCatchUpTail bool
 // existed: TestRestartHearsMemberAddedSinceFlush plants it to show it
 // catches the loss.
 var testingNoRecoverPendingMembership bool
+
+// testingNoSideEviction, when set, plants the side channel's old
+// admission: a full table refuses every new connection, so idle
+// unauthenticated ones lock peers out (TestSideChannelIdleConnsDoNotLockOutPeers).
+var testingNoSideEviction bool
