@@ -2,7 +2,6 @@ package sm
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -35,15 +34,21 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 	batch := s.db.NewIndexedBatch()
 	defer batch.Close()
 	results := make([]Result, len(cmds))
+	deltas := map[tenants.ID]usageDelta{}
+	w := &slotBatch{batch: batch, db: s.db, written: make(map[string]int, len(cmds))}
 	for i, c := range cmds {
-		res, err := s.applyOne(batch, slot, c)
+		res, err := s.applyOne(w, slot, c, deltas)
 		if err != nil {
 			s.broken = fmt.Errorf("sm: applying slot %d: %w", slot, err)
 			return nil, s.broken
 		}
 		results[i] = res
 	}
-	if err := batch.Set(appliedKey, binary.BigEndian.AppendUint64(nil, slot), nil); err != nil {
+	usage, err := s.commitUsage(batch, deltas)
+	if err == nil {
+		err = setApplied(batch, slot)
+	}
+	if err != nil {
 		s.broken = fmt.Errorf("sm: applying slot %d: %w", slot, err)
 		return nil, s.broken
 	}
@@ -51,11 +56,14 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		s.broken = fmt.Errorf("sm: committing slot %d: %w", slot, err)
 		return nil, s.broken
 	}
+	if usage != nil {
+		s.usage.replace(usage)
+	}
 	s.applied.Store(slot)
 	return results, nil
 }
 
-func (s *SM) applyOne(batch *pebble.Batch, slot uint64, cmd []byte) (Result, error) {
+func (s *SM) applyOne(w *slotBatch, slot uint64, cmd []byte, deltas map[tenants.ID]usageDelta) (Result, error) {
 	tenant, req, err := DecodeCommand(cmd)
 	if err != nil {
 		return Result{Status: proto.StatusBadRequest, Message: err.Error()}, nil
@@ -64,20 +72,26 @@ func (s *SM) applyOne(batch *pebble.Batch, slot uint64, cmd []byte) (Result, err
 	if res, done := s.lookup(k, req.Seq); done {
 		return res, nil
 	}
-	res, err := execute(batch, tenant, req)
+	d := deltas[tenant]
+	res, err := execute(w, tenant, req, &d)
 	if err != nil {
 		return Result{}, err
 	}
-	return res, s.record(batch, slot, k, req.Seq, req.FirstUnacked, res)
+	if d != (usageDelta{}) {
+		deltas[tenant] = d
+	}
+	return res, s.record(w.batch, slot, k, req.Seq, req.FirstUnacked, res)
 }
 
-// execute performs one decoded write on batch.
-func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result, error) {
+// execute performs one decoded write on batch and adds what it changes in
+// the tenant's usage to d.
+func execute(w *slotBatch, tenant tenants.ID, req *proto.Request, d *usageDelta) (Result, error) {
+	batch := w.batch
 	switch req.Op {
 	case proto.OpPut:
-		return Result{}, batch.Set(dataKey(tenant, req.Key), req.Value, nil)
+		return Result{}, w.set(dataKey(tenant, req.Key), req.Value, d)
 	case proto.OpDelete:
-		return Result{}, batch.Delete(dataKey(tenant, req.Key), nil)
+		return Result{}, w.delete(dataKey(tenant, req.Key), d)
 	case proto.OpCAS:
 		dk := dataKey(tenant, req.Key)
 		cur, ok, err := batchGet(batch, dk)
@@ -87,7 +101,7 @@ func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result
 		if !casMatches(cur, ok, req.ExpectPresent, req.ExpectDigest, req.Expect) {
 			return Result{Status: proto.StatusCASMismatch, Value: cur, HasValue: ok}, nil
 		}
-		return Result{}, batch.Set(dk, req.Value, nil)
+		return Result{}, w.set(dk, req.Value, d)
 	case proto.OpBatch:
 		// Conditions first, against the state before the batch; then every
 		// write. Nothing is written unless every condition holds.
@@ -109,9 +123,9 @@ func execute(batch *pebble.Batch, tenant tenants.ID, req *proto.Request) (Result
 			op := &req.Ops[i]
 			var err error
 			if op.Op == proto.OpDelete {
-				err = batch.Delete(dataKey(tenant, op.Key), nil)
+				err = w.delete(dataKey(tenant, op.Key), d)
 			} else {
-				err = batch.Set(dataKey(tenant, op.Key), op.Value, nil)
+				err = w.set(dataKey(tenant, op.Key), op.Value, d)
 			}
 			if err != nil {
 				return Result{}, err

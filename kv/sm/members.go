@@ -180,7 +180,7 @@ func (s *SM) ApplyMembership(slot uint64, encoded []byte) error {
 	val = append(val, encoded...)
 	err := batch.Set(membersKey, val, nil)
 	if err == nil {
-		err = batch.Set(appliedKey, binary.BigEndian.AppendUint64(nil, slot), nil)
+		err = setApplied(batch, slot)
 	}
 	if err == nil {
 		err = batch.Commit(pebble.NoSync)

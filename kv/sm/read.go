@@ -38,6 +38,29 @@ func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
 	return out, true, nil
 }
 
+// ValueLen returns the length of tenant's value under key (latest committed
+// state) and whether the key is present, without copying the value.
+func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
+	if tenant == 0 {
+		return 0, false, ErrReservedTenant
+	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return 0, false, ErrClosed
+	}
+	v, closer, err := s.db.Get(dataKey(tenant, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("sm: get: %w", err)
+	}
+	n := len(v)
+	closer.Close()
+	return n, true, nil
+}
+
 // Scan returns up to limit pairs of tenant with start <= key < end in key
 // order; an empty end means the end of the tenant's keyspace. limit is
 // clamped to 1..ScanLimitMax. more is true when the scan stopped at the

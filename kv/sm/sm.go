@@ -17,6 +17,8 @@
 //	0x00000000 | "c" | tenant | client    exactly-once entry (see clients.go)
 //	0x00000000 | "e" | tenant | client    exactly-once tombstone of an evicted entry
 //	0x00000000 | "restoring"              written by versions before the verified restore (see Restore); refused
+//	0x00000000 | "u" | tenant             the tenant's stored keys and bytes (usage.go)
+//	0x00000000 | "U"                      the slot the usage entries are exact at (usage.go)
 //
 // Exactly-once. Every write carries (client id, seq, first unacked); the
 // client table (clients.go) answers a retried write with its remembered
@@ -162,6 +164,8 @@ type SM struct {
 	evicted, forgotten atomic.Uint64
 
 	mem pebbleMem // the cache shared by every Pebble opened (memory.go)
+
+	usage usageTable // every tenant's stored keys and bytes (usage.go)
 }
 
 var (
@@ -239,6 +243,11 @@ func (s *SM) load() error {
 		return err
 	}
 	s.clients = clients
+	usage, err := loadUsage(s.db, applied)
+	if err != nil {
+		return err
+	}
+	s.usage.replace(usage)
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
+
+	"synod/kv/proto"
 )
 
 // Delta snapshots. A follower that was down for a minute of a 10 GiB store
@@ -87,6 +89,9 @@ const (
 	// DeltaDigestBytesMax bounds an encoded digest (it travels in one
 	// request frame).
 	DeltaDigestBytesMax = 512 << 10
+	// deltaLastKeyReserve is room for the last range's last key, which
+	// the digest's holder keeps too: the longest key the SM stores.
+	deltaLastKeyReserve = 4 + proto.KeyBytesMax
 	// deltaFlushEveryDefault: while the server hashes, it hands what it
 	// encoded (a no-op when nothing else) to the stream at least this
 	// often, so that the fetcher (which gives up after seconds without a
@@ -248,8 +253,11 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sm: digest value: %w", err)
 		}
+		// A cut holds the closed range's last key and the new range's
+		// start, and leaves room for the new range's own last key
+		// (deltaLastKeyReserve): the last range's is held too.
 		if inRange >= deltaRangeBytes && len(rs) < deltaRangesMax &&
-			held+len(last)+deltaDigestRangeBytesMin+len(key) <= DeltaDigestBytesMax {
+			held+len(last)+deltaDigestRangeBytesMin+len(key)+deltaLastKeyReserve <= DeltaDigestBytesMax {
 			rs[len(rs)-1].hash = h.Sum64()
 			rs[len(rs)-1].last = bytes.Clone(last)
 			h.Reset()

@@ -69,6 +69,13 @@ func VerifySnapshot(r io.Reader) (SnapshotInfo, error) {
 			}
 			info.Membership = Membership{Slot: binary.BigEndian.Uint64(val), Members: members}
 			info.HasMembership = true
+		case bytes.HasPrefix(key, usageKeyPrefix):
+			if len(key) != len(usageKeyPrefix)+4 {
+				return bad("usage key %x of %d bytes", key, len(key))
+			}
+			if _, err := decodeUsage(val); err != nil {
+				return bad("usage key %x: %v", key, err)
+			}
 		case bytes.HasPrefix(key, tombsKeyPrefix):
 			if _, err := decodeTombstone(val); err != nil {
 				return bad("exactly-once tombstone %x: %v", key, err)

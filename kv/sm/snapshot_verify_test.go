@@ -39,7 +39,9 @@ func TestVerifySnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := SnapshotInfo{Slot: slot, Records: 6, DataKeys: 3, DataBytes: 1 + 1 + 1 + 2 + 1 + 3, Tenants: 2, Clients: 2}
+	// Records: 3 data keys, 2 client entries, the applied slot, 2 tenants'
+	// usage entries and the usage marker.
+	want := SnapshotInfo{Slot: slot, Records: 9, DataKeys: 3, DataBytes: 1 + 1 + 1 + 2 + 1 + 3, Tenants: 2, Clients: 2}
 	if !reflect.DeepEqual(info, want) {
 		t.Fatalf("info %+v, want %+v", info, want)
 	}

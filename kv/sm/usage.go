@@ -1,0 +1,332 @@
+package sm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"synod/tenants"
+)
+
+// Storage accounting. The SM keeps, for every tenant, how many keys it
+// stores and what they cost (Usage), exactly and deterministically: every
+// Apply that sets or deletes a key adds or takes away the key's cost in the
+// same Pebble batch, so every replica at the same applied slot holds the
+// same figures, and a snapshot carries them (they are ordinary metadata
+// keys). Admission reads them to enforce a tenant's storage quota
+// (quota.go); the state machine itself never refuses a committed write for
+// space, since replicas configured differently would then disagree.
+//
+// A key costs len(user key) + len(value) + KeyOverheadBytes: the overhead
+// stands for the tenant prefix and Pebble's per-key trailer, so a tenant
+// cannot store unbounded numbers of empty values for free.
+//
+// Layout (part of the on-disk format):
+//
+//	0x00000000 | "u" | tenant u32 BE   bytes u64 BE | keys u64 BE
+//	0x00000000 | "U"                   u64 BE: the applied slot the "u" entries are exact at
+//
+// Every Apply writes the marker with the applied slot, in the same batch.
+// A store whose marker is absent (written before the accounting existed)
+// or names another slot than the applied one (a binary without the
+// accounting applied writes after installing a snapshot that carried the
+// entries, during a rolling upgrade) has entries that cannot be trusted:
+// Open (and the install of a snapshot) then counts every tenant's keys
+// once and writes the entries and the marker in one batch.
+const KeyOverheadBytes = 16
+
+// Usage is what one tenant stores.
+type Usage struct {
+	Bytes uint64 // sum of the costs of its keys (see KeyOverheadBytes)
+	Keys  uint64 // keys stored
+}
+
+var (
+	usageKeyPrefix  = []byte("\x00\x00\x00\x00u")
+	usageCountedKey = []byte("\x00\x00\x00\x00U")
+)
+
+// usageEntryBytes is the size of a stored Usage.
+const usageEntryBytes = 16
+
+// KeyCost is what storing a value of valueLen bytes under a user key of
+// keyLen bytes costs in a tenant's usage.
+func KeyCost(keyLen, valueLen int) int64 { return keyCost(keyLen, valueLen) }
+
+func keyCost(keyLen, valueLen int) int64 {
+	return int64(keyLen) + int64(valueLen) + KeyOverheadBytes
+}
+
+func usageKey(t tenants.ID) []byte {
+	return binary.BigEndian.AppendUint32(bytes.Clone(usageKeyPrefix), uint32(t))
+}
+
+func encodeUsage(u Usage) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, usageEntryBytes), u.Bytes)
+	return binary.BigEndian.AppendUint64(b, u.Keys)
+}
+
+func decodeUsage(v []byte) (Usage, error) {
+	if len(v) != usageEntryBytes {
+		return Usage{}, fmt.Errorf("usage entry of %d bytes, want %d", len(v), usageEntryBytes)
+	}
+	return Usage{Bytes: binary.BigEndian.Uint64(v), Keys: binary.BigEndian.Uint64(v[8:])}, nil
+}
+
+// testingUsageForgetsOldValue plants a bug for the test of the usage
+// check: an overwrite does not take the old value's cost off.
+var testingUsageForgetsOldValue bool
+
+// usageDelta is what one Apply changes in one tenant's usage.
+type usageDelta struct{ bytes, keys int64 }
+
+// usageTable is the in-memory copy of the stored entries. Admission reads
+// it concurrently with Apply, hence its own lock.
+type usageTable struct {
+	mu sync.RWMutex
+	m  map[tenants.ID]Usage
+}
+
+func (t *usageTable) get(id tenants.ID) Usage {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.m[id]
+}
+
+func (t *usageTable) replace(m map[tenants.ID]Usage) {
+	t.mu.Lock()
+	t.m = m
+	t.mu.Unlock()
+}
+
+// Usage returns what tenant stores as of the last Apply.
+func (s *SM) Usage(tenant tenants.ID) Usage { return s.usage.get(tenant) }
+
+// Usages returns every tenant's usage as of the last Apply (tenants that
+// never stored anything are absent).
+func (s *SM) Usages() map[tenants.ID]Usage {
+	s.usage.mu.RLock()
+	defer s.usage.mu.RUnlock()
+	out := make(map[tenants.ID]Usage, len(s.usage.m))
+	for id, u := range s.usage.m {
+		out[id] = u
+	}
+	return out
+}
+
+// applyDelta returns u changed by d. A result below zero means the stored
+// figures were wrong; it stops at zero (every replica does the same).
+func applyDelta(u Usage, d usageDelta) Usage {
+	add := func(v uint64, by int64) uint64 {
+		if by < 0 && uint64(-by) > v {
+			return 0
+		}
+		return uint64(int64(v) + by)
+	}
+	return Usage{Bytes: add(u.Bytes, d.bytes), Keys: add(u.Keys, d.keys)}
+}
+
+// slotBatch is one Apply's batch and what it has written so far: the
+// length of each value set in it (-1: deleted), so that the accounting
+// reads a key's current length from there when the slot wrote it and
+// from the database otherwise. (Reading through an indexed batch costs
+// an iterator per read, about twice a database Get.)
+type slotBatch struct {
+	batch   *pebble.Batch
+	db      *pebble.DB
+	written map[string]int
+}
+
+// valueLen returns the length of key's current value as the slot sees it
+// and whether the key is present.
+func (w *slotBatch) valueLen(key []byte) (int, bool, error) {
+	if n, ok := w.written[string(key)]; ok {
+		return n, n >= 0, nil
+	}
+	v, closer, err := w.db.Get(key)
+	if err == pebble.ErrNotFound {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("reading %x: %w", key, err)
+	}
+	n := len(v)
+	closer.Close()
+	return n, true, nil
+}
+
+// set writes value under dk and records the change of the tenant's usage
+// in d: the old value's cost (if any) comes off, the new one's goes on.
+func (w *slotBatch) set(dk, value []byte, d *usageDelta) error {
+	oldLen, ok, err := w.valueLen(dk)
+	if err != nil {
+		return err
+	}
+	userKey := len(dk) - len(metaPrefix)
+	if ok && !testingUsageForgetsOldValue {
+		d.bytes -= keyCost(userKey, oldLen)
+		d.keys--
+	}
+	d.bytes += keyCost(userKey, len(value))
+	d.keys++
+	w.written[string(dk)] = len(value)
+	return w.batch.Set(dk, value, nil)
+}
+
+// delete deletes dk and takes its cost off d when it was present.
+func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
+	oldLen, ok, err := w.valueLen(dk)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil // nothing to delete: no tombstone either
+	}
+	d.bytes -= keyCost(len(dk)-len(metaPrefix), oldLen)
+	d.keys--
+	w.written[string(dk)] = -1
+	return w.batch.Delete(dk, nil)
+}
+
+// commitUsage adds the batch's usage entries for the tenants deltas
+// changed and returns the table Apply installs once the batch commits.
+func (s *SM) commitUsage(batch *pebble.Batch, deltas map[tenants.ID]usageDelta) (map[tenants.ID]Usage, error) {
+	if len(deltas) == 0 {
+		return nil, nil
+	}
+	s.usage.mu.RLock()
+	next := make(map[tenants.ID]Usage, len(s.usage.m)+len(deltas))
+	for id, u := range s.usage.m {
+		next[id] = u
+	}
+	s.usage.mu.RUnlock()
+	for id, d := range deltas {
+		u := applyDelta(next[id], d)
+		if u == (Usage{}) {
+			delete(next, id)
+			if err := batch.Delete(usageKey(id), nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		next[id] = u
+		if err := batch.Set(usageKey(id), encodeUsage(u), nil); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
+}
+
+// setApplied writes the applied slot and the usage marker saying the
+// entries are exact at it (every batch that advances the slot).
+func setApplied(batch *pebble.Batch, slot uint64) error {
+	v := binary.BigEndian.AppendUint64(nil, slot)
+	if err := batch.Set(appliedKey, v, nil); err != nil {
+		return err
+	}
+	return batch.Set(usageCountedKey, v, nil)
+}
+
+// loadUsage reads the usage entries of a store whose applied slot is
+// applied, counting them first when the marker does not vouch for them at
+// that slot.
+func loadUsage(db *pebble.DB, applied uint64) (map[tenants.ID]Usage, error) {
+	v, closer, err := db.Get(usageCountedKey)
+	switch {
+	case err == pebble.ErrNotFound:
+		return countUsage(db, applied)
+	case err != nil:
+		return nil, fmt.Errorf("sm: reading the usage marker: %w", err)
+	}
+	exact := len(v) == 8 && binary.BigEndian.Uint64(v) == applied
+	closer.Close()
+	if !exact {
+		return countUsage(db, applied)
+	}
+	m := map[tenants.ID]Usage{}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: usageKeyPrefix, UpperBound: prefixEnd(usageKeyPrefix)})
+	if err != nil {
+		return nil, fmt.Errorf("sm: usage iterator: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != len(usageKeyPrefix)+4 {
+			return nil, fmt.Errorf("sm: usage key %x of %d bytes", k, len(k))
+		}
+		u, err := decodeUsage(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("sm: usage key %x: %w", k, err)
+		}
+		m[tenants.ID(binary.BigEndian.Uint32(k[len(usageKeyPrefix):]))] = u
+	}
+	return m, it.Error()
+}
+
+// countUsage counts every tenant's keys and writes the entries and the
+// marker in one batch. It changes nothing the replicas disagree on: the
+// entries are a function of the data.
+func countUsage(db *pebble.DB, applied uint64) (map[tenants.ID]Usage, error) {
+	m, err := tallyUsage(db)
+	if err != nil {
+		return nil, err
+	}
+	batch := db.NewBatch()
+	defer batch.Close()
+	// Entries of tenants that no longer store anything go.
+	if err := batch.DeleteRange(usageKeyPrefix, prefixEnd(usageKeyPrefix), nil); err != nil {
+		return nil, err
+	}
+	for id, u := range m {
+		if err := batch.Set(usageKey(id), encodeUsage(u), nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := batch.Set(usageCountedKey, binary.BigEndian.AppendUint64(nil, applied), nil); err != nil {
+		return nil, err
+	}
+	// Without sync (Pebble's WAL is off): a crash before the next flush
+	// loses the count, and the next Open counts again.
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		return nil, fmt.Errorf("sm: writing the usage count: %w", err)
+	}
+	return m, nil
+}
+
+// tallyUsage counts every tenant's keys in r.
+func tallyUsage(r pebble.Reader) (map[tenants.ID]Usage, error) {
+	m := map[tenants.ID]Usage{}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefixEnd(metaPrefix), UpperBound: keyspaceEnd})
+	if err != nil {
+		return nil, fmt.Errorf("sm: counting usage: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		id := tenants.ID(binary.BigEndian.Uint32(k))
+		u := m[id]
+		u.Bytes += uint64(keyCost(len(k)-len(metaPrefix), len(it.Value())))
+		u.Keys++
+		m[id] = u
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("sm: counting usage: %w", err)
+	}
+	return m, nil
+}
+
+// prefixEnd is the first key after every key starting with p (p must not
+// be all 0xff).
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	panic("sm: prefixEnd of all 0xff")
+}
