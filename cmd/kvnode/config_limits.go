@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"synod/kv/server"
+	"synod/kv/space"
+	"synod/tenants"
 )
 
 // LimitsConfig is the [limits] table: bounds on client connections and
@@ -46,6 +48,26 @@ type LimitsConfig struct {
 	ResponseBytesPerConnMax   int64 `toml:"response_bytes_per_conn_max"`
 	ResponseBytesPerTenantMax int64 `toml:"response_bytes_per_tenant_max"`
 	ResponseBytesPerNodeMax   int64 `toml:"response_bytes_per_node_max"`
+	// DiskFreeMinBytes is the free space kept on data_dir's filesystem:
+	// below it every write that would grow what a tenant stores is
+	// answered NO_SPACE (deletes still pass; kv/space). Absent: 1 GiB
+	// (space.DiskFreeMinBytesDefault); 0 turns the check off.
+	DiskFreeMinBytes *int64 `toml:"disk_free_min_bytes"`
+}
+
+// diskFreeMinBytes is the effective reserve.
+func (c *LimitsConfig) diskFreeMinBytes() int64 {
+	if c.DiskFreeMinBytes == nil {
+		return space.DiskFreeMinBytesDefault
+	}
+	return *c.DiskFreeMinBytes
+}
+
+// spaceGuard wraps be in the storage admission of kv/space: the tenants'
+// quota_bytes and the disk reserve.
+func (c *Config) spaceGuard(be server.Backend, reg *tenants.Registry, ledger space.Ledger) *space.Guard {
+	return space.New(be, space.Config{Registry: reg, Ledger: ledger, DataDir: c.DataDir,
+		DiskFreeMinBytes: c.Limits.diskFreeMinBytes()})
 }
 
 func (c *LimitsConfig) validate() error {
@@ -59,6 +81,9 @@ func (c *LimitsConfig) validate() error {
 		if n.v < 0 {
 			return fmt.Errorf("limits.%s: %d is negative (0 or absent takes the default)", n.key, n.v)
 		}
+	}
+	if c.DiskFreeMinBytes != nil && *c.DiskFreeMinBytes < 0 {
+		return fmt.Errorf("limits.disk_free_min_bytes: %d is negative (0 turns the check off; absent: %d)", *c.DiskFreeMinBytes, int64(space.DiskFreeMinBytesDefault))
 	}
 	sc, err := c.serverConfig()
 	if err != nil {

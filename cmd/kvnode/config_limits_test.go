@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"synod/kv/server"
+	"synod/kv/space"
 )
 
 // limitsConfig is the example config with a [limits] table of body.
@@ -57,10 +58,32 @@ func TestLimitsInvalid(t *testing.T) {
 		{"frame_timeout = \"1ms\"\n", "limits.frame_timeout"},
 		{"response_bytes_per_conn_max = 1048576\n", "limits.response_bytes_per_conn_max"},
 		{"response_bytes_per_tenant_max = 300000000\nresponse_bytes_per_node_max = 200000000\n", "limits.response_bytes_per_node_max"},
+		{"disk_free_min_bytes = -1\n", "limits.disk_free_min_bytes: -1 is negative"},
+		{"disk_free_min_bytes = \"1G\"\n", "line"}, // the decoder names the line and column
 	} {
 		_, err := parseConfig(limitsConfig(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: want an error naming %s, got %v", tc.body, tc.want, err)
 		}
+	}
+}
+
+// TestDiskFreeMinBytes: absent is space.DiskFreeMinBytesDefault (1 GiB,
+// as README and the example say), 0 is off, a value is kept.
+func TestDiskFreeMinBytes(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want int64
+	}{{"", 1 << 30}, {"disk_free_min_bytes = 0\n", 0}, {"disk_free_min_bytes = 5000000\n", 5000000}} {
+		c, err := parseConfig(limitsConfig(t, tc.body))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.body, err)
+		}
+		if got := c.Limits.diskFreeMinBytes(); got != tc.want {
+			t.Fatalf("%q: reserve %d, want %d", tc.body, got, tc.want)
+		}
+	}
+	if space.DiskFreeMinBytesDefault != 1<<30 {
+		t.Fatal("the default changed: README and examples/kvnode.toml say 1 GiB")
 	}
 }

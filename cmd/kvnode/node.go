@@ -179,8 +179,11 @@ func runNode(cfg *Config) error {
 	// Per-tenant shaping happens on the fixed frame header, before the
 	// body is decoded or anything reaches Pebble or Paxos.
 	shaper := tenants.NewShaper(reg, time.Now, tmetrics)
-	backend := replica.NewBackend(rep, store)
-	backend.Tenants = tmetrics
+	rbackend := replica.NewBackend(rep, store)
+	rbackend.Tenants = tmetrics
+	// Quotas and the disk reserve, before anything is proposed.
+	backend := cfg.spaceGuard(rbackend, reg, store)
+	promReg.MustRegister(backend.Collector())
 	var admitter server.Admitter = shaperAdmitter{shaper}
 	if cfg.AccelShaper {
 		ad, err := rep.AccelAdmitter(reg, tmetrics)

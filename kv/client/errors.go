@@ -28,6 +28,9 @@ var (
 	// ErrConflict: a membership operation conflicts with one in progress
 	// (or a learner has not caught up); nothing was done (members.go).
 	ErrConflict = errors.New("client: conflicts with a membership change in progress")
+	// ErrNoSpace: the write would pass the tenant's storage quota, or the
+	// node's disk is below its free-space reserve; nothing was written.
+	ErrNoSpace = errors.New("client: no space (tenant quota or node disk reserve)")
 )
 
 var statusErrors = map[proto.Status]error{
@@ -42,6 +45,7 @@ var statusErrors = map[proto.Status]error{
 	proto.StatusSequenceStale: ErrSequenceStale,
 	proto.StatusInternal:      ErrInternal,
 	proto.StatusConflict:      ErrConflict,
+	proto.StatusNoSpace:       ErrNoSpace,
 }
 
 // StatusError is a non-OK response. errors.Is(err, ErrX) matches its status.

@@ -172,12 +172,19 @@ const (
 	// cluster is doing (a change or a leadership transfer in progress, a
 	// learner not caught up): nothing was done; retry later.
 	StatusConflict Status = 11
+	// StatusNoSpace: the write would take the tenant past its storage
+	// quota, or the node's disk has less free space than its reserve
+	// (docs/protocol.md, "Storage quotas"). Nothing was written; delete
+	// something, or have the operator raise the quota or free the disk.
+	// Deletes are never refused for space.
+	StatusNoSpace Status = 12
 )
 
 var statusNames = [...]string{StatusOK: "OK", StatusNotFound: "NOT_FOUND", StatusCASMismatch: "CAS_MISMATCH",
 	StatusNotLeader: "NOT_LEADER", StatusThrottled: "THROTTLED", StatusTooLarge: "TOO_LARGE",
 	StatusBadRequest: "BAD_REQUEST", StatusUnauthorized: "UNAUTHORIZED", StatusUnavailable: "UNAVAILABLE",
-	StatusSequenceStale: "SEQUENCE_STALE", StatusInternal: "INTERNAL", StatusConflict: "CONFLICT"}
+	StatusSequenceStale: "SEQUENCE_STALE", StatusInternal: "INTERNAL", StatusConflict: "CONFLICT",
+	StatusNoSpace: "NO_SPACE"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) && statusNames[s] != "" {
@@ -187,7 +194,7 @@ func (s Status) String() string {
 }
 
 // Valid reports whether s is a known status.
-func (s Status) Valid() bool { return s <= StatusConflict }
+func (s Status) Valid() bool { return s <= StatusNoSpace }
 
 // Header is the fixed-size part of every frame.
 type Header struct {

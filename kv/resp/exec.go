@@ -142,7 +142,8 @@ func bodyBytes(req *proto.Request) int {
 // errorText is the RESP error for a non-OK status. THROTTLED is
 // "BUSY retry-after-ms N"; a read that cannot be served now is
 // "TRYAGAIN" (clients may retry it); a write that may or may not have
-// been applied is "UNAVAILABLE" (a client retry may apply it twice).
+// been applied is "UNAVAILABLE" (a client retry may apply it twice); a
+// write refused for space (NO_SPACE) is "OOM", as Redis past maxmemory.
 func errorText(resp *proto.Response, write bool) string {
 	msg := resp.Message
 	switch resp.Status {
@@ -166,6 +167,9 @@ func errorText(resp *proto.Response, write bool) string {
 		return "ERR SEQUENCE_STALE " + msg
 	case proto.StatusInternal:
 		return "ERR INTERNAL " + msg
+	case proto.StatusNoSpace:
+		// Redis answers a write past maxmemory with OOM; clients know it.
+		return "OOM " + msg
 	}
 	return fmt.Sprintf("ERR %v %s", resp.Status, msg)
 }

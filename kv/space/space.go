@@ -1,0 +1,279 @@
+// Package space refuses writes that would take a tenant past its storage
+// quota or fill the node's disk, before they are proposed.
+//
+// Contract. Guard wraps a server.Backend. A write whose effect would grow
+// what its tenant stores (sm.Usage: user keys + values + sm.KeyOverheadBytes
+// per key) is answered NO_SPACE, with nothing proposed, when
+//   - the tenant has a quota (tenants.Spec.QuotaBytes) and its usage plus
+//     the growth would pass it, or
+//   - the filesystem holding the data directory has fewer free bytes than
+//     the reserve (Config.DiskFreeMinBytes).
+//
+// A write that does not grow the tenant's usage (a delete, an overwrite
+// with a value no longer than the old one, a BATCH whose deletes free as
+// much as its puts take) is never refused for space, so a tenant at its
+// quota or a node at its reserve can always make room.
+//
+// The check is admission, not part of the state machine: it reads the
+// usage as of the last Apply on this node, so writes admitted but not yet
+// applied are not counted. A tenant can pass its quota by at most what it
+// has in flight (bounded by the connection and pipeline limits: at most
+// RequestBodyBytesMax per in-flight request). Keeping it out of Apply is
+// deliberate: replicas configured with different quotas (during a rolling
+// configuration change) would otherwise disagree about which writes
+// applied.
+package space
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"synod/kv/proto"
+	"synod/kv/server"
+	"synod/kv/sm"
+	"synod/tenants"
+)
+
+// Limits and defaults.
+const (
+	// DiskFreeMinBytesDefault is the free space a node keeps on its data
+	// directory's filesystem when the configuration names none: room for
+	// Pebble's flushes and compactions (which write before they delete)
+	// and for the writes already in flight.
+	DiskFreeMinBytesDefault = 1 << 30
+	// diskSampleInterval is how old a free-space reading may be: at most
+	// one statfs per interval, whatever the write rate.
+	diskSampleInterval = 250 * time.Millisecond
+	// batchKeysTracked bounds the overlay of a BATCH's own writes while its
+	// growth is computed: at most proto.BatchOpsMax keys.
+	batchKeysTracked = proto.BatchOpsMax
+)
+
+// Ledger is what the guard reads: the state machine's usage figures and
+// the length of a stored value (*sm.SM implements it).
+type Ledger interface {
+	Usage(tenant tenants.ID) sm.Usage
+	ValueLen(tenant tenants.ID, key []byte) (int, bool, error)
+}
+
+// Config configures a Guard.
+type Config struct {
+	Registry *tenants.Registry // the tenants' quotas (Spec.QuotaBytes; 0: none)
+	Ledger   Ledger
+	// DataDir is a path on the filesystem whose free space is watched.
+	DataDir string
+	// DiskFreeMinBytes is the reserve; 0 turns the disk check off.
+	DiskFreeMinBytes int64
+	// FreeBytes reads the free space of DataDir's filesystem; nil is
+	// statfs (tests plant their own).
+	FreeBytes func(path string) (int64, error)
+	// Now is the clock of the disk sampling; nil is time.Now.
+	Now func() time.Time
+}
+
+// Guard is a server.Backend that refuses growing writes for space and
+// hands everything else to the backend it wraps.
+type Guard struct {
+	inner server.Backend
+	cfg   Config
+
+	sampleMu sync.Mutex   // one statfs at a time
+	sampled  atomic.Int64 // unix nanoseconds of the last reading; 0: none
+	free     atomic.Int64 // free bytes at the last reading
+	freeErr  atomic.Value // error of the last reading (errBox), nil when it read
+
+	refusedQuota, refusedDisk atomic.Uint64
+}
+
+type errBox struct{ err error }
+
+var _ server.Backend = (*Guard)(nil)
+
+// New wraps inner.
+func New(inner server.Backend, cfg Config) *Guard {
+	if cfg.FreeBytes == nil {
+		cfg.FreeBytes = statfsFree
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Guard{inner: inner, cfg: cfg}
+}
+
+// Stats counts the writes refused since New.
+type Stats struct {
+	RefusedQuota uint64 // past a tenant's quota
+	RefusedDisk  uint64 // below the disk reserve
+	// FreeBytes is the last free-space reading (-1 before the first).
+	FreeBytes int64
+}
+
+// Stats returns the counters.
+func (g *Guard) Stats() Stats {
+	free := int64(-1)
+	if g.sampled.Load() != 0 {
+		free = g.free.Load()
+	}
+	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(), FreeBytes: free}
+}
+
+// Do implements server.Backend.
+func (g *Guard) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	if resp := g.admit(tenant, req); resp != nil {
+		return resp
+	}
+	return g.inner.Do(ctx, tenant, req)
+}
+
+// admit returns the NO_SPACE answer for a write that may not grow the
+// tenant's usage now, or nil.
+func (g *Guard) admit(tenant tenants.ID, req *proto.Request) *proto.Response {
+	bound := growthBound(req)
+	if bound <= 0 {
+		return nil // reads, deletes, batches of deletes
+	}
+	var quota int64
+	if spec, ok := g.cfg.Registry.Get(tenant); ok {
+		quota = spec.QuotaBytes
+	}
+	used := int64(g.cfg.Ledger.Usage(tenant).Bytes)
+	overQuota := quota > 0 && used+bound > quota
+	lowDisk := g.diskLow()
+	if !overQuota && !lowDisk {
+		return nil
+	}
+	// Near a limit: compute what the write really adds.
+	growth, err := g.growth(tenant, req)
+	if err != nil {
+		return proto.Errorf(proto.StatusInternal, "reading the current value: %v", err)
+	}
+	switch {
+	case growth <= 0:
+		return nil
+	case quota > 0 && used+growth > quota:
+		g.refusedQuota.Add(1)
+		return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, growth, quota)
+	case lowDisk:
+		g.refusedDisk.Add(1)
+		return proto.Errorf(proto.StatusNoSpace, "the node's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); deletes are still served", g.free.Load(), g.cfg.DiskFreeMinBytes)
+	}
+	return nil
+}
+
+// growthBound is an upper bound of what req adds to its tenant's usage,
+// from the request alone: every value it writes, as if no key existed.
+func growthBound(req *proto.Request) int64 {
+	switch req.Op {
+	case proto.OpPut, proto.OpCAS:
+		return sm.KeyCost(len(req.Key), len(req.Value))
+	case proto.OpBatch:
+		var n int64
+		for i := range req.Ops {
+			if op := &req.Ops[i]; op.Op != proto.OpDelete {
+				n += sm.KeyCost(len(op.Key), len(op.Value))
+			}
+		}
+		return n
+	}
+	return 0
+}
+
+// growth is what req adds to its tenant's usage against the current state
+// (negative when it frees more than it takes), assuming every condition
+// holds.
+func (g *Guard) growth(tenant tenants.ID, req *proto.Request) (int64, error) {
+	type state struct {
+		len     int
+		present bool
+	}
+	seen := make(map[string]state, min(len(req.Ops)+1, batchKeysTracked))
+	cur := func(key []byte) (state, error) {
+		if st, ok := seen[string(key)]; ok {
+			return st, nil
+		}
+		n, ok, err := g.cfg.Ledger.ValueLen(tenant, key)
+		return state{n, ok}, err
+	}
+	var total int64
+	write := func(key, value []byte, del bool) error {
+		st, err := cur(key)
+		if err != nil {
+			return err
+		}
+		if st.present {
+			total -= sm.KeyCost(len(key), st.len)
+		}
+		next := state{}
+		if !del {
+			total += sm.KeyCost(len(key), len(value))
+			next = state{len(value), true}
+		}
+		seen[string(key)] = next
+		return nil
+	}
+	switch req.Op {
+	case proto.OpPut, proto.OpCAS:
+		return total, write(req.Key, req.Value, false)
+	case proto.OpBatch:
+		for i := range req.Ops {
+			op := &req.Ops[i]
+			if err := write(op.Key, op.Value, op.Op == proto.OpDelete); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// diskLow reports whether the data directory's filesystem had less free
+// space than the reserve at the latest reading, reading again when the
+// last one is older than diskSampleInterval. A failed reading counts as
+// low: a node that cannot tell must not fill its disk.
+func (g *Guard) diskLow() bool {
+	if g.cfg.DiskFreeMinBytes <= 0 {
+		return false
+	}
+	now := g.cfg.Now().UnixNano()
+	if last := g.sampled.Load(); last == 0 || now-last >= int64(diskSampleInterval) {
+		g.sample(now)
+	}
+	if b, _ := g.freeErr.Load().(errBox); b.err != nil {
+		return true
+	}
+	return g.free.Load() < g.cfg.DiskFreeMinBytes
+}
+
+func (g *Guard) sample(now int64) {
+	if g.sampled.Load() == 0 {
+		g.sampleMu.Lock() // no figure yet: wait for the first
+		defer g.sampleMu.Unlock()
+		if g.sampled.Load() != 0 {
+			return
+		}
+	} else if !g.sampleMu.TryLock() {
+		return // another writer is reading it; use the last figure
+	} else {
+		defer g.sampleMu.Unlock()
+	}
+	free, err := g.cfg.FreeBytes(g.cfg.DataDir)
+	g.freeErr.Store(errBox{err})
+	if err == nil {
+		g.free.Store(free)
+	}
+	g.sampled.Store(now)
+}
+
+// statfsFree is the space an unprivileged writer may still use on path's
+// filesystem.
+func statfsFree(path string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

@@ -1,0 +1,214 @@
+package space
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"synod/kv/local"
+	"synod/kv/proto"
+	"synod/kv/sm"
+	"synod/tenants"
+)
+
+// fixture is a Guard over a single-node backend on a real state machine.
+type fixture struct {
+	t     *testing.T
+	store *sm.SM
+	g     *Guard
+	free  int64 // what the planted statfs reports
+	now   time.Time
+	reads int // planted statfs calls
+	seq   uint64
+}
+
+func newFixture(t *testing.T, quota int64, reserve int64) *fixture {
+	t.Helper()
+	store, err := sm.Open(t.TempDir(), sm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	reg, err := tenants.NewRegistry([]tenants.Spec{
+		{ID: 1, Name: "capped", Token: "capped-token-0000000000000001", QuotaBytes: quota},
+		{ID: 2, Name: "free", Token: "free-token-00000000000000000002"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, store: store, free: 10 << 30, now: time.Unix(1000, 0)}
+	f.g = New(local.New(store, "127.0.0.1:1"), Config{Registry: reg, Ledger: store, DataDir: t.TempDir(), DiskFreeMinBytes: reserve,
+		FreeBytes: func(string) (int64, error) { f.reads++; return f.free, nil },
+		Now:       func() time.Time { return f.now }})
+	return f
+}
+
+func (f *fixture) do(tenant tenants.ID, req *proto.Request) *proto.Response {
+	f.t.Helper()
+	f.seq++
+	req.Tenant, req.ClientID, req.Seq, req.FirstUnacked = tenant, 7, f.seq, f.seq
+	return f.g.Do(context.Background(), tenant, req)
+}
+
+func (f *fixture) put(tenant tenants.ID, key string, valueLen int) proto.Status {
+	f.t.Helper()
+	return f.do(tenant, &proto.Request{Op: proto.OpPut, Key: []byte(key), Value: make([]byte, valueLen)}).Status
+}
+
+func (f *fixture) del(tenant tenants.ID, key string) proto.Status {
+	f.t.Helper()
+	return f.do(tenant, &proto.Request{Op: proto.OpDelete, Key: []byte(key)}).Status
+}
+
+// TestQuotaBoundaryByteByByte walks a put across the quota byte by byte:
+// usage + cost == quota is admitted, one byte more is NO_SPACE with
+// nothing written; an overwrite no larger than the old value, a delete
+// and a BATCH that frees as much as it takes pass at the quota; the
+// tenant without a quota is not affected.
+func TestQuotaBoundaryByteByByte(t *testing.T) {
+	const quota = 10_000
+	f := newFixture(t, quota, 0)
+	// Fill to quota - 100 with one key: cost = 1 + v + overhead.
+	first := quota - 100 - 1 - sm.KeyOverheadBytes
+	if st := f.put(1, "a", first); st != proto.StatusOK {
+		t.Fatalf("first put: %v", st)
+	}
+	if u := f.store.Usage(1); u.Bytes != quota-100 {
+		t.Fatalf("usage %d, want %d", u.Bytes, quota-100)
+	}
+	// A second key "b" may cost at most 100: value 100-1-16 = 83 fits.
+	fits := 100 - 1 - sm.KeyOverheadBytes
+	for _, n := range []int{fits + 2, fits + 1} {
+		resp := f.do(1, &proto.Request{Op: proto.OpPut, Key: []byte("b"), Value: make([]byte, n)})
+		if resp.Status != proto.StatusNoSpace || !strings.Contains(resp.Message, "quota") {
+			t.Fatalf("value of %d bytes (1 past the quota at %d): %v %q", n, fits, resp.Status, resp.Message)
+		}
+		if _, ok, _ := f.store.Get(1, []byte("b")); ok {
+			t.Fatalf("a refused put of %d bytes was written", n)
+		}
+	}
+	if st := f.put(1, "b", fits); st != proto.StatusOK {
+		t.Fatalf("value of %d bytes (exactly the quota): %v", fits, st)
+	}
+	if u := f.store.Usage(1); u.Bytes != quota {
+		t.Fatalf("usage %d at the quota, want %d", u.Bytes, quota)
+	}
+	// At the quota: overwrites that do not grow, deletes, a freeing BATCH.
+	for _, n := range []int{fits, fits - 1, 0} {
+		if st := f.put(1, "b", n); st != proto.StatusOK {
+			t.Fatalf("overwrite with %d bytes at the quota: %v", n, st)
+		}
+		if st := f.put(1, "b", fits); st != proto.StatusOK {
+			t.Fatalf("overwrite back to %d bytes: %v", fits, st)
+		}
+	}
+	if st := f.put(1, "b", fits+1); st != proto.StatusNoSpace {
+		t.Fatalf("growing overwrite at the quota: %v", st)
+	}
+	swap := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpDelete, Key: []byte("b")},
+		{Op: proto.OpPut, Key: []byte("c"), Value: make([]byte, fits)},
+	}}
+	if st := f.do(1, swap).Status; st != proto.StatusOK {
+		t.Fatalf("a batch that frees what it takes: %v", st)
+	}
+	grow := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpDelete, Key: []byte("c")},
+		{Op: proto.OpPut, Key: []byte("d"), Value: make([]byte, fits+1)},
+	}}
+	if st := f.do(1, grow).Status; st != proto.StatusNoSpace {
+		t.Fatalf("a batch that takes one byte more than it frees: %v", st)
+	}
+	cas := &proto.Request{Op: proto.OpCAS, Key: []byte("c"), ExpectPresent: true, Expect: make([]byte, fits), Value: make([]byte, fits+1)}
+	if st := f.do(1, cas).Status; st != proto.StatusNoSpace {
+		t.Fatalf("a growing CAS at the quota: %v", st)
+	}
+	if st := f.del(1, "a"); st != proto.StatusOK {
+		t.Fatalf("delete at the quota: %v", st)
+	}
+	if st := f.put(1, "e", first); st != proto.StatusOK {
+		t.Fatalf("put after the delete made room: %v", st)
+	}
+	// The other tenant has no quota.
+	if st := f.put(2, "big", 500_000); st != proto.StatusOK {
+		t.Fatalf("tenant without a quota: %v", st)
+	}
+	if s := f.g.Stats(); s.RefusedQuota != 5 || s.RefusedDisk != 0 {
+		t.Fatalf("stats %+v, want 5 refused for the quota", s)
+	}
+}
+
+// TestDiskReserve: below the reserve every growing write is NO_SPACE
+// naming the disk, deletes and shrinking overwrites pass, and the free
+// space is read at most once per diskSampleInterval.
+func TestDiskReserve(t *testing.T) {
+	const reserve = 1 << 20
+	f := newFixture(t, 0, reserve)
+	if st := f.put(2, "k", 1000); st != proto.StatusOK {
+		t.Fatal(st)
+	}
+	f.free = reserve - 1
+	if st := f.put(2, "k2", 10); st != proto.StatusOK {
+		t.Fatalf("a put within the sampling interval of a reading above the reserve: %v", st)
+	}
+	f.now = f.now.Add(diskSampleInterval)
+	resp := f.do(2, &proto.Request{Op: proto.OpPut, Key: []byte("k3"), Value: []byte("x")})
+	if resp.Status != proto.StatusNoSpace || !strings.Contains(resp.Message, "disk") {
+		t.Fatalf("below the reserve: %v %q", resp.Status, resp.Message)
+	}
+	if st := f.put(2, "k", 999); st != proto.StatusOK {
+		t.Fatalf("a shrinking overwrite below the reserve: %v", st)
+	}
+	if st := f.del(2, "k2"); st != proto.StatusOK {
+		t.Fatalf("a delete below the reserve: %v", st)
+	}
+	reads := f.reads
+	for i := 0; i < 100; i++ {
+		if st := f.put(2, fmt.Sprint("n", i), 10); st != proto.StatusNoSpace {
+			t.Fatalf("put %d below the reserve: %v", i, st)
+		}
+	}
+	if f.reads != reads {
+		t.Fatalf("%d statfs calls within one interval", f.reads-reads)
+	}
+	f.free = reserve
+	f.now = f.now.Add(diskSampleInterval)
+	if st := f.put(2, "k3", 10); st != proto.StatusOK {
+		t.Fatalf("at exactly the reserve: %v", st)
+	}
+	// A reading that fails counts as low.
+	f.g.cfg.FreeBytes = func(string) (int64, error) { return 0, errors.New("planted statfs failure") }
+	f.now = f.now.Add(diskSampleInterval)
+	if st := f.put(2, "k4", 10); st != proto.StatusNoSpace {
+		t.Fatalf("after a failed reading: %v", st)
+	}
+	if s := f.g.Stats(); s.RefusedDisk != 102 || s.RefusedQuota != 0 {
+		t.Fatalf("stats %+v, want 102 refused for the disk", s)
+	}
+}
+
+// TestDiskReserveOff: a reserve of 0 never reads the disk.
+func TestDiskReserveOff(t *testing.T) {
+	f := newFixture(t, 0, 0)
+	f.free = 0
+	if st := f.put(2, "k", 10); st != proto.StatusOK {
+		t.Fatal(st)
+	}
+	if f.reads != 0 {
+		t.Fatalf("%d statfs calls with the reserve off", f.reads)
+	}
+}
+
+// TestStatfsFree reads this machine's temporary directory.
+func TestStatfsFree(t *testing.T) {
+	free, err := statfsFree(t.TempDir())
+	if err != nil || free <= 0 {
+		t.Fatalf("statfs: %d, %v", free, err)
+	}
+	if _, err := statfsFree("/nonexistent/synod"); err == nil {
+		t.Fatal("statfs of a missing path did not fail")
+	}
+}
