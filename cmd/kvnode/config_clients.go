@@ -53,7 +53,10 @@ func (c *Config) clientShares() (map[tenants.ID]int, error) {
 // parseConfig).
 func (c *Config) smOptions() sm.Options {
 	shares, _ := c.clientShares()
-	o := sm.Options{ClientsMax: shares}
+	// Pebble's errors and write stalls reach the node's log (they were
+	// discarded: a full disk wedged every write without a line).
+	pl := newLogger(c).With().Str("loop", "pebble").Logger()
+	o := sm.Options{ClientsMax: shares, Log: &pl}
 	if plan, err := c.memoryPlan(); err == nil { // validated by parseConfig
 		plan.applySM(&o) // Pebble's share of [memory] (config_memory.go)
 	}

@@ -214,7 +214,7 @@ func (s *SM) pebbleOptions() *pebble.Options {
 	if s.opts.Log != nil {
 		log = *s.opts.Log
 	}
-	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}}
+	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}, EventListener: pebbleEvents(log)}
 	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)
 	return po
 }

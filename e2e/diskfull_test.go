@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"synod/kv/client"
+)
+
+// diskFullFsBytes is the size of the filesystem the tests fill.
+const diskFullFsBytes = 192 << 20
+
+// mountSmallFs mounts a tmpfs of diskFullFsBytes at dir (unmounted by
+// t.Cleanup). It skips without root, and fails under CI=true, where the
+// runner is root.
+func mountSmallFs(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", diskFullFsBytes), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but mounting a tmpfs failed: %v: %s", err, out)
+		}
+		t.Skipf("mounting a tmpfs needs root: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+}
+
+// freeBytes is what statfs reports free on dir's filesystem.
+func freeBytes(t *testing.T, dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+// diskFullNode starts a one-node cluster whose data_dir is a small tmpfs,
+// with [limits] tables, serving tenantA.
+func diskFullNode(t *testing.T, tables string) (*cluster, string) {
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := c.pmemDir("synod-e2e-diskfull-")
+	nd := &node{id: 1, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	c.nodes = []*node{nd}
+	data := filepath.Join(c.dir, "data1")
+	mountSmallFs(t, data)
+	c.writeConfig(nd, 71, mode, "", tables, []tenant{tenantA})
+	t.Cleanup(func() { c.stopAll(true) })
+	c.start(nd)
+	c.leader()
+	return c, data
+}
+
+// fill puts incompressible 64 KiB values under new keys until a put
+// fails or limit keys are written; it returns the acknowledged keys and
+// the error that stopped it.
+func fill(t *testing.T, cl *client.Client, prefix string, limit int) ([][]byte, []byte, error) {
+	value := make([]byte, 64<<10)
+	rand.Read(value)
+	var acked [][]byte
+	for i := 0; i < limit; i++ {
+		key := fmt.Appendf(nil, "%s-%05d", prefix, i)
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		err := cl.Put(ctx, key, value)
+		cancel()
+		if err != nil {
+			return acked, value, err
+		}
+		acked = append(acked, key)
+	}
+	return acked, value, nil
+}
+
+// readAll requires every acknowledged key to read back with value.
+func readAll(t *testing.T, cl *client.Client, keys [][]byte, value []byte) {
+	t.Helper()
+	for _, k := range keys {
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		v, err := cl.Get(ctx, k)
+		cancel()
+		if err != nil || len(v) != len(value) || string(v) != string(value) {
+			t.Fatalf("acknowledged key %s: %d bytes, %v", k, len(v), err)
+		}
+	}
+}
+
+// TestDiskReserveKeepsAFullDiskAway: a client writing incompressible
+// values into a node whose data_dir is a 192 MiB filesystem, with the
+// reserve at 48 MiB, is answered NO_SPACE naming the disk before the
+// filesystem fills; the node stays up, a delete is served, and every
+// acknowledged write reads back.
+func TestDiskReserveKeepsAFullDiskAway(t *testing.T) {
+	c, data := diskFullNode(t, "[limits]\ndisk_free_min_bytes = 50331648\n")
+	cl := dialClient(t, c.endpoints(), tenantA.token, 3)
+	defer cl.Close()
+	acked, value, err := fill(t, cl, "r", 10000)
+	if !errors.Is(err, client.ErrNoSpace) || !strings.Contains(err.Error(), "disk") {
+		t.Fatalf("after %d puts: %v, want NO_SPACE naming the disk", len(acked), err)
+	}
+	free := freeBytes(t, data)
+	if free <= 0 || len(acked) < 100 {
+		t.Fatalf("%d puts acknowledged, %d bytes free: want the reserve to stop them before the disk filled", len(acked), free)
+	}
+	ctx, cancel := ctxTimeout(10 * time.Second)
+	defer cancel()
+	if err := cl.Delete(ctx, acked[0]); err != nil {
+		t.Fatalf("a delete below the reserve: %v", err)
+	}
+	readAll(t, cl, acked[1:], value)
+	if !c.nodes[0].running() {
+		t.Fatal("the node exited")
+	}
+	t.Logf("disk reserve: fs_mib=%d reserve_mib=48 acked=%d (%d MiB) free_mib_after=%d refused=NO_SPACE lost=0",
+		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20)
+}
+
+// TestDiskFullWithoutReserveRecovers: with the reserve off, the same
+// client fills the filesystem: writes then stall (UNAVAILABLE, outcome
+// unknown), the node says why in its log (Pebble's failed flush, no space
+// left on device) and does not exit; once the filesystem grows, writes
+// resume and every acknowledged write reads back.
+func TestDiskFullWithoutReserveRecovers(t *testing.T) {
+	c, data := diskFullNode(t, "[limits]\ndisk_free_min_bytes = 0\n")
+	nd := c.nodes[0]
+	cl := dialClient(t, c.endpoints(), tenantA.token, 1)
+	defer cl.Close()
+	acked, value, err := fill(t, cl, "f", 10000)
+	if err == nil {
+		t.Fatalf("%d puts of 64 KiB fit in %d MiB", len(acked), diskFullFsBytes>>20)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(readLog(nd), "no space left on device") {
+		if time.Now().After(deadline) {
+			t.Fatalf("writes failed (%v) but the log never said the disk is full:\n%s", err, tail(readLog(nd), 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !nd.running() {
+		t.Fatal("the node exited on a full disk")
+	}
+	// Room again: Pebble's retried flush succeeds and writes resume.
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", 4*diskFullFsBytes), data).CombinedOutput(); err != nil {
+		t.Fatalf("growing the tmpfs: %v: %s", err, out)
+	}
+	resumed := false
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); {
+		ctx, cancel := ctxTimeout(5 * time.Second)
+		err := cl.Put(ctx, []byte("after-room"), []byte("v"))
+		cancel()
+		if err == nil {
+			resumed = true
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !resumed {
+		t.Fatalf("writes did not resume after the filesystem grew:\n%s", tail(readLog(nd), 3000))
+	}
+	readAll(t, cl, acked, value)
+	t.Logf("disk full without reserve: fs_mib=%d acked=%d stopped_by=%.60q log_says_full=true resumed=true lost=0",
+		diskFullFsBytes>>20, len(acked), err.Error())
+}
