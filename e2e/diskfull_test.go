@@ -100,7 +100,8 @@ func readAll(t *testing.T, cl *client.Client, keys [][]byte, value []byte) {
 // values into a node whose data_dir is a 192 MiB filesystem, with the
 // reserve at 48 MiB, is answered NO_SPACE naming the disk before the
 // filesystem fills; the node stays up, a delete is served, and every
-// acknowledged write reads back.
+// acknowledged write reads back. Deleting everything gives the space back
+// (the node compacts when short) and puts are admitted again.
 func TestDiskReserveKeepsAFullDiskAway(t *testing.T) {
 	c, data := diskFullNode(t, "[limits]\ndisk_free_min_bytes = 50331648\n")
 	cl := dialClient(t, c.endpoints(), tenantA.token, 3)
@@ -122,8 +123,36 @@ func TestDiskReserveKeepsAFullDiskAway(t *testing.T) {
 	if !c.nodes[0].running() {
 		t.Fatal("the node exited")
 	}
-	t.Logf("disk reserve: fs_mib=%d reserve_mib=48 acked=%d (%d MiB) free_mib_after=%d refused=NO_SPACE lost=0",
-		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20)
+	// Deleting gives the space back: the node compacts when short, and a
+	// put is admitted again (it stayed refused for minutes before).
+	for _, k := range acked[1:] {
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		err := cl.Delete(ctx, k)
+		cancel()
+		if err != nil {
+			t.Fatalf("delete %s below the reserve: %v", k, err)
+		}
+	}
+	start := time.Now()
+	for {
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		err := cl.Put(ctx, []byte("after-deletes"), value)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrNoSpace) || time.Since(start) > 30*time.Second {
+			t.Fatalf("a put %v after deleting everything: %v (free %d bytes)", time.Since(start), err, freeBytes(t, data))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	back := time.Since(start)
+	freeAfter := freeBytes(t, data)
+	if !strings.Contains(readLog(c.nodes[0]), "compacted the store") {
+		t.Fatal("no compaction was logged")
+	}
+	t.Logf("disk reserve: fs_mib=%d reserve_mib=48 acked=%d (%d MiB) free_mib_at_refusal=%d refused=NO_SPACE lost=0 deleted_all=true put_admitted_after=%v free_mib_after_compaction=%d",
+		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, back.Round(100*time.Millisecond), freeAfter>>20)
 }
 
 // TestDiskFullWithoutReserveRecovers: with the reserve off, the same

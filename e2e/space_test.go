@@ -98,7 +98,7 @@ func TestStorageQuotaAndDiskReserve(t *testing.T) {
 		for {
 			var got []int64
 			for _, nd := range c.nodes {
-				got = append(got, int64(metricValue(nd, fmt.Sprintf("synod_tenant_stored_bytes{tenant=\"%d\"}", tenantQuota.id))))
+				got = append(got, int64(metricValue(nd, fmt.Sprintf("synod_tenant_stored_bytes{tenant=\"%s\"}", tenantQuota.name))))
 			}
 			if got[0] == want && got[1] == want && got[2] == want {
 				t.Logf("%s: stored bytes on the three nodes %v", when, got)

@@ -424,6 +424,15 @@ func (c *Config) validate() error {
 		default:
 			return fmt.Errorf("tenants[%d].priority: %q is not one of critical, standard, bulk", i, t.Priority)
 		}
+		for _, n := range []struct {
+			key string
+			v   float64
+		}{{"quota_bytes", float64(t.QuotaBytes)}, {"max_key_bytes", float64(t.MaxKeyBytes)}, {"max_value_bytes", float64(t.MaxValueBytes)},
+			{"ops_per_sec", t.OpsPerSec}, {"ops_burst", t.OpsBurst}, {"bytes_per_sec", t.BytesPerSec}, {"bytes_burst", t.BytesBurst}} {
+			if n.v < 0 {
+				return fmt.Errorf("tenants[%d].%s: %v is negative (0 or absent: no limit)", i, n.key, n.v)
+			}
+		}
 	}
 	if _, err := c.clientShares(); err != nil {
 		return err

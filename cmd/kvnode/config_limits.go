@@ -65,9 +65,11 @@ func (c *LimitsConfig) diskFreeMinBytes() int64 {
 
 // spaceGuard wraps be in the storage admission of kv/space: the tenants'
 // quota_bytes and the disk reserve.
-func (c *Config) spaceGuard(be server.Backend, reg *tenants.Registry, ledger space.Ledger) *space.Guard {
+// isLeader reports whether this node leads; only the leader checks
+// (followers redirect). Its reclaim loop runs on every node (Start).
+func (c *Config) spaceGuard(be server.Backend, reg *tenants.Registry, ledger space.Ledger, isLeader func() bool) *space.Guard {
 	return space.New(be, space.Config{Registry: reg, Ledger: ledger, DataDir: c.DataDir,
-		DiskFreeMinBytes: c.Limits.diskFreeMinBytes()})
+		DiskFreeMinBytes: c.Limits.diskFreeMinBytes(), IsLeader: isLeader})
 }
 
 func (c *LimitsConfig) validate() error {

@@ -87,3 +87,18 @@ func TestDiskFreeMinBytes(t *testing.T) {
 		t.Fatal("the default changed: README and examples/kvnode.toml say 1 GiB")
 	}
 }
+
+// TestTenantLimitsNamed: a negative tenant limit is an error naming the
+// key (it was "negative limit or weight above 1000").
+func TestTenantLimitsNamed(t *testing.T) {
+	base := readExample(t)
+	for _, key := range []string{"quota_bytes", "ops_per_sec", "bytes_burst"} {
+		cfg := strings.Replace(base, "priority = \"standard\"\n", "priority = \"standard\"\n"+key+" = -1\n", 1)
+		cfg = strings.Replace(cfg, "ops_per_sec = 0\n", "", 1)
+		cfg = strings.Replace(cfg, "bytes_burst = 0\n", "", 1)
+		_, err := parseConfig([]byte(cfg))
+		if err == nil || !strings.Contains(err.Error(), "tenants[0]."+key+": -1 is negative") {
+			t.Errorf("%s = -1: %v", key, err)
+		}
+	}
+}

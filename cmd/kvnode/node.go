@@ -182,8 +182,10 @@ func runNode(cfg *Config) error {
 	rbackend := replica.NewBackend(rep, store)
 	rbackend.Tenants = tmetrics
 	// Quotas and the disk reserve, before anything is proposed.
-	backend := cfg.spaceGuard(rbackend, reg, store)
+	backend := cfg.spaceGuard(rbackend, reg, store, func() bool { return rep.Status().Role == paxos.RoleLeader })
 	promReg.MustRegister(backend.Collector())
+	backend.Start(log.With().Str("loop", "space").Logger())
+	defer backend.Stop()
 	var admitter server.Admitter = shaperAdmitter{shaper}
 	if cfg.AccelShaper {
 		ad, err := rep.AccelAdmitter(reg, tmetrics)

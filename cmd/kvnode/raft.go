@@ -91,7 +91,9 @@ func runRaftNode(cfg *Config) error {
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
-	backend := cfg.spaceGuard(raftpath.NewBackend(node), reg, node.SM())
+	backend := cfg.spaceGuard(raftpath.NewBackend(node), reg, node.SM(), node.IsLeader)
+	backend.Start(log.With().Str("loop", "space").Logger())
+	defer backend.Stop()
 	scfg := cfg.clientServerConfig(shaperAdmitter{shaper})
 	scfg.AdminToken = cfg.Admin.token // member ops are refused by the raft backend, with the reason
 	srv := server.New(scfg, reg, backend, log.With().Str("loop", "server").Logger())

@@ -59,6 +59,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 	if usage != nil {
 		s.usage.replace(usage)
 	}
+	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)
 	return results, nil
 }

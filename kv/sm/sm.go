@@ -42,6 +42,7 @@ package sm
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -166,6 +167,10 @@ type SM struct {
 	mem pebbleMem // the cache shared by every Pebble opened (memory.go)
 
 	usage usageTable // every tenant's stored keys and bytes (usage.go)
+
+	garbage       atomic.Uint64                      // values deleted or replaced since Open or Compact
+	compactMu     sync.Mutex                         // one Compact at a time
+	compactCancel atomic.Pointer[context.CancelFunc] // the running Compact's (stopCompaction)
 }
 
 var (
@@ -320,6 +325,7 @@ func (s *SM) Abandon() error {
 	defer s.mem.release() // after Pebble closed
 	s.abortSnapshots()
 	s.abortStaging()
+	s.stopCompaction()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.dbClosed {
@@ -347,6 +353,7 @@ func (s *SM) Close() error {
 	s.snapMu.Unlock()
 	s.snapWG.Wait()
 	s.abortStaging()
+	s.stopCompaction()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.dbClosed {

@@ -349,6 +349,7 @@ func (s *SM) InstallStaged(slot uint64) error {
 // swapLocked swaps the complete staged copy in (s.mu held).
 func (s *SM) swapLocked(slot uint64) error {
 	s.abortSnapshots()
+	s.stopCompaction()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if err := s.db.Close(); err != nil {

@@ -2,6 +2,7 @@ package sm
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -117,6 +118,58 @@ func (s *SM) Usages() map[tenants.ID]Usage {
 	return out
 }
 
+// Answered reports whether the exactly-once table already decides the
+// write (client, seq) of tenant: a remembered result, or SEQUENCE_STALE.
+// Such a write is answered from the table and never applied again, so
+// admission must not refuse it for space.
+func (s *SM) Answered(tenant tenants.ID, client, seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.clients == nil {
+		return false
+	}
+	_, ok := s.lookup(clientKey{tenant: tenant, client: client}, seq)
+	return ok
+}
+
+// Garbage is how many values Apply has deleted or replaced since Open or
+// the last Compact: space Pebble gives back only when a compaction
+// rewrites their tables.
+func (s *SM) Garbage() uint64 { return s.garbage.Load() }
+
+// Compact compacts the whole store, giving back the space of deleted and
+// replaced values, and resets Garbage. Reads and applies go on meanwhile;
+// a restore's swap and Close cancel it (stopCompaction).
+func (s *SM) Compact() error {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.compactCancel.Store(&cancel)
+	defer func() {
+		s.compactCancel.Store(nil)
+		cancel()
+	}()
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.dbClosed {
+		return ErrClosed
+	}
+	g := s.garbage.Load()
+	if err := s.db.Compact(ctx, prefixEnd(metaPrefix), keyspaceEnd, true); err != nil {
+		return fmt.Errorf("sm: compacting: %w", err)
+	}
+	s.garbage.Add(-g)
+	return nil
+}
+
+// stopCompaction cancels a Compact in progress (before taking dbMu to
+// close or swap the database, which would otherwise wait for it).
+func (s *SM) stopCompaction() {
+	if c := s.compactCancel.Load(); c != nil {
+		(*c)()
+	}
+}
+
 // applyDelta returns u changed by d. A result below zero means the stored
 // figures were wrong; it stops at zero (every replica does the same).
 func applyDelta(u Usage, d usageDelta) Usage {
@@ -138,6 +191,7 @@ type slotBatch struct {
 	batch   *pebble.Batch
 	db      *pebble.DB
 	written map[string]int
+	garbage uint64 // values the slot deleted or replaced (SM.Garbage)
 }
 
 // valueLen returns the length of key's current value as the slot sees it
@@ -169,6 +223,7 @@ func (w *slotBatch) set(dk, value []byte, d *usageDelta) error {
 	if ok && !testingUsageForgetsOldValue {
 		d.bytes -= keyCost(userKey, oldLen)
 		d.keys--
+		w.garbage++
 	}
 	d.bytes += keyCost(userKey, len(value))
 	d.keys++
@@ -187,6 +242,7 @@ func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
 	}
 	d.bytes -= keyCost(len(dk)-len(metaPrefix), oldLen)
 	d.keys--
+	w.garbage++
 	w.written[string(dk)] = -1
 	return w.batch.Delete(dk, nil)
 }

@@ -1,8 +1,6 @@
 package space
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,22 +8,24 @@ import (
 // usage (one series per tenant of the registry: at most
 // tenants.TenantsMax).
 type collector struct {
-	g                                      *Guard
-	refused, free, stored, keys, quotaDesc *prometheus.Desc
+	g                                                   *Guard
+	refused, free, stored, keys, quotaDesc, compactions *prometheus.Desc
 }
 
 // Collector returns the guard's Prometheus collector:
 // synod_space_refused_total{reason="quota"|"disk"}, synod_disk_free_bytes,
-// and per tenant synod_tenant_stored_bytes, synod_tenant_stored_keys and
-// synod_tenant_quota_bytes (0: none).
+// synod_space_compactions_total, and per tenant (labelled by name, as the
+// other synod_tenant_* series) synod_tenant_stored_bytes,
+// synod_tenant_stored_keys and synod_tenant_quota_bytes (0: none).
 func (g *Guard) Collector() prometheus.Collector {
 	return &collector{
-		g:         g,
-		refused:   prometheus.NewDesc("synod_space_refused_total", "Writes answered NO_SPACE, by reason: quota (past the tenant's quota_bytes) or disk (below disk_free_min_bytes).", []string{"reason"}, nil),
-		free:      prometheus.NewDesc("synod_disk_free_bytes", "Free bytes of data_dir's filesystem at the last reading (read at most every 250 ms, while writes arrive and the reserve is on).", nil, nil),
-		stored:    prometheus.NewDesc("synod_tenant_stored_bytes", "What the tenant stores as its quota counts it: user keys + values + 16 bytes per key, as of the last apply on this node.", []string{"tenant"}, nil),
-		keys:      prometheus.NewDesc("synod_tenant_stored_keys", "Keys the tenant stores, as of the last apply on this node.", []string{"tenant"}, nil),
-		quotaDesc: prometheus.NewDesc("synod_tenant_quota_bytes", "The tenant's storage quota (quota_bytes); 0: none.", []string{"tenant"}, nil),
+		g:           g,
+		refused:     prometheus.NewDesc("synod_space_refused_total", "Writes answered NO_SPACE, by reason: quota (past the tenant's quota_bytes) or disk (below disk_free_min_bytes).", []string{"reason"}, nil),
+		free:        prometheus.NewDesc("synod_disk_free_bytes", "Free bytes of data_dir's filesystem at the last reading (read at most every 250 ms, while writes arrive and the reserve is on).", nil, nil),
+		stored:      prometheus.NewDesc("synod_tenant_stored_bytes", "What the tenant stores as its quota counts it: user keys + values + 16 bytes per key, as of the last apply on this node.", []string{"tenant"}, nil),
+		keys:        prometheus.NewDesc("synod_tenant_stored_keys", "Keys the tenant stores, as of the last apply on this node.", []string{"tenant"}, nil),
+		quotaDesc:   prometheus.NewDesc("synod_tenant_quota_bytes", "The tenant's storage quota (quota_bytes); 0: none.", []string{"tenant"}, nil),
+		compactions: prometheus.NewDesc("synod_space_compactions_total", "Compactions of the whole store run because the disk was short of space and values had been deleted or replaced.", nil, nil),
 	}
 }
 
@@ -35,17 +35,19 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.stored
 	ch <- c.keys
 	ch <- c.quotaDesc
+	ch <- c.compactions
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.g.Stats()
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedQuota), "quota")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedDisk), "disk")
+	ch <- prometheus.MustNewConstMetric(c.compactions, prometheus.CounterValue, float64(st.Compactions))
 	if st.FreeBytes >= 0 {
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(st.FreeBytes))
 	}
 	for _, spec := range c.g.cfg.Registry.All() {
-		id := strconv.FormatUint(uint64(spec.ID), 10)
+		id := spec.Name
 		u := c.g.cfg.Ledger.Usage(spec.ID)
 		ch <- prometheus.MustNewConstMetric(c.stored, prometheus.GaugeValue, float64(u.Bytes), id)
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(u.Keys), id)

@@ -1,27 +1,33 @@
 // Package space refuses writes that would take a tenant past its storage
-// quota or fill the node's disk, before they are proposed.
+// quota or fill the node's disk, before they are proposed, and compacts
+// the store when the disk is low so that deletes give space back.
 //
-// Contract. Guard wraps a server.Backend. A write whose effect would grow
-// what its tenant stores (sm.Usage: user keys + values + sm.KeyOverheadBytes
-// per key) is answered NO_SPACE, with nothing proposed, when
-//   - the tenant has a quota (tenants.Spec.QuotaBytes) and its usage plus
-//     the growth would pass it, or
+// Contract. Guard wraps a server.Backend. On the node that leads (writes
+// sent elsewhere pass through to be redirected), a write whose effect
+// would grow what its tenant stores (sm.Usage: user keys + values +
+// sm.KeyOverheadBytes per key) is answered NO_SPACE, with nothing
+// proposed, when
+//   - the tenant has a quota (tenants.Spec.QuotaBytes) and its usage, plus
+//     what its writes already in flight on this node may add, plus the
+//     growth would pass it, or
 //   - the filesystem holding the data directory has fewer free bytes than
 //     the reserve (Config.DiskFreeMinBytes).
 //
 // A write that does not grow the tenant's usage (a delete, an overwrite
 // with a value no longer than the old one, a BATCH whose deletes free as
 // much as its puts take) is never refused for space, so a tenant at its
-// quota or a node at its reserve can always make room.
+// quota or a node at its reserve can always make room. A write the
+// exactly-once table already decides (a retry of an applied write, a
+// stale seq) is never refused either: it is answered from the table.
 //
-// The check is admission, not part of the state machine: it reads the
-// usage as of the last Apply on this node, so writes admitted but not yet
-// applied are not counted. A tenant can pass its quota by at most what it
-// has in flight (bounded by the connection and pipeline limits: at most
-// RequestBodyBytesMax per in-flight request). Keeping it out of Apply is
-// deliberate: replicas configured with different quotas (during a rolling
-// configuration change) would otherwise disagree about which writes
-// applied.
+// The check is admission, not part of the state machine. Writes in flight
+// count at their upper bound (every value as if its key were new), so
+// concurrent writes near the quota may be refused that would have fit one
+// after the other; a write whose request timed out (UNAVAILABLE) stops
+// counting though it may still apply, so a tenant passes its quota by at
+// most such writes. Keeping it out of Apply is deliberate: replicas
+// configured with different quotas (during a rolling configuration
+// change) would otherwise disagree about which writes applied.
 package space
 
 import (
@@ -54,11 +60,16 @@ const (
 	batchKeysTracked = proto.BatchOpsMax
 )
 
-// Ledger is what the guard reads: the state machine's usage figures and
-// the length of a stored value (*sm.SM implements it).
+// Ledger is what the guard reads of the state machine (*sm.SM implements
+// it): usage figures, the length of a stored value, whether the
+// exactly-once table already decides a write, and the compaction that
+// gives back the space of deleted and overwritten values.
 type Ledger interface {
 	Usage(tenant tenants.ID) sm.Usage
 	ValueLen(tenant tenants.ID, key []byte) (int, bool, error)
+	Answered(tenant tenants.ID, client, seq uint64) bool
+	Garbage() uint64
+	Compact() error
 }
 
 // Config configures a Guard.
@@ -74,6 +85,10 @@ type Config struct {
 	FreeBytes func(path string) (int64, error)
 	// Now is the clock of the disk sampling; nil is time.Now.
 	Now func() time.Time
+	// IsLeader reports whether this node leads; nil: always. Only the
+	// leader checks: a write sent to a follower passes through to be
+	// redirected (or proxied) to the leader, which decides.
+	IsLeader func() bool
 }
 
 // Guard is a server.Backend that refuses growing writes for space and
@@ -88,6 +103,12 @@ type Guard struct {
 	freeErr  atomic.Value // error of the last reading (errBox), nil when it read
 
 	refusedQuota, refusedDisk atomic.Uint64
+
+	pendingMu sync.Mutex
+	pending   map[tenants.ID]*atomic.Int64 // growth bounds of writes in flight, per tenant
+
+	compactions  atomic.Uint64
+	stopC, doneC chan struct{} // the reclaim loop (reclaim.go)
 }
 
 type errBox struct{ err error }
@@ -102,7 +123,10 @@ func New(inner server.Backend, cfg Config) *Guard {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Guard{inner: inner, cfg: cfg}
+	if cfg.IsLeader == nil {
+		cfg.IsLeader = func() bool { return true }
+	}
+	return &Guard{inner: inner, cfg: cfg, pending: map[tenants.ID]*atomic.Int64{}}
 }
 
 // Stats counts the writes refused since New.
@@ -111,6 +135,8 @@ type Stats struct {
 	RefusedDisk  uint64 // below the disk reserve
 	// FreeBytes is the last free-space reading (-1 before the first).
 	FreeBytes int64
+	// Compactions run to give back space (reclaim.go).
+	Compactions uint64
 }
 
 // Stats returns the counters.
@@ -119,35 +145,59 @@ func (g *Guard) Stats() Stats {
 	if g.sampled.Load() != 0 {
 		free = g.free.Load()
 	}
-	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(), FreeBytes: free}
+	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(), FreeBytes: free,
+		Compactions: g.compactions.Load()}
 }
 
 // Do implements server.Backend.
 func (g *Guard) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
-	if resp := g.admit(tenant, req); resp != nil {
+	bound := growthBound(req)
+	if bound <= 0 {
+		return g.inner.Do(ctx, tenant, req) // reads, deletes, batches of deletes
+	}
+	// Count this write in flight first, then check: two writes checked
+	// at once both see each other.
+	p := g.pendingOf(tenant)
+	inFlight := p.Add(bound) - bound
+	defer p.Add(-bound)
+	if resp := g.admit(tenant, req, bound, inFlight); resp != nil {
 		return resp
 	}
 	return g.inner.Do(ctx, tenant, req)
 }
 
-// admit returns the NO_SPACE answer for a write that may not grow the
-// tenant's usage now, or nil.
-func (g *Guard) admit(tenant tenants.ID, req *proto.Request) *proto.Response {
-	bound := growthBound(req)
-	if bound <= 0 {
-		return nil // reads, deletes, batches of deletes
+// pendingOf is tenant's in-flight counter.
+func (g *Guard) pendingOf(tenant tenants.ID) *atomic.Int64 {
+	g.pendingMu.Lock()
+	defer g.pendingMu.Unlock()
+	p := g.pending[tenant]
+	if p == nil {
+		p = new(atomic.Int64)
+		g.pending[tenant] = p
 	}
+	return p
+}
+
+// admit returns the NO_SPACE answer for a write (growth at most bound)
+// that may not grow the tenant's usage now, given what the tenant's other
+// writes in flight may add, or nil.
+func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int64) *proto.Response {
 	var quota int64
 	if spec, ok := g.cfg.Registry.Get(tenant); ok {
 		quota = spec.QuotaBytes
 	}
 	used := int64(g.cfg.Ledger.Usage(tenant).Bytes)
-	overQuota := quota > 0 && used+bound > quota
+	overQuota := quota > 0 && used+inFlight+bound > quota
 	lowDisk := g.diskLow()
 	if !overQuota && !lowDisk {
 		return nil
 	}
-	// Near a limit: compute what the write really adds.
+	// Near a limit. A follower does not decide (the leader will), and a
+	// write the exactly-once table decides is answered from it.
+	if !g.cfg.IsLeader() || g.cfg.Ledger.Answered(tenant, req.ClientID, req.Seq) {
+		return nil
+	}
+	// Compute what the write really adds.
 	growth, err := g.growth(tenant, req)
 	if err != nil {
 		return proto.Errorf(proto.StatusInternal, "reading the current value: %v", err)
@@ -155,8 +205,11 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request) *proto.Response {
 	switch {
 	case growth <= 0:
 		return nil
-	case quota > 0 && used+growth > quota:
+	case quota > 0 && used+inFlight+growth > quota:
 		g.refusedQuota.Add(1)
+		if inFlight > 0 {
+			return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes and has writes in flight that may add %d; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, inFlight, growth, quota)
+		}
 		return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, growth, quota)
 	case lowDisk:
 		g.refusedDisk.Add(1)

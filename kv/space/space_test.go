@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"synod/kv/local"
 	"synod/kv/proto"
 	"synod/kv/sm"
@@ -210,5 +212,159 @@ func TestStatfsFree(t *testing.T) {
 	}
 	if _, err := statfsFree("/nonexistent/synod"); err == nil {
 		t.Fatal("statfs of a missing path did not fail")
+	}
+}
+
+// doAs sends req as (client, seq) of tenant.
+func (f *fixture) doAs(tenant tenants.ID, client, seq uint64, req *proto.Request) *proto.Response {
+	f.t.Helper()
+	req.Tenant, req.ClientID, req.Seq, req.FirstUnacked = tenant, client, seq, seq
+	return f.g.Do(context.Background(), tenant, req)
+}
+
+// TestQuotaRetryIsAnsweredFromTheTable: a retry of a write that already
+// applied gets its remembered result at the quota, not NO_SPACE (which
+// would tell the client that nothing was written), and a stale seq gets
+// SEQUENCE_STALE (found by an outside tester).
+func TestQuotaRetryIsAnsweredFromTheTable(t *testing.T) {
+	const quota = 1000
+	f := newFixture(t, quota, 0)
+	put := func(n int) *proto.Request {
+		return &proto.Request{Op: proto.OpPut, Key: []byte("k"), Value: make([]byte, n)}
+	}
+	if r := f.doAs(1, 50, 7, put(100)); r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+	// Another client shrinks k and fills the tenant to the quota.
+	if r := f.doAs(1, 51, 1, put(1)); r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+	fill := quota - int(f.store.Usage(1).Bytes) - 4 - sm.KeyOverheadBytes
+	if r := f.doAs(1, 51, 2, &proto.Request{Op: proto.OpPut, Key: []byte("fill"), Value: make([]byte, fill)}); r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+	if u := f.store.Usage(1); u.Bytes != quota {
+		t.Fatalf("usage %d, want the quota", u.Bytes)
+	}
+	if r := f.doAs(1, 50, 7, put(100)); r.Status != proto.StatusOK {
+		t.Fatalf("a retry of an applied write at the quota: %v %q, want its remembered OK", r.Status, r.Message)
+	}
+	if n, _, _ := f.store.ValueLen(1, []byte("k")); n != 1 {
+		t.Fatalf("the retry applied again: k holds %d bytes", n)
+	}
+	// Client 50 moves on (first unacked 9): seq 7 is now stale.
+	r := f.g.Do(context.Background(), 1, &proto.Request{Op: proto.OpPut, Tenant: 1, ClientID: 50, Seq: 9, FirstUnacked: 9, Key: []byte("k"), Value: []byte("x")})
+	if r.Status != proto.StatusOK {
+		t.Fatal(r.Status)
+	}
+	if r := f.doAs(1, 50, 7, put(100)); r.Status != proto.StatusSequenceStale {
+		t.Fatalf("a late copy of a stale seq at the quota: %v, want SEQUENCE_STALE", r.Status)
+	}
+	if r := f.doAs(1, 50, 10, put(100)); r.Status != proto.StatusNoSpace {
+		t.Fatalf("a new growing write at the quota: %v", r.Status)
+	}
+}
+
+// TestFollowerDoesNotDecide: a node that does not lead passes a write
+// near the quota through (its backend redirects it to the leader, which
+// decides against its own count).
+func TestFollowerDoesNotDecide(t *testing.T) {
+	f := newFixture(t, 100, 0)
+	f.g.cfg.IsLeader = func() bool { return false }
+	if st := f.put(1, "k", 200); st == proto.StatusNoSpace {
+		t.Fatal("a follower refused a write for space")
+	}
+	f.g.cfg.IsLeader = func() bool { return true }
+	if st := f.put(1, "k2", 200); st != proto.StatusNoSpace {
+		t.Fatalf("the leader: %v", st)
+	}
+}
+
+// gate is a backend that holds every request until released.
+type gate struct {
+	inner   *local.Backend
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.inner.Do(ctx, tenant, req)
+}
+
+// TestQuotaCountsWritesInFlight: writes admitted and not yet applied count
+// against the quota, so a burst of pipelined writes cannot pass it (an
+// outside tester stored 4x the quota with 256 pipelined writes before).
+func TestQuotaCountsWritesInFlight(t *testing.T) {
+	const valueBytes = 100
+	cost := sm.KeyCost(len("k-0"), valueBytes)
+	quota := 3 * cost
+	f := newFixture(t, quota, 0)
+	g := &gate{inner: local.New(f.store, "127.0.0.1:1"), entered: make(chan struct{}, 16), release: make(chan struct{})}
+	f.g.inner = g
+	results := make(chan proto.Status, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			req := &proto.Request{Op: proto.OpPut, Tenant: 1, ClientID: uint64(100 + i), Seq: 1, FirstUnacked: 1,
+				Key: fmt.Appendf(nil, "k-%d", i), Value: make([]byte, valueBytes)}
+			results <- f.g.Do(context.Background(), 1, req).Status
+		}()
+	}
+	// Three reach the backend; the other five are refused at once.
+	refused := 0
+	for refused < 5 {
+		select {
+		case st := <-results:
+			if st != proto.StatusNoSpace {
+				t.Fatalf("a write answered %v before any was released", st)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d refused, want 5", refused)
+		}
+	}
+	if n := len(g.entered); n != 3 {
+		t.Fatalf("%d writes reached the backend, want 3", n)
+	}
+	close(g.release)
+	for i := 0; i < 3; i++ {
+		if st := <-results; st != proto.StatusOK {
+			t.Fatalf("an admitted write: %v", st)
+		}
+	}
+	if u := f.store.Usage(1); int64(u.Bytes) != quota {
+		t.Fatalf("usage %d, want exactly the quota %d", u.Bytes, quota)
+	}
+}
+
+// TestReclaimCompactsWhenShort: the reclaim loop compacts when free space
+// is below twice the reserve and values were deleted or replaced since
+// the last compaction, and not otherwise.
+func TestReclaimCompactsWhenShort(t *testing.T) {
+	const reserve = 1 << 20
+	f := newFixture(t, 0, reserve)
+	log := zerolog.Nop()
+	f.put(2, "k", 1000)
+	if f.g.reclaimOnce(log) {
+		t.Fatal("compacted with nothing deleted or replaced")
+	}
+	f.put(2, "k", 10) // replaces a value
+	f.del(2, "k")     // deletes one
+	if g := f.store.Garbage(); g != 2 {
+		t.Fatalf("garbage %d, want 2", g)
+	}
+	if f.g.reclaimOnce(log) {
+		t.Fatal("compacted with plenty of free space")
+	}
+	f.free = 2*reserve - 1
+	if !f.g.reclaimOnce(log) {
+		t.Fatal("did not compact below twice the reserve with garbage")
+	}
+	if g := f.store.Garbage(); g != 0 || f.g.Stats().Compactions != 1 {
+		t.Fatalf("after the compaction: garbage %d, compactions %d", g, f.g.Stats().Compactions)
+	}
+	if f.g.reclaimOnce(log) {
+		t.Fatal("compacted again without new garbage")
 	}
 }
