@@ -92,5 +92,15 @@ func TestAdminPersistDelay(t *testing.T) {
 	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 3 {
 		t.Fatalf("?block=3: blocked %v", b)
 	}
+	// This node itself, or an id no member can have: refused, nothing
+	// changed (an outside tester saw "blocked [1]" on node 1).
+	for _, q := range []string{"block=1", "block=0", "block=64", "block=3,1"} {
+		if code := query(q); code != http.StatusBadRequest {
+			t.Errorf("?%s: %d, want 400", q, code)
+		}
+	}
+	if b := r.Faults().Blocked(); len(b) != 1 || b[0] != 3 {
+		t.Fatalf("refused blocks changed the blocked peers: %v", b)
+	}
 	r.Faults().HealAll()
 }

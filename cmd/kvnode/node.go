@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -355,14 +356,40 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 					http.Error(w, fmt.Sprintf("bad peer id %q", f), http.StatusBadRequest)
 					return
 				}
+				// Blocking this node, or an id no member can have, did
+				// nothing and answered as if it had. (A valid id that is
+				// not a member now is kept: a node about to join can be
+				// cut off before it does; the answer says so.)
+				switch {
+				case paxos.NodeID(id) == rep.Status().ID:
+					http.Error(w, fmt.Sprintf("peer %d is this node", id), http.StatusBadRequest)
+					return
+				case id == 0 || id >= memberIDEnd:
+					http.Error(w, fmt.Sprintf("peer %d outside the member ids 1..%d", id, memberIDEnd-1), http.StatusBadRequest)
+					return
+				}
 				ids = append(ids, paxos.NodeID(id))
 			}
 			faults.Set(ids...)
+			st := rep.Status()
+			var strangers []paxos.NodeID
+			for _, id := range ids {
+				if !slices.Contains(st.Members, id) && !slices.Contains(st.Learners, id) {
+					strangers = append(strangers, id)
+				}
+			}
 			fmt.Fprintf(w, "blocked %v\n", faults.Blocked())
+			if len(strangers) > 0 {
+				fmt.Fprintf(w, "not members now (blocked should they join): %v\n", strangers)
+			}
 		})
 	}
 	return mux
 }
+
+// memberIDEnd is one past the largest member id (docs/protocol.md: member
+// ids are 1..63).
+const memberIDEnd = 64
 
 // catchUpLogPercent is consensus.catch_up_log_percent, defaulted by
 // parseConfig (nil only in a Config built by hand: the default).
