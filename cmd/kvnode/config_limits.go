@@ -55,6 +55,32 @@ type LimitsConfig struct {
 	DiskFreeMinBytes *int64 `toml:"disk_free_min_bytes"`
 }
 
+// diskReserveMarginBytes is what a reserve must hold beyond Pebble's
+// memtables: the MANIFEST and the tables a flush writes beside them.
+const diskReserveMarginBytes = 16 << 20
+
+// validateDiskReserve checks that a reserve covers what Pebble holds in
+// memory: writes in the memtables reach the disk after admission checked
+// the free space, and a flush or compaction that then fails to write its
+// MANIFEST is fatal to Pebble (the node exits; seen on a 192 MiB tmpfs
+// with a 48 MiB reserve below 64 MiB of memtables).
+func (c *Config) validateDiskReserve() error {
+	r := c.Limits.diskFreeMinBytes()
+	if r == 0 {
+		return nil
+	}
+	plan, err := c.memoryPlan()
+	if err != nil {
+		return nil // validateMemory names it
+	}
+	mem := int64(plan.Pebble.MemTableBytes) * int64(plan.Pebble.MemTables)
+	if least := mem + diskReserveMarginBytes; r < least {
+		return fmt.Errorf("limits.disk_free_min_bytes: %d is below %d: Pebble's memtables (%d x %d bytes, from the memory budget) reach the disk after the check, plus %d for the flush's own files; set at least %d, or 0 to turn the check off",
+			r, least, plan.Pebble.MemTables, plan.Pebble.MemTableBytes, diskReserveMarginBytes, least)
+	}
+	return nil
+}
+
 // diskFreeMinBytes is the effective reserve.
 func (c *LimitsConfig) diskFreeMinBytes() int64 {
 	if c.DiskFreeMinBytes == nil {

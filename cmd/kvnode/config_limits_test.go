@@ -59,6 +59,8 @@ func TestLimitsInvalid(t *testing.T) {
 		{"response_bytes_per_conn_max = 1048576\n", "limits.response_bytes_per_conn_max"},
 		{"response_bytes_per_tenant_max = 300000000\nresponse_bytes_per_node_max = 200000000\n", "limits.response_bytes_per_node_max"},
 		{"disk_free_min_bytes = -1\n", "limits.disk_free_min_bytes: -1 is negative"},
+		// Below the example's memtables (2 x 8 MiB) + 16 MiB.
+		{"disk_free_min_bytes = 33554431\n", "limits.disk_free_min_bytes: 33554431 is below 33554432"},
 		{"disk_free_min_bytes = \"1G\"\n", "line"}, // the decoder names the line and column
 	} {
 		_, err := parseConfig(limitsConfig(t, tc.body))
@@ -74,7 +76,7 @@ func TestDiskFreeMinBytes(t *testing.T) {
 	for _, tc := range []struct {
 		body string
 		want int64
-	}{{"", 1 << 30}, {"disk_free_min_bytes = 0\n", 0}, {"disk_free_min_bytes = 5000000\n", 5000000}} {
+	}{{"", 1 << 30}, {"disk_free_min_bytes = 0\n", 0}, {"disk_free_min_bytes = 50000000\n", 50000000}, {"disk_free_min_bytes = 33554432\n", 33554432}} {
 		c, err := parseConfig(limitsConfig(t, tc.body))
 		if err != nil {
 			t.Fatalf("%q: %v", tc.body, err)

@@ -106,6 +106,18 @@ func (t *usageTable) replace(m map[tenants.ID]Usage) {
 // Usage returns what tenant stores as of the last Apply.
 func (s *SM) Usage(tenant tenants.ID) Usage { return s.usage.get(tenant) }
 
+// StoredBytes is the sum of every tenant's usage bytes: a bound of what
+// rewriting the whole store produces.
+func (s *SM) StoredBytes() uint64 {
+	s.usage.mu.RLock()
+	defer s.usage.mu.RUnlock()
+	var n uint64
+	for _, u := range s.usage.m {
+		n += u.Bytes
+	}
+	return n
+}
+
 // Usages returns every tenant's usage as of the last Apply (tenants that
 // never stored anything are absent).
 func (s *SM) Usages() map[tenants.ID]Usage {

@@ -69,6 +69,7 @@ type Ledger interface {
 	ValueLen(tenant tenants.ID, key []byte) (int, bool, error)
 	Answered(tenant tenants.ID, client, seq uint64) bool
 	Garbage() uint64
+	StoredBytes() uint64
 	Compact() error
 }
 
@@ -109,6 +110,7 @@ type Guard struct {
 
 	compactions  atomic.Uint64
 	stopC, doneC chan struct{} // the reclaim loop (reclaim.go)
+	skipLogged   time.Time     // the last "cannot compact" line (reclaim loop only)
 }
 
 type errBox struct{ err error }

@@ -340,12 +340,14 @@ func TestQuotaCountsWritesInFlight(t *testing.T) {
 
 // TestReclaimCompactsWhenShort: the reclaim loop compacts when free space
 // is below twice the reserve and values were deleted or replaced since
-// the last compaction, and not otherwise.
+// the last compaction, and not otherwise; nor when the free space could
+// not hold what a compaction may write (everything stored + a margin).
 func TestReclaimCompactsWhenShort(t *testing.T) {
-	const reserve = 1 << 20
+	const reserve = 64 << 20
 	f := newFixture(t, 0, reserve)
 	log := zerolog.Nop()
 	f.put(2, "k", 1000)
+	f.put(2, "k2", 5000)
 	if f.g.reclaimOnce(log) {
 		t.Fatal("compacted with nothing deleted or replaced")
 	}
@@ -357,9 +359,14 @@ func TestReclaimCompactsWhenShort(t *testing.T) {
 	if f.g.reclaimOnce(log) {
 		t.Fatal("compacted with plenty of free space")
 	}
-	f.free = 2*reserve - 1
+	stored := int64(f.store.StoredBytes())
+	f.free = reclaimMarginBytes + stored - 1
+	if f.g.reclaimOnce(log) {
+		t.Fatalf("compacted with %d bytes free, %d stored: a compaction could fill the disk", f.free, stored)
+	}
+	f.free = reclaimMarginBytes + stored
 	if !f.g.reclaimOnce(log) {
-		t.Fatal("did not compact below twice the reserve with garbage")
+		t.Fatal("did not compact below twice the reserve with garbage and room to do it")
 	}
 	if g := f.store.Garbage(); g != 0 || f.g.Stats().Compactions != 1 {
 		t.Fatalf("after the compaction: garbage %d, compactions %d", g, f.g.Stats().Compactions)
