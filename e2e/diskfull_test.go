@@ -152,7 +152,7 @@ func TestDiskReserveKeepsAFullDiskAway(t *testing.T) {
 	if !strings.Contains(readLog(c.nodes[0]), "compacted the store") {
 		t.Fatal("no compaction was logged")
 	}
-	t.Logf("disk reserve: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) free_mib_at_refusal=%d refused=NO_SPACE lost=0 deleted_all=true put_admitted_after=%v free_mib_after_compaction=%d",
+	fmt.Printf("e2e disk reserve: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) free_mib_at_refusal=%d refused=NO_SPACE lost=0 deleted_all=true put_admitted_after=%v free_mib_after_compaction=%d\n",
 		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, back.Round(100*time.Millisecond), freeAfter>>20)
 }
 
@@ -207,6 +207,6 @@ func TestDiskFullWithoutReserveRecovers(t *testing.T) {
 		t.Fatalf("writes did not resume after the filesystem grew:\n%s", tail(readLog(nd), 3000))
 	}
 	readAll(t, cl, acked, value)
-	t.Logf("disk full without reserve: fs_mib=%d acked=%d stopped_by=%.60q log_says_full=true exited=%v resumed=true lost=0",
+	fmt.Printf("e2e disk full without reserve: fs_mib=%d acked=%d stopped_by=%.60q log_says_full=true exited=%v resumed=true lost=0\n",
 		diskFullFsBytes>>20, len(acked), err.Error(), exited)
 }

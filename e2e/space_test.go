@@ -171,6 +171,6 @@ func TestStorageQuotaAndDiskReserve(t *testing.T) {
 			t.Fatalf("node %d exited", nd.id)
 		}
 	}
-	t.Logf("space: quota=%d cost=%d stored_keys=%d refused=NO_SPACE other_tenant_keys=%d disk_reserve_refused=NO_SPACE delete_below_reserve=ok",
+	fmt.Printf("e2e space: quota=%d cost=%d stored_keys=%d refused=NO_SPACE other_tenant_keys=%d disk_reserve_refused=NO_SPACE delete_below_reserve=ok\n",
 		quota, cost, stored, 2*wantKeys)
 }

@@ -56,9 +56,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		s.broken = fmt.Errorf("sm: committing slot %d: %w", slot, err)
 		return nil, s.broken
 	}
-	if usage != nil {
-		s.usage.replace(usage)
-	}
+	s.installUsage(usage)
 	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)
 	return results, nil

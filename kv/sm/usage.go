@@ -259,33 +259,57 @@ func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
 	return w.batch.Delete(dk, nil)
 }
 
+// usageUpdate is one tenant's new usage, installed once the batch commits.
+type usageUpdate struct {
+	id tenants.ID
+	u  Usage
+}
+
 // commitUsage adds the batch's usage entries for the tenants deltas
-// changed and returns the table Apply installs once the batch commits.
-func (s *SM) commitUsage(batch *pebble.Batch, deltas map[tenants.ID]usageDelta) (map[tenants.ID]Usage, error) {
+// changed and returns the updates Apply installs once the batch commits
+// (installUsage). Only Apply changes the table, under s.mu, so reading
+// it here needs no lock against writers.
+func (s *SM) commitUsage(batch *pebble.Batch, deltas map[tenants.ID]usageDelta) ([]usageUpdate, error) {
 	if len(deltas) == 0 {
 		return nil, nil
 	}
-	s.usage.mu.RLock()
-	next := make(map[tenants.ID]Usage, len(s.usage.m)+len(deltas))
-	for id, u := range s.usage.m {
-		next[id] = u
-	}
-	s.usage.mu.RUnlock()
+	ups := make([]usageUpdate, 0, len(deltas))
+	var buf [5 + 4 + usageEntryBytes]byte // usageKeyPrefix, tenant, entry
 	for id, d := range deltas {
-		u := applyDelta(next[id], d)
+		u := applyDelta(s.usage.get(id), d)
+		ups = append(ups, usageUpdate{id, u})
+		key := binary.BigEndian.AppendUint32(append(buf[:0], usageKeyPrefix...), uint32(id))
 		if u == (Usage{}) {
-			delete(next, id)
-			if err := batch.Delete(usageKey(id), nil); err != nil {
+			if err := batch.Delete(key, nil); err != nil { // Delete copies key
 				return nil, err
 			}
 			continue
 		}
-		next[id] = u
-		if err := batch.Set(usageKey(id), encodeUsage(u), nil); err != nil {
+		val := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(key[len(key):], u.Bytes), u.Keys)
+		if err := batch.Set(key, val, nil); err != nil { // Set copies both
 			return nil, err
 		}
 	}
-	return next, nil
+	return ups, nil
+}
+
+// installUsage installs the updates of a committed batch.
+func (s *SM) installUsage(ups []usageUpdate) {
+	if len(ups) == 0 {
+		return
+	}
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	if s.usage.m == nil {
+		s.usage.m = map[tenants.ID]Usage{}
+	}
+	for _, up := range ups {
+		if up.u == (Usage{}) {
+			delete(s.usage.m, up.id)
+		} else {
+			s.usage.m[up.id] = up.u
+		}
+	}
 }
 
 // setApplied writes the applied slot and the usage marker saying the

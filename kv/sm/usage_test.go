@@ -216,7 +216,7 @@ func TestUsageCheckCatchesPlantedBug(t *testing.T) {
 	}
 	got := s.Usages()
 	caught := !maps.Equal(got, want)
-	t.Logf("usage check planted forgets-old-value: got=%v counted=%v caught=%v", got, want, caught)
+	fmt.Printf("usage check planted forgets-old-value: got=%v counted=%v caught=%v\n", got, want, caught)
 	if !caught {
 		t.Fatal("the planted accounting bug went unnoticed")
 	}
