@@ -85,22 +85,47 @@ var testingUsageForgetsOldValue bool
 type usageDelta struct{ bytes, keys int64 }
 
 // usageTable is the in-memory copy of the stored entries. Admission reads
-// it concurrently with Apply, hence its own lock.
+// it on every write while Apply updates it, so reads take no lock: each
+// tenant's figures are an immutable *Usage in a sync.Map, replaced whole.
+// Only Apply and load write it (serialised by the SM's mu).
 type usageTable struct {
-	mu sync.RWMutex
-	m  map[tenants.ID]Usage
+	m sync.Map // tenants.ID -> *Usage
 }
 
 func (t *usageTable) get(id tenants.ID) Usage {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.m[id]
+	if v, ok := t.m.Load(id); ok {
+		return *v.(*Usage)
+	}
+	return Usage{}
+}
+
+// set installs u for id (an empty usage removes the tenant).
+func (t *usageTable) set(id tenants.ID, u Usage) {
+	if u == (Usage{}) {
+		t.m.Delete(id)
+		return
+	}
+	t.m.Store(id, &u)
 }
 
 func (t *usageTable) replace(m map[tenants.ID]Usage) {
-	t.mu.Lock()
-	t.m = m
-	t.mu.Unlock()
+	t.m.Range(func(k, _ any) bool {
+		if _, keep := m[k.(tenants.ID)]; !keep {
+			t.m.Delete(k)
+		}
+		return true
+	})
+	for id, u := range m {
+		t.set(id, u)
+	}
+}
+
+// each calls f for every tenant with figures.
+func (t *usageTable) each(f func(tenants.ID, Usage)) {
+	t.m.Range(func(k, v any) bool {
+		f(k.(tenants.ID), *v.(*Usage))
+		return true
+	})
 }
 
 // Usage returns what tenant stores as of the last Apply.
@@ -109,24 +134,16 @@ func (s *SM) Usage(tenant tenants.ID) Usage { return s.usage.get(tenant) }
 // StoredBytes is the sum of every tenant's usage bytes: a bound of what
 // rewriting the whole store produces.
 func (s *SM) StoredBytes() uint64 {
-	s.usage.mu.RLock()
-	defer s.usage.mu.RUnlock()
 	var n uint64
-	for _, u := range s.usage.m {
-		n += u.Bytes
-	}
+	s.usage.each(func(_ tenants.ID, u Usage) { n += u.Bytes })
 	return n
 }
 
 // Usages returns every tenant's usage as of the last Apply (tenants that
 // never stored anything are absent).
 func (s *SM) Usages() map[tenants.ID]Usage {
-	s.usage.mu.RLock()
-	defer s.usage.mu.RUnlock()
-	out := make(map[tenants.ID]Usage, len(s.usage.m))
-	for id, u := range s.usage.m {
-		out[id] = u
-	}
+	out := map[tenants.ID]Usage{}
+	s.usage.each(func(id tenants.ID, u Usage) { out[id] = u })
 	return out
 }
 
@@ -267,8 +284,7 @@ type usageUpdate struct {
 
 // commitUsage adds the batch's usage entries for the tenants deltas
 // changed and returns the updates Apply installs once the batch commits
-// (installUsage). Only Apply changes the table, under s.mu, so reading
-// it here needs no lock against writers.
+// (installUsage). Only Apply changes the table, under s.mu.
 func (s *SM) commitUsage(batch *pebble.Batch, deltas map[tenants.ID]usageDelta) ([]usageUpdate, error) {
 	if len(deltas) == 0 {
 		return nil, nil
@@ -298,17 +314,8 @@ func (s *SM) installUsage(ups []usageUpdate) {
 	if len(ups) == 0 {
 		return
 	}
-	s.usage.mu.Lock()
-	defer s.usage.mu.Unlock()
-	if s.usage.m == nil {
-		s.usage.m = map[tenants.ID]Usage{}
-	}
 	for _, up := range ups {
-		if up.u == (Usage{}) {
-			delete(s.usage.m, up.id)
-		} else {
-			s.usage.m[up.id] = up.u
-		}
+		s.usage.set(up.id, up.u)
 	}
 }
 

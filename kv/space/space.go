@@ -105,8 +105,9 @@ type Guard struct {
 
 	refusedQuota, refusedDisk atomic.Uint64
 
-	pendingMu sync.Mutex
-	pending   map[tenants.ID]*atomic.Int64 // growth bounds of writes in flight, per tenant
+	pending      map[tenants.ID]*atomic.Int64 // growth bounds of writes in flight, per tenant; read-only after New
+	pendingMu    sync.Mutex                   // guards unregistered
+	unregistered *atomic.Int64                // the counter of tenants not in the registry
 
 	compactions  atomic.Uint64
 	stopC, doneC chan struct{} // the reclaim loop (reclaim.go)
@@ -128,7 +129,13 @@ func New(inner server.Backend, cfg Config) *Guard {
 	if cfg.IsLeader == nil {
 		cfg.IsLeader = func() bool { return true }
 	}
-	return &Guard{inner: inner, cfg: cfg, pending: map[tenants.ID]*atomic.Int64{}}
+	g := &Guard{inner: inner, cfg: cfg, pending: map[tenants.ID]*atomic.Int64{}}
+	// One counter per registered tenant, made here: the map is then only
+	// read on the request path (no lock per write).
+	for _, sp := range cfg.Registry.All() {
+		g.pending[sp.ID] = new(atomic.Int64)
+	}
+	return g
 }
 
 // Stats counts the writes refused since New.
@@ -168,16 +175,19 @@ func (g *Guard) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *
 	return g.inner.Do(ctx, tenant, req)
 }
 
-// pendingOf is tenant's in-flight counter.
+// pendingOf is tenant's in-flight counter: one made by New for every
+// registered tenant (the only tenants a connection can authenticate as),
+// else one shared by any other (tests' backends), under a lock.
 func (g *Guard) pendingOf(tenant tenants.ID) *atomic.Int64 {
+	if p := g.pending[tenant]; p != nil {
+		return p
+	}
 	g.pendingMu.Lock()
 	defer g.pendingMu.Unlock()
-	p := g.pending[tenant]
-	if p == nil {
-		p = new(atomic.Int64)
-		g.pending[tenant] = p
+	if g.unregistered == nil {
+		g.unregistered = new(atomic.Int64)
 	}
-	return p
+	return g.unregistered
 }
 
 // admit returns the NO_SPACE answer for a write (growth at most bound)
