@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"synod/internal/childproc"
+	"synod/internal/testport"
 )
 
 // kvnodeBin is the kvnode binary TestMain built.
@@ -176,65 +175,11 @@ func (c *cluster) secretOf(nd *node) string {
 // a killed node must get its ports back on restart, and a port from the
 // ephemeral range may meanwhile have become the source port of some
 // outgoing connection.
-func freePort(t testing.TB) int {
-	lo := ephemeralLow()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for i := 0; i < 200; i++ {
-		p := 0
-		if lo > portPickMin+1000 {
-			p = portPickMin + rand.IntN(lo-portPickMin)
-		}
-		if portsGiven[p] {
-			// Free now, but already handed to a node of this test
-			// process that may not have bound it yet: two nodes of one
-			// cluster must never get the same port.
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		p = ln.Addr().(*net.TCPAddr).Port
-		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
-		ln.Close()
-		if err == nil {
-			uc.Close()
-			if portsGiven[p] {
-				continue
-			}
-			portsGiven[p] = true
-			return p
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
+func freePort(t testing.TB) int { return testport.Free(t) }
 
-// portsGiven records every port freePort has returned in this process, so
-// it never returns one twice (a killed node restarts on its own ports,
-// which it keeps in its config, not through freePort).
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
-// portPickMin is the lowest port freePort picks.
+// portPickMin is the lowest port the dev cluster's block starts at
+// (testport picks from the same floor).
 const portPickMin = 20000
-
-// ephemeralLow is the first port of the kernel's ephemeral range (0 if
-// unknown).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	var lo, hi int
-	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
-		return 0
-	}
-	return lo
-}
 
 func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()

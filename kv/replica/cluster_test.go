@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"synod/afxdp"
 	"synod/internal/stall"
+	"synod/internal/testport"
 	"synod/kv/proto"
 	"synod/kv/sm"
 	"synod/paxos"
@@ -70,14 +70,12 @@ const (
 )
 
 // freePort returns a loopback port that was free for TCP a moment ago.
-func freePort(t testing.TB) uint16 {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
-}
+// freePort is a loopback port for a test node's consensus address (UDP
+// and the side channel's TCP), below the ephemeral range
+// (internal/testport): one from that range was once taken by an outgoing
+// connection before the node bound it (CI: "listening for the side
+// channel ... address already in use").
+func freePort(t testing.TB) uint16 { return uint16(testport.Free(t)) }
 
 func newTestCluster(t testing.TB, n int, snapEvery uint64) *testCluster {
 	return newTestClusterSized(t, n, snapEvery, 16<<20)
