@@ -438,6 +438,21 @@ func (c *cluster) term(nd *node) error {
 	return nil
 }
 
+// restartAll stops every node with SIGTERM (each must exit 0), starts
+// them all again on their configs and waits for a leader.
+func (c *cluster) restartAll() {
+	c.t.Helper()
+	for _, nd := range c.nodes {
+		if err := c.term(nd); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	for _, nd := range c.nodes {
+		c.start(nd)
+	}
+	c.leader()
+}
+
 // nodeStatus mirrors kvnode's /status JSON.
 type nodeStatus struct {
 	ID         uint64    `json:"id"`

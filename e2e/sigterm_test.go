@@ -21,15 +21,7 @@ func TestSIGTERMKeepsAckedWrites(t *testing.T) {
 		}
 	}
 	cl.Close()
-	for _, nd := range c.nodes {
-		if err := c.term(nd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, nd := range c.nodes {
-		c.start(nd)
-	}
-	c.leader()
+	c.restartAll()
 	cl = dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
 	defer cl.Close()
 	for i := 0; i < n; i++ {

@@ -122,15 +122,7 @@ func TestStorageQuotaAndDiskReserve(t *testing.T) {
 	// A whole-cluster restart keeps the figures and the quota.
 	q.Close()
 	a.Close()
-	for _, nd := range c.nodes {
-		if err := c.term(nd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, nd := range c.nodes {
-		c.start(nd)
-	}
-	c.leader()
+	c.restartAll()
 	q = dialClient(t, c.endpoints(), tenantQuota.token, killClientRetries)
 	a = dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
 	sameEverywhere("after the restart")

@@ -49,16 +49,7 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 	if s.dbClosed {
 		return 0, false, ErrClosed
 	}
-	v, closer, err := s.db.Get(dataKey(tenant, key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("sm: get: %w", err)
-	}
-	n := len(v)
-	closer.Close()
-	return n, true, nil
+	return storedValueLen(s.db, dataKey(tenant, key))
 }
 
 // Scan returns up to limit pairs of tenant with start <= key < end in key

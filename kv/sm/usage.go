@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -18,7 +19,7 @@ import (
 // same Pebble batch, so every replica at the same applied slot holds the
 // same figures, and a snapshot carries them (they are ordinary metadata
 // keys). Admission reads them to enforce a tenant's storage quota
-// (quota.go); the state machine itself never refuses a committed write for
+// (kv/space); the state machine itself never refuses a committed write for
 // space, since replicas configured differently would then disagree.
 //
 // A key costs len(user key) + len(value) + KeyOverheadBytes: the overhead
@@ -55,19 +56,18 @@ const usageEntryBytes = 16
 
 // KeyCost is what storing a value of valueLen bytes under a user key of
 // keyLen bytes costs in a tenant's usage.
-func KeyCost(keyLen, valueLen int) int64 { return keyCost(keyLen, valueLen) }
-
-func keyCost(keyLen, valueLen int) int64 {
+func KeyCost(keyLen, valueLen int) int64 {
 	return int64(keyLen) + int64(valueLen) + KeyOverheadBytes
 }
 
-func usageKey(t tenants.ID) []byte {
-	return binary.BigEndian.AppendUint32(bytes.Clone(usageKeyPrefix), uint32(t))
+// appendUsageKey appends tenant t's usage key to dst.
+func appendUsageKey(dst []byte, t tenants.ID) []byte {
+	return binary.BigEndian.AppendUint32(append(dst, usageKeyPrefix...), uint32(t))
 }
 
-func encodeUsage(u Usage) []byte {
-	b := binary.BigEndian.AppendUint64(make([]byte, 0, usageEntryBytes), u.Bytes)
-	return binary.BigEndian.AppendUint64(b, u.Keys)
+// appendUsage appends u's stored form to dst.
+func appendUsage(dst []byte, u Usage) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(dst, u.Bytes), u.Keys)
 }
 
 func decodeUsage(v []byte) (Usage, error) {
@@ -229,12 +229,18 @@ func (w *slotBatch) valueLen(key []byte) (int, bool, error) {
 	if n, ok := w.written[string(key)]; ok {
 		return n, n >= 0, nil
 	}
-	v, closer, err := w.db.Get(key)
-	if err == pebble.ErrNotFound {
+	return storedValueLen(w.db, key)
+}
+
+// storedValueLen returns the length of key's value in db and whether it
+// is present, without copying the value.
+func storedValueLen(db *pebble.DB, key []byte) (int, bool, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("reading %x: %w", key, err)
+		return 0, false, fmt.Errorf("sm: reading %x: %w", key, err)
 	}
 	n := len(v)
 	closer.Close()
@@ -250,11 +256,11 @@ func (w *slotBatch) set(dk, value []byte, d *usageDelta) error {
 	}
 	userKey := len(dk) - len(metaPrefix)
 	if ok && !testingUsageForgetsOldValue {
-		d.bytes -= keyCost(userKey, oldLen)
+		d.bytes -= KeyCost(userKey, oldLen)
 		d.keys--
 		w.garbage++
 	}
-	d.bytes += keyCost(userKey, len(value))
+	d.bytes += KeyCost(userKey, len(value))
 	d.keys++
 	w.written[string(dk)] = len(value)
 	return w.batch.Set(dk, value, nil)
@@ -269,7 +275,7 @@ func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
 	if !ok {
 		return nil // nothing to delete: no tombstone either
 	}
-	d.bytes -= keyCost(len(dk)-len(metaPrefix), oldLen)
+	d.bytes -= KeyCost(len(dk)-len(metaPrefix), oldLen)
 	d.keys--
 	w.garbage++
 	w.written[string(dk)] = -1
@@ -294,15 +300,14 @@ func (s *SM) commitUsage(batch *pebble.Batch, deltas map[tenants.ID]usageDelta) 
 	for id, d := range deltas {
 		u := applyDelta(s.usage.get(id), d)
 		ups = append(ups, usageUpdate{id, u})
-		key := binary.BigEndian.AppendUint32(append(buf[:0], usageKeyPrefix...), uint32(id))
+		key := appendUsageKey(buf[:0], id)
 		if u == (Usage{}) {
 			if err := batch.Delete(key, nil); err != nil { // Delete copies key
 				return nil, err
 			}
 			continue
 		}
-		val := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(key[len(key):], u.Bytes), u.Keys)
-		if err := batch.Set(key, val, nil); err != nil { // Set copies both
+		if err := batch.Set(key, appendUsage(key[len(key):], u), nil); err != nil { // Set copies both
 			return nil, err
 		}
 	}
@@ -380,7 +385,7 @@ func countUsage(db *pebble.DB, applied uint64) (map[tenants.ID]Usage, error) {
 		return nil, err
 	}
 	for id, u := range m {
-		if err := batch.Set(usageKey(id), encodeUsage(u), nil); err != nil {
+		if err := batch.Set(appendUsageKey(nil, id), appendUsage(nil, u), nil); err != nil {
 			return nil, err
 		}
 	}
@@ -407,7 +412,7 @@ func tallyUsage(r pebble.Reader) (map[tenants.ID]Usage, error) {
 		k := it.Key()
 		id := tenants.ID(binary.BigEndian.Uint32(k))
 		u := m[id]
-		u.Bytes += uint64(keyCost(len(k)-len(metaPrefix), len(it.Value())))
+		u.Bytes += uint64(KeyCost(len(k)-len(metaPrefix), len(it.Value())))
 		u.Keys++
 		m[id] = u
 	}

@@ -63,7 +63,7 @@ func TestUsageFigures(t *testing.T) {
 	want(1, 2+KeyOverheadBytes, 1)
 	a.apply(1, &proto.Request{Op: proto.OpDelete, Key: []byte("kk")})
 	want(1, 0, 0)
-	if _, ok, _ := s.getRaw(usageKey(1)); ok {
+	if _, ok, _ := s.getRaw(appendUsageKey(nil, 1)); ok {
 		t.Fatal("a tenant that stores nothing keeps a usage entry")
 	}
 	// A CAS that fails changes nothing; one that holds replaces the value.
@@ -229,7 +229,7 @@ func TestVerifySnapshotRefusesBadUsage(t *testing.T) {
 	defer s.Close()
 	newApplier(t, s).apply(1, put("k", "v"))
 	b := s.db.NewBatch()
-	b.Set(usageKey(1), []byte("short"), nil)
+	b.Set(appendUsageKey(nil, 1), []byte("short"), nil)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
