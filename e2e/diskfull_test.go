@@ -210,3 +210,80 @@ func TestDiskFullWithoutReserveRecovers(t *testing.T) {
 	fmt.Printf("e2e disk full without reserve: fs_mib=%d acked=%d stopped_by=%.60q log_says_full=true exited=%v resumed=true lost=0\n",
 		diskFullFsBytes>>20, len(acked), err.Error(), exited)
 }
+
+// TestFollowerSmallDiskIsProtected: the case an outside tester found
+// filling a follower's disk (the leader's reserve guarded only the
+// leader's own disk). Three nodes, reserve 96 MiB on each; one follower's
+// data_dir is a 320 MiB filesystem, the others' are ordinary directories
+// with far more room. A client writing incompressible values is answered
+// NO_SPACE naming that follower before its filesystem fills; it stays up,
+// and every acknowledged write reads back from it.
+func TestFollowerSmallDiskIsProtected(t *testing.T) {
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := c.pmemDir("synod-e2e-smallfollower-")
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	}
+	const tables = "[limits]\ndisk_free_min_bytes = 100663296\n"
+	for _, nd := range c.nodes {
+		c.writeConfig(nd, 72, mode, "", tables, []tenant{tenantA})
+	}
+	t.Cleanup(func() { c.stopAll(true) })
+	c.start(c.nodes[0])
+	c.start(c.nodes[1])
+	leader := c.leader()
+	// The small disk goes to a node that does not lead: node 3 (started
+	// last, so it does not campaign first).
+	small := c.nodes[2]
+	if leader == small {
+		t.Fatal("node 3 leads before it started")
+	}
+	data := filepath.Join(c.dir, "data3")
+	mountSmallFs(t, data)
+	if free := freeBytes(t, filepath.Join(c.dir, "data1")); free < 3*diskFullFsBytes {
+		t.Skipf("the ordinary data directories have %d MiB free; this test needs the small disk to be the smallest", free>>20)
+	}
+	c.start(small)
+
+	cl := dialClient(t, c.endpoints(c.nodes[0], c.nodes[1]), tenantA.token, 3)
+	defer cl.Close()
+	acked, value, err := fill(t, cl, "f", 10000)
+	if !errors.Is(err, client.ErrNoSpace) {
+		t.Fatalf("after %d puts: %v, want NO_SPACE", len(acked), err)
+	}
+	if c.leader() != small && !strings.Contains(err.Error(), "node 3's disk") {
+		t.Fatalf("the refusal does not name node 3: %v", err)
+	}
+	free := freeBytes(t, data)
+	if free <= 0 || len(acked) < 100 {
+		t.Fatalf("%d puts acknowledged, %d bytes free on node 3: want the reserve to stop them before its disk filled", len(acked), free)
+	}
+	if !small.running() {
+		t.Fatal("node 3 exited")
+	}
+	st, err := c.status(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitCaughtUp(small, st.Applied)
+	lost := 0
+	fc := dialClient(t, c.endpoints(small), tenantA.token, 3)
+	defer fc.Close()
+	for _, k := range acked {
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		v, err := fc.GetStale(ctx, k)
+		cancel()
+		if err != nil || string(v) != string(value) {
+			lost++
+		}
+	}
+	if lost != 0 {
+		t.Fatalf("node 3 lacks %d of %d acknowledged writes", lost, len(acked))
+	}
+	if strings.Contains(readLog(small), "no space left on device") {
+		t.Fatal("node 3's log says its disk filled")
+	}
+	fmt.Printf("e2e small follower disk: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) follower_free_mib_at_refusal=%d refused=NO_SPACE follower_exited=false lost=%d\n",
+		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, lost)
+}

@@ -90,12 +90,13 @@ func (c *LimitsConfig) diskFreeMinBytes() int64 {
 }
 
 // spaceGuard wraps be in the storage admission of kv/space: the tenants'
-// quota_bytes and the disk reserve.
-// isLeader reports whether this node leads; only the leader checks
-// (followers redirect). Its reclaim loop runs on every node (Start).
-func (c *Config) spaceGuard(be server.Backend, reg *tenants.Registry, ledger space.Ledger, isLeader func() bool) *space.Guard {
+// quota_bytes and the disk reserve. isLeader reports whether this node
+// leads; only the leader checks (followers redirect). membersLow (nil:
+// none) names the other members whose disks are below their reserve. Its
+// reclaim loop runs on every node (Start).
+func (c *Config) spaceGuard(be server.Backend, reg *tenants.Registry, ledger space.Ledger, isLeader func() bool, membersLow func() []space.MemberDisk) *space.Guard {
 	return space.New(be, space.Config{Registry: reg, Ledger: ledger, DataDir: c.DataDir,
-		DiskFreeMinBytes: c.Limits.diskFreeMinBytes(), IsLeader: isLeader})
+		DiskFreeMinBytes: c.Limits.diskFreeMinBytes(), IsLeader: isLeader, MembersLow: membersLow})
 }
 
 func (c *LimitsConfig) validate() error {

@@ -20,6 +20,7 @@ import (
 	"synod/kv/replica"
 	"synod/kv/server"
 	"synod/kv/sm"
+	"synod/kv/space"
 	"synod/paxos"
 	"synod/pmem"
 	"synod/tenants"
@@ -183,10 +184,18 @@ func runNode(cfg *Config) error {
 	rbackend := replica.NewBackend(rep, store)
 	rbackend.Tenants = tmetrics
 	// Quotas and the disk reserve, before anything is proposed.
-	backend := cfg.spaceGuard(rbackend, reg, store, func() bool { return rep.Status().Role == paxos.RoleLeader })
+	// Every member's disk counts: the members report theirs to each other
+	// (kv/replica disk_report.go) and the leader refuses growing writes
+	// while any is below its reserve.
+	backend := cfg.spaceGuard(rbackend, reg, store, func() bool { return rep.Status().Role == paxos.RoleLeader },
+		func() []space.MemberDisk { return membersLowOnDisk(rep) })
 	promReg.MustRegister(backend.Collector())
 	backend.Start(log.With().Str("loop", "space").Logger())
 	defer backend.Stop()
+	rep.ShareDiskSpace(func() replica.DiskSpace {
+		free, reserve, low, failed := backend.DiskSpace()
+		return replica.DiskSpace{FreeBytes: free, ReserveBytes: reserve, Low: low, ReadFailed: failed}
+	})
 	var admitter server.Admitter = shaperAdmitter{shaper}
 	if cfg.AccelShaper {
 		ad, err := rep.AccelAdmitter(reg, tmetrics)
@@ -398,4 +407,17 @@ func catchUpLogPercent(p *int) int {
 		return catchUpLogPercentDefault
 	}
 	return *p
+}
+
+// membersLowOnDisk converts the replica's disk reports for kv/space.
+func membersLowOnDisk(rep *replica.Replica) []space.MemberDisk {
+	low := rep.MembersLowOnDisk()
+	if len(low) == 0 {
+		return nil
+	}
+	out := make([]space.MemberDisk, len(low))
+	for i, d := range low {
+		out[i] = space.MemberDisk{Node: uint64(d.Node), FreeBytes: d.FreeBytes, ReserveBytes: d.ReserveBytes, ReadFailed: d.ReadFailed}
+	}
+	return out
 }

@@ -91,7 +91,7 @@ func runRaftNode(cfg *Config) error {
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
 	shaper := tenants.NewShaper(reg, time.Now, nil)
-	backend := cfg.spaceGuard(raftpath.NewBackend(node), reg, node.SM(), node.IsLeader)
+	backend := cfg.spaceGuard(raftpath.NewBackend(node), reg, node.SM(), node.IsLeader, nil)
 	backend.Start(log.With().Str("loop", "space").Logger())
 	defer backend.Stop()
 	scfg := cfg.clientServerConfig(shaperAdmitter{shaper})

@@ -204,6 +204,8 @@ type Replica struct {
 	// progress shares STATUS requests' calls to the consensus loop
 	// (status.go).
 	progress progressCalls
+	// disks holds the members' latest disk reports (disk_report.go).
+	disks diskReports
 
 	clk  loopClock // the node's clock (clock.go)
 	loop loopState // consensus loop only

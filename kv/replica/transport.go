@@ -40,8 +40,9 @@ func (r *Replica) receiveLoop() {
 			// Copy: the decoded message may alias its bytes, and the
 			// buffer is reused by the next ReadBatch.
 			b := append([]byte(nil), pkts[i].Buf[:pkts[i].N]...)
+			var sender paxos.NodeID // 0: not authenticated (no secret)
 			if a := r.cfg.Auth; a != nil {
-				payload, _, err := a.open(b, authChannelDatagram)
+				payload, from, err := a.open(b, authChannelDatagram)
 				if err != nil {
 					r.metrics.AuthRefused.Inc()
 					r.metrics.InboundDropped.Inc()
@@ -51,7 +52,13 @@ func (r *Replica) receiveLoop() {
 					}
 					continue
 				}
-				b = payload
+				b, sender = payload, from
+			}
+			if isDiskReport(b) {
+				if err := r.receiveDiskReport(b, sender); err != nil {
+					r.metrics.InboundDropped.Inc()
+				}
+				continue
 			}
 			r.deliver(b, false)
 		}

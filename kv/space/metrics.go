@@ -8,19 +8,21 @@ import (
 // usage (one series per tenant of the registry: at most
 // tenants.TenantsMax).
 type collector struct {
-	g                                                   *Guard
-	refused, free, stored, keys, quotaDesc, compactions *prometheus.Desc
+	g                                                               *Guard
+	refused, free, stored, keys, quotaDesc, compactions, membersLow *prometheus.Desc
 }
 
 // Collector returns the guard's Prometheus collector:
-// synod_space_refused_total{reason="quota"|"disk"}, synod_disk_free_bytes,
+// synod_space_refused_total{reason="quota"|"disk"|"member_disk"},
+// synod_space_members_below_reserve, synod_disk_free_bytes,
 // synod_space_compactions_total, and per tenant (labelled by name, as the
 // other synod_tenant_* series) synod_tenant_stored_bytes,
 // synod_tenant_stored_keys and synod_tenant_quota_bytes (0: none).
 func (g *Guard) Collector() prometheus.Collector {
 	return &collector{
 		g:           g,
-		refused:     prometheus.NewDesc("synod_space_refused_total", "Writes answered NO_SPACE, by reason: quota (past the tenant's quota_bytes) or disk (below disk_free_min_bytes).", []string{"reason"}, nil),
+		refused:     prometheus.NewDesc("synod_space_refused_total", "Writes answered NO_SPACE, by reason: quota (past the tenant's quota_bytes), disk (this node below disk_free_min_bytes) or member_disk (another member reported its disk below its reserve).", []string{"reason"}, nil),
+		membersLow:  prometheus.NewDesc("synod_space_members_below_reserve", "Other members whose latest disk report (within 5 s) says their disk is below their reserve; while above 0 the leader refuses writes that grow the store.", nil, nil),
 		free:        prometheus.NewDesc("synod_disk_free_bytes", "Free bytes of data_dir's filesystem at the last reading (read at most every 250 ms, while writes arrive and the reserve is on).", nil, nil),
 		stored:      prometheus.NewDesc("synod_tenant_stored_bytes", "What the tenant stores as its quota counts it: user keys + values + 16 bytes per key, as of the last apply on this node.", []string{"tenant"}, nil),
 		keys:        prometheus.NewDesc("synod_tenant_stored_keys", "Keys the tenant stores, as of the last apply on this node.", []string{"tenant"}, nil),
@@ -36,12 +38,15 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.keys
 	ch <- c.quotaDesc
 	ch <- c.compactions
+	ch <- c.membersLow
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.g.Stats()
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedQuota), "quota")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedDisk), "disk")
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedMemberDisk), "member_disk")
+	ch <- prometheus.MustNewConstMetric(c.membersLow, prometheus.GaugeValue, float64(st.MembersLow))
 	ch <- prometheus.MustNewConstMetric(c.compactions, prometheus.CounterValue, float64(st.Compactions))
 	if st.FreeBytes >= 0 {
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(st.FreeBytes))

@@ -11,7 +11,11 @@
 //     what its writes already in flight on this node may add, plus the
 //     growth would pass it, or
 //   - the filesystem holding the data directory has fewer free bytes than
-//     the reserve (Config.DiskFreeMinBytes).
+//     the reserve (Config.DiskFreeMinBytes), or
+//   - another member reports that its own disk is below its own reserve
+//     (Config.MembersLow: kv/replica's disk reports, refreshed every
+//     second and believed for five), since a follower cannot refuse a
+//     committed write it has no room for.
 //
 // A write that does not grow the tenant's usage (a delete, an overwrite
 // with a value no longer than the old one, a BATCH whose deletes free as
@@ -86,10 +90,22 @@ type Config struct {
 	FreeBytes func(path string) (int64, error)
 	// Now is the clock of the disk sampling; nil is time.Now.
 	Now func() time.Time
+	// MembersLow returns the other members whose latest report says their
+	// disk is below their reserve (nil: none, or no reports). Called on
+	// every growing write: it must not block.
+	MembersLow func() []MemberDisk
 	// IsLeader reports whether this node leads; nil: always. Only the
 	// leader checks: a write sent to a follower passes through to be
 	// redirected (or proxied) to the leader, which decides.
 	IsLeader func() bool
+}
+
+// MemberDisk is another member's report that its disk is short.
+type MemberDisk struct {
+	Node         uint64
+	FreeBytes    int64 // at the member's last reading
+	ReserveBytes int64 // the member's disk_free_min_bytes
+	ReadFailed   bool  // the member could not read its free space
 }
 
 // Guard is a server.Backend that refuses growing writes for space and
@@ -103,7 +119,7 @@ type Guard struct {
 	free     atomic.Int64 // free bytes at the last reading
 	freeErr  atomic.Value // error of the last reading (errBox), nil when it read
 
-	refusedQuota, refusedDisk atomic.Uint64
+	refusedQuota, refusedDisk, refusedMemberDisk atomic.Uint64
 
 	pending      map[tenants.ID]*atomic.Int64 // growth bounds of writes in flight, per tenant; read-only after New
 	pendingMu    sync.Mutex                   // guards unregistered
@@ -142,6 +158,12 @@ func New(inner server.Backend, cfg Config) *Guard {
 type Stats struct {
 	RefusedQuota uint64 // past a tenant's quota
 	RefusedDisk  uint64 // below the disk reserve
+	// RefusedMemberDisk: another member reported its disk below its
+	// reserve.
+	RefusedMemberDisk uint64
+	// MembersLow is how many other members report their disk below their
+	// reserve now.
+	MembersLow int
 	// FreeBytes is the last free-space reading (-1 before the first).
 	FreeBytes int64
 	// Compactions run to give back space (reclaim.go).
@@ -154,8 +176,17 @@ func (g *Guard) Stats() Stats {
 	if g.sampled.Load() != 0 {
 		free = g.free.Load()
 	}
-	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(), FreeBytes: free,
-		Compactions: g.compactions.Load()}
+	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(),
+		RefusedMemberDisk: g.refusedMemberDisk.Load(), MembersLow: len(g.membersLow()),
+		FreeBytes: free, Compactions: g.compactions.Load()}
+}
+
+// membersLow is Config.MembersLow's answer (nil without it).
+func (g *Guard) membersLow() []MemberDisk {
+	if g.cfg.MembersLow == nil {
+		return nil
+	}
+	return g.cfg.MembersLow()
 }
 
 // Do implements server.Backend.
@@ -201,7 +232,8 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int
 	used := int64(g.cfg.Ledger.Usage(tenant).Bytes)
 	overQuota := quota > 0 && used+inFlight+bound > quota
 	lowDisk := g.diskLow()
-	if !overQuota && !lowDisk {
+	lowMembers := g.membersLow()
+	if !overQuota && !lowDisk && len(lowMembers) == 0 {
 		return nil
 	}
 	// Near a limit. A follower does not decide (the leader will), and a
@@ -226,6 +258,13 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int
 	case lowDisk:
 		g.refusedDisk.Add(1)
 		return proto.Errorf(proto.StatusNoSpace, "the node's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); deletes are still served", g.free.Load(), g.cfg.DiskFreeMinBytes)
+	case len(lowMembers) > 0:
+		g.refusedMemberDisk.Add(1)
+		m := lowMembers[0]
+		if m.ReadFailed {
+			return proto.Errorf(proto.StatusNoSpace, "node %d cannot read its disk's free space; writes that grow the store wait until every member has room; deletes are still served", m.Node)
+		}
+		return proto.Errorf(proto.StatusNoSpace, "node %d's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); writes that grow the store wait until every member has room; deletes are still served", m.Node, m.FreeBytes, m.ReserveBytes)
 	}
 	return nil
 }
@@ -311,6 +350,20 @@ func (g *Guard) diskLow() bool {
 		return true
 	}
 	return g.free.Load() < g.cfg.DiskFreeMinBytes
+}
+
+// DiskSpace is this node's own reading for its disk report to the other
+// members (kv/replica ShareDiskSpace): the free bytes at the latest
+// reading (read again when older than diskSampleInterval), the reserve,
+// and whether the free space is below it or could not be read. With the
+// reserve off the node never reports low.
+func (g *Guard) DiskSpace() (free, reserve int64, low, readFailed bool) {
+	if g.cfg.DiskFreeMinBytes <= 0 {
+		return 0, 0, false, false
+	}
+	low = g.diskLow()
+	b, _ := g.freeErr.Load().(errBox)
+	return g.free.Load(), g.cfg.DiskFreeMinBytes, low, b.err != nil
 }
 
 func (g *Guard) sample(now int64) {

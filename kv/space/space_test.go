@@ -375,3 +375,70 @@ func TestReclaimCompactsWhenShort(t *testing.T) {
 		t.Fatal("compacted again without new garbage")
 	}
 }
+
+// TestMembersLowOnDisk: while another member reports its disk below its
+// reserve, the leader refuses growing writes naming it (its own disk has
+// room), and still serves deletes and writes that do not grow; a follower
+// does not decide; the reply names a member that cannot read its disk.
+func TestMembersLowOnDisk(t *testing.T) {
+	f := newFixture(t, 0, 1<<20)
+	var low []MemberDisk
+	f.g.cfg.MembersLow = func() []MemberDisk { return low }
+	if st := f.put(2, "k", 1000); st != proto.StatusOK {
+		t.Fatal(st)
+	}
+	low = []MemberDisk{{Node: 3, FreeBytes: 5000, ReserveBytes: 6000}, {Node: 4, ReadFailed: true}}
+	resp := f.do(2, &proto.Request{Op: proto.OpPut, Key: []byte("k2"), Value: []byte("x")})
+	if resp.Status != proto.StatusNoSpace || !strings.Contains(resp.Message, "node 3's disk has 5000 bytes free, below its reserve of 6000") {
+		t.Fatalf("a growing put while node 3 is short: %v %q", resp.Status, resp.Message)
+	}
+	if _, ok, _ := f.store.ValueLen(2, []byte("k2")); ok {
+		t.Fatal("the refused put was written")
+	}
+	if st := f.put(2, "k", 1000); st != proto.StatusOK {
+		t.Fatalf("an overwrite that does not grow: %v", st)
+	}
+	if st := f.del(2, "k"); st != proto.StatusOK {
+		t.Fatalf("a delete: %v", st)
+	}
+	if s := f.g.Stats(); s.RefusedMemberDisk != 1 || s.RefusedDisk != 0 || s.MembersLow != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	low = low[1:]
+	resp = f.do(2, &proto.Request{Op: proto.OpPut, Key: []byte("k2"), Value: []byte("x")})
+	if resp.Status != proto.StatusNoSpace || !strings.Contains(resp.Message, "node 4 cannot read its disk") {
+		t.Fatalf("a member that cannot read its disk: %v %q", resp.Status, resp.Message)
+	}
+	f.g.cfg.IsLeader = func() bool { return false }
+	if st := f.put(2, "k3", 10); st == proto.StatusNoSpace {
+		t.Fatal("a follower refused for a member's disk")
+	}
+	f.g.cfg.IsLeader = func() bool { return true }
+	low = nil
+	if st := f.put(2, "k4", 10); st != proto.StatusOK {
+		t.Fatalf("every member with room: %v", st)
+	}
+}
+
+// TestDiskSpaceReport: what a node reports of its own disk.
+func TestDiskSpaceReport(t *testing.T) {
+	f := newFixture(t, 0, 1<<20)
+	f.free = 1 << 21
+	if free, reserve, low, failed := f.g.DiskSpace(); free != 1<<21 || reserve != 1<<20 || low || failed {
+		t.Fatalf("with room: %d %d %v %v", free, reserve, low, failed)
+	}
+	f.free = 1<<20 - 1
+	f.now = f.now.Add(diskSampleInterval)
+	if free, _, low, failed := f.g.DiskSpace(); free != 1<<20-1 || !low || failed {
+		t.Fatalf("one byte below: %d %v %v", free, low, failed)
+	}
+	f.g.cfg.FreeBytes = func(string) (int64, error) { return 0, errors.New("planted statfs failure") }
+	f.now = f.now.Add(diskSampleInterval)
+	if _, _, low, failed := f.g.DiskSpace(); !low || !failed {
+		t.Fatalf("a failed reading: low %v failed %v", low, failed)
+	}
+	off := newFixture(t, 0, 0)
+	if free, reserve, low, _ := off.g.DiskSpace(); low || reserve != 0 || free != 0 || off.reads != 0 {
+		t.Fatalf("reserve off: %d %d %v, %d reads", free, reserve, low, off.reads)
+	}
+}
