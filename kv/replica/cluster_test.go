@@ -54,8 +54,10 @@ type testCluster struct {
 	// (Config.Auth; snapshot_cluster_test.go).
 	secret []byte
 	// join starts the nodes it names with Config.Join (members_test.go).
-	join  map[paxos.NodeID]bool
-	nodes map[paxos.NodeID]*testNode
+	join map[paxos.NodeID]bool
+	// diskProbe, per node, is passed to ShareDiskSpace at start.
+	diskProbe map[paxos.NodeID]func() DiskSpace
+	nodes     map[paxos.NodeID]*testNode
 }
 
 type testNode struct {
@@ -218,6 +220,9 @@ func (c *testCluster) start(id paxos.NodeID) {
 	}, conn, alog, stm)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if p := c.diskProbe[id]; p != nil {
+		r.ShareDiskSpace(p)
 	}
 	r.Start()
 	c.nodes[id] = &testNode{r: r, sm: store, be: NewBackend(r, store)}

@@ -232,11 +232,13 @@ func (r *Replica) MembersLowOnDisk() []DiskSpace {
 }
 
 // ShareDiskSpace starts sending this node's disk report, read from probe,
-// to every other member once per diskReportInterval, until Close. probe is
+// to every other member once per diskReportInterval, until Close; snapshot
+// staging stops at the reserve by the same probe (snapshot_room.go). probe is
 // called on the report loop, never on the consensus loop (it may statfs);
-// its Node field is overwritten with this node's id. Call it once, after
-// Start.
+// its Node field is overwritten with this node's id. Call it once,
+// before or after Start.
 func (r *Replica) ShareDiskSpace(probe func() DiskSpace) {
+	r.diskProbe.Store(&probe) // snapshot staging reads it too (snapshot_room.go)
 	r.loopsWG.Add(1)
 	go r.diskReportLoop(probe)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,4 +210,72 @@ func TestDiskReportReachesLeader(t *testing.T) {
 	lowNow.Store(false)
 	wait("follower back with room", func(d []DiskSpace) bool { return d == nil })
 	fmt.Printf("disk reports: follower %d low seen by leader %d, and its recovery\n", f, l)
+}
+
+// TestSnapshotStagingStopsAtReserve: a follower catching up by snapshot
+// whose disk falls below its reserve while it stages stops at the next
+// chunk: the transfer ends no_space, its partial copy is removed, nothing
+// is installed, and it tries again after the back-off only once it has
+// room; then it catches up.
+func TestSnapshotStagingStopsAtReserve(t *testing.T) {
+	defer withChunkBytes(8 << 10)()
+	oldBackoff := snapshotNoSpaceBackoff
+	snapshotNoSpaceBackoff = 200 * time.Millisecond
+	defer func() { snapshotNoSpaceBackoff = oldBackoff }()
+	var low, armed atomic.Bool
+	probe := func() DiskSpace {
+		if low.Load() {
+			return DiskSpace{FreeBytes: 10, ReserveBytes: 20, Low: true}
+		}
+		return DiskSpace{FreeBytes: 30, ReserveBytes: 20}
+	}
+	c := newTestClusterWith(t, func(c *testCluster) {
+		c.snapEvery = 20
+		c.secret = secretA
+		c.diskProbe = map[paxos.NodeID]func() DiskSpace{1: probe, 2: probe, 3: probe}
+	})
+	leader, f := laggingFollower(c, 80, 500)
+	before, err := os.ReadDir(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The disk falls below the reserve once two chunks are staged.
+	armed.Store(true)
+	TestingSnapshotChunkHook = func(id paxos.NodeID, seq uint64) {
+		if id == f && seq == 2 && armed.CompareAndSwap(true, false) {
+			low.Store(true)
+		}
+	}
+	defer func() { TestingSnapshotChunkHook = nil }()
+	c.start(f)
+	fm := &c.nodes[f].r.metrics.Snap
+	deadline := time.Now().Add(20 * time.Second)
+	for counterValue(fm.Transfers.WithLabelValues(dirReceived, resultNoSpace)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no transfer stopped at the reserve: no_space %v, ok %v, failed %v", counterValue(fm.Transfers.WithLabelValues(dirReceived, resultNoSpace)),
+				counterValue(fm.Transfers.WithLabelValues(dirReceived, resultOK)), counterValue(fm.Transfers.WithLabelValues(dirReceived, resultFailed)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if armed.Load() {
+		t.Fatal("the staging never reached its second chunk")
+	}
+	if n := counterValue(c.nodes[f].r.metrics.Installed); n != 0 {
+		t.Fatalf("installed %v snapshots below the reserve", n)
+	}
+	staged := counterValue(fm.ReceivedBytes)
+	if staged == 0 || staged > 3*8<<10 {
+		t.Fatalf("staged %v bytes before stopping, want 1-3 chunks of 8 KiB", staged)
+	}
+	after, err := os.ReadDir(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("the aborted staging left entries: %d in %s before, %d after", len(before), c.dir, len(after))
+	}
+	// Room again: it catches up.
+	low.Store(false)
+	c.checkCaughtUp(leader, f, 80, 500)
+	fmt.Printf("snapshot staging at the reserve: stopped_after_bytes=%v no_space_transfers>=2 installed_while_low=0 caught_up_after_room=true\n", staged)
 }

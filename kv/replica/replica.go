@@ -206,6 +206,8 @@ type Replica struct {
 	progress progressCalls
 	// disks holds the members' latest disk reports (disk_report.go).
 	disks diskReports
+	// diskProbe reads this node's own disk (ShareDiskSpace; nil: unknown).
+	diskProbe atomic.Pointer[func() DiskSpace]
 
 	clk  loopClock // the node's clock (clock.go)
 	loop loopState // consensus loop only

@@ -147,6 +147,9 @@ func (f *snapFetch) onFrame(b []byte) (done bool, err error) {
 		if !f.header || fr.seq != f.seq+1 {
 			return false, fmt.Errorf("%w: chunk %d after %d (header %v)", errSnapFrame, fr.seq, f.seq, f.header)
 		}
+		if err := r.stagingRoom(f.got); err != nil {
+			return false, err
+		}
 		if _, err := f.st.Write(fr.data); err != nil {
 			return false, fmt.Errorf("staging chunk %d: %w", fr.seq, err)
 		}
@@ -210,6 +213,8 @@ func (f *snapFetch) end(err error) {
 		result = resultStale
 	case errors.Is(err, errSnapRefused):
 		result = resultRefused
+	case errors.Is(err, errSnapNoSpace):
+		result = resultNoSpace
 	case err != nil:
 		result = resultFailed
 	}
@@ -333,6 +338,12 @@ func (r *Replica) fetchOnce(o paxos.SnapshotOffer) {
 	if !ok || o.From == r.cfg.ID {
 		return
 	}
+	if err := r.stagingRoom(0); err != nil {
+		r.log.Warn().Err(err).Dur("retry_in", snapshotNoSpaceBackoff).Msg("cannot stage a snapshot")
+		r.metrics.Snap.Transfers.WithLabelValues(dirReceived, resultNoSpace).Inc()
+		r.waitOrStop(snapshotNoSpaceBackoff)
+		return
+	}
 	f, err := r.fetchBegin(o)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("cannot stage a snapshot")
@@ -343,6 +354,10 @@ func (r *Replica) fetchOnce(o paxos.SnapshotOffer) {
 		err = r.fetchInstall(f)
 	}
 	f.end(err)
+	if errors.Is(err, errSnapNoSpace) {
+		r.log.Warn().Dur("retry_in", snapshotNoSpaceBackoff).Msg("snapshot staging stopped at the disk reserve; its partial copy is removed")
+		r.waitOrStop(snapshotNoSpaceBackoff)
+	}
 }
 
 // fetchStream runs the connection: request, then frames until the end.

@@ -29,6 +29,7 @@ const (
 	resultFailed  = "failed"
 	resultStale   = "stale"
 	resultRefused = "refused"
+	resultNoSpace = "no_space" // received: aborted at the disk reserve (snapshot_room.go)
 
 	rangesKept     = "kept"
 	rangesReplaced = "replaced"
@@ -46,7 +47,7 @@ func newSnapshotMetrics(reg prometheus.Registerer) snapshotMetrics {
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "synod_snapshot_transfers_in_flight", Help: "Snapshot transfers running now, by direction."}, []string{"direction"}),
 		Transfers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "synod_snapshot_transfers_total", Help: "Ended snapshot transfers by direction and result (ok, failed, stale, refused)."},
+			Name: "synod_snapshot_transfers_total", Help: "Ended snapshot transfers by direction and result (ok, failed, stale, refused, no_space: a received one stopped at this node's disk reserve)."},
 			[]string{"direction", "result"}),
 		DeltaRanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_snapshot_delta_ranges_total", Help: "Digest ranges of installed delta snapshot transfers, by what the server did: kept (the fetcher had them) or replaced (sent)."},
@@ -57,7 +58,7 @@ func newSnapshotMetrics(reg prometheus.Registerer) snapshotMetrics {
 	for _, d := range []string{dirSent, dirReceived} {
 		m.Seconds.WithLabelValues(d)
 		m.InFlight.WithLabelValues(d)
-		for _, res := range []string{resultOK, resultFailed, resultStale, resultRefused} {
+		for _, res := range []string{resultOK, resultFailed, resultStale, resultRefused, resultNoSpace} {
 			m.Transfers.WithLabelValues(d, res)
 		}
 	}
