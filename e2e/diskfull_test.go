@@ -287,3 +287,100 @@ func TestFollowerSmallDiskIsProtected(t *testing.T) {
 	fmt.Printf("e2e small follower disk: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) follower_free_mib_at_refusal=%d refused=NO_SPACE follower_exited=false lost=%d\n",
 		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, lost)
 }
+
+// TestFollowerCatchUpStopsAtReserve: a follower on a 320 MiB filesystem
+// (reserve 96 MiB) holding ~120 MiB is killed while 100 MiB more are
+// written, more than the acceptor log keeps, so it must catch up by a
+// snapshot of ~220 MiB staged beside its live store: more than its disk
+// holds. The staging stops at the reserve (no_space), the disk never
+// fills, the node stays up; once the filesystem grows, the next attempt
+// catches it up with every acknowledged write.
+func TestFollowerCatchUpStopsAtReserve(t *testing.T) {
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := c.pmemDir("synod-e2e-catchupreserve-")
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	}
+	for _, nd := range c.nodes {
+		c.writeConfig(nd, 73, mode, "", "[limits]\ndisk_free_min_bytes = 100663296\n", []tenant{tenantA})
+	}
+	t.Cleanup(func() { c.stopAll(true) })
+	c.start(c.nodes[0])
+	c.start(c.nodes[1])
+	small := c.nodes[2]
+	if c.leader() == small {
+		t.Fatal("node 3 leads before it started")
+	}
+	data := filepath.Join(c.dir, "data3")
+	mountSmallFs(t, data)
+	if free := freeBytes(t, filepath.Join(c.dir, "data1")); free < 3*diskFullFsBytes {
+		t.Skipf("the ordinary data directories have %d MiB free; this test needs the small disk to be the smallest", free>>20)
+	}
+	c.start(small)
+	cl := dialClient(t, c.endpoints(c.nodes[0], c.nodes[1]), tenantA.token, 3)
+	defer cl.Close()
+	first, value, err := fill(t, cl, "a", 1920) // 120 MiB
+	if err != nil {
+		t.Fatalf("after %d puts: %v", len(first), err)
+	}
+	st, err := c.status(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitCaughtUp(small, st.Applied)
+	c.kill(small)
+	second, value2, err := fill(t, cl, "b", 1600) // 100 MiB more, past the 64 MiB acceptor log
+	if err != nil {
+		t.Fatalf("while node 3 was down, after %d puts: %v", len(second), err)
+	}
+	c.start(small)
+	start := time.Now()
+	minFree := freeBytes(t, data)
+	for metricValue(small, `synod_snapshot_transfers_total{direction="received",result="no_space"}`) < 1 {
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("node 3 did not stop its staging at the reserve in 60 s (free %d MiB)", freeBytes(t, data)>>20)
+		}
+		minFree = min(minFree, freeBytes(t, data))
+		time.Sleep(20 * time.Millisecond)
+	}
+	stoppedAfter := time.Since(start)
+	if !small.running() {
+		t.Fatal("node 3 exited")
+	}
+	if strings.Contains(readLog(small), "no space left on device") {
+		t.Fatal("node 3's log says its disk filled")
+	}
+	// Room: the next attempt (after the 30 s back-off) catches it up.
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", 4*diskFullFsBytes), data).CombinedOutput(); err != nil {
+		t.Fatalf("growing the tmpfs: %v: %s", err, out)
+	}
+	grown := time.Now()
+	st, err = c.status(c.leader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitCaughtUp(small, st.Applied)
+	caughtUp := time.Since(grown)
+	fc := dialClient(t, c.endpoints(small), tenantA.token, 3)
+	defer fc.Close()
+	lost := 0
+	for _, set := range []struct {
+		keys  [][]byte
+		value []byte
+	}{{first, value}, {second, value2}} {
+		for _, k := range set.keys {
+			ctx, cancel := ctxTimeout(10 * time.Second)
+			v, err := fc.GetStale(ctx, k)
+			cancel()
+			if err != nil || string(v) != string(set.value) {
+				lost++
+			}
+		}
+	}
+	if lost != 0 {
+		t.Fatalf("node 3 lacks %d of %d acknowledged writes", lost, len(first)+len(second))
+	}
+	fmt.Printf("e2e follower catch-up at the reserve: fs_mib=%d reserve_mib=96 state_mib=%d stopped=no_space after=%v min_free_mib=%d exited=false caught_up_after_growing=%v lost=0\n",
+		diskFullFsBytes>>20, (len(first)+len(second))>>4, stoppedAfter.Round(100*time.Millisecond), minFree>>20, caughtUp.Round(100*time.Millisecond))
+}
