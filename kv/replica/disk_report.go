@@ -34,21 +34,25 @@ import (
 //	3      1    reserved, 0
 //	4      8    cluster id
 //	12     8    from node
-//	20     8    free bytes (int64, >= 0)
-//	28     8    the sender's reserve in bytes (int64, >= 0; 0: no reserve)
+//	20     8    to node
+//	28     8    free bytes (int64, >= 0)
+//	36     8    the sender's reserve in bytes (int64, >= 0; 0: no reserve)
 //
 // A node of a version that predates reports drops them as undecodable
 // consensus input (its synod_inbound_dropped_total grows by one per member
 // per second during a rolling upgrade) and simply does not learn of its
 // peers' disks. A report is believed only from a member of the committed
 // membership other than the receiver, under the cluster's id, and (with a
-// secret) only when its from field is the authenticated sender; it counts
+// secret) only when its from field is the authenticated sender, and only
+// by the node its to field names (the seal does not cover the receiver: a
+// sealed report sent to one member and replayed to another is dropped, as
+// paxos messages and accel frames are by their own to fields); it counts
 // for diskReportStaleAfter, so a member that stops reporting (down,
 // partitioned, removed) stops holding writes back.
 const (
 	diskReportMagic   = 0xD5
 	diskReportVersion = 1
-	diskReportBytes   = 36
+	diskReportBytes   = 44
 
 	diskReportFlagLow        = 1 << 0
 	diskReportFlagReadFailed = 1 << 1
@@ -84,8 +88,8 @@ var errBadDiskReport = errors.New("replica: malformed disk report")
 // byte).
 func isDiskReport(b []byte) bool { return len(b) > 0 && b[0] == diskReportMagic }
 
-// appendDiskReport appends the report of d for cluster to buf.
-func appendDiskReport(buf []byte, cluster uint64, d DiskSpace) []byte {
+// appendDiskReport appends the report of d, for node to of cluster, to buf.
+func appendDiskReport(buf []byte, cluster uint64, to paxos.NodeID, d DiskSpace) []byte {
 	var flags byte
 	if d.Low {
 		flags |= diskReportFlagLow
@@ -96,30 +100,32 @@ func appendDiskReport(buf []byte, cluster uint64, d DiskSpace) []byte {
 	buf = append(buf, diskReportMagic, diskReportVersion, flags, 0)
 	buf = binary.LittleEndian.AppendUint64(buf, cluster)
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(d.Node))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(to))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(max(d.FreeBytes, 0)))
 	return binary.LittleEndian.AppendUint64(buf, uint64(max(d.ReserveBytes, 0)))
 }
 
 // parseDiskReport decodes a report; anything but exactly one well-formed
 // report of this version is an error.
-func parseDiskReport(b []byte) (cluster uint64, d DiskSpace, err error) {
+func parseDiskReport(b []byte) (cluster uint64, to paxos.NodeID, d DiskSpace, err error) {
 	if len(b) != diskReportBytes {
-		return 0, d, fmt.Errorf("%w: %d bytes, want %d", errBadDiskReport, len(b), diskReportBytes)
+		return 0, 0, d, fmt.Errorf("%w: %d bytes, want %d", errBadDiskReport, len(b), diskReportBytes)
 	}
 	if b[0] != diskReportMagic {
-		return 0, d, fmt.Errorf("%w: magic %#x", errBadDiskReport, b[0])
+		return 0, 0, d, fmt.Errorf("%w: magic %#x", errBadDiskReport, b[0])
 	}
 	if b[1] != diskReportVersion {
-		return 0, d, fmt.Errorf("%w: version %d", errBadDiskReport, b[1])
+		return 0, 0, d, fmt.Errorf("%w: version %d", errBadDiskReport, b[1])
 	}
 	if b[2]&^diskReportFlagsKnown != 0 || b[3] != 0 {
-		return 0, d, fmt.Errorf("%w: unknown flags %#x/%#x", errBadDiskReport, b[2], b[3])
+		return 0, 0, d, fmt.Errorf("%w: unknown flags %#x/%#x", errBadDiskReport, b[2], b[3])
 	}
 	cluster = binary.LittleEndian.Uint64(b[4:12])
-	free := binary.LittleEndian.Uint64(b[20:28])
-	reserve := binary.LittleEndian.Uint64(b[28:36])
+	to = paxos.NodeID(binary.LittleEndian.Uint64(b[20:28]))
+	free := binary.LittleEndian.Uint64(b[28:36])
+	reserve := binary.LittleEndian.Uint64(b[36:44])
 	if free > diskReportBytesMax || reserve > diskReportBytesMax {
-		return 0, d, fmt.Errorf("%w: byte figure above %d", errBadDiskReport, uint64(diskReportBytesMax))
+		return 0, 0, d, fmt.Errorf("%w: byte figure above %d", errBadDiskReport, uint64(diskReportBytesMax))
 	}
 	d = DiskSpace{
 		Node:         paxos.NodeID(binary.LittleEndian.Uint64(b[12:20])),
@@ -128,13 +134,13 @@ func parseDiskReport(b []byte) (cluster uint64, d DiskSpace, err error) {
 		Low:          b[2]&diskReportFlagLow != 0,
 		ReadFailed:   b[2]&diskReportFlagReadFailed != 0,
 	}
-	if d.Node == 0 {
-		return 0, d, fmt.Errorf("%w: node 0", errBadDiskReport)
+	if d.Node == 0 || to == 0 {
+		return 0, 0, d, fmt.Errorf("%w: node 0", errBadDiskReport)
 	}
 	if d.ReadFailed && !d.Low {
-		return 0, d, fmt.Errorf("%w: a failed reading must be low", errBadDiskReport)
+		return 0, 0, d, fmt.Errorf("%w: a failed reading must be low", errBadDiskReport)
 	}
-	return cluster, d, nil
+	return cluster, to, d, nil
 }
 
 // diskReports holds the latest report of each member. Bounded: one entry
@@ -162,13 +168,15 @@ func isMember(ms []sm.Member, id paxos.NodeID) bool {
 // than this node, under this cluster, and (sender != 0: the datagram was
 // authenticated) from the node that sealed it. It returns why not.
 func (r *Replica) receiveDiskReport(b []byte, sender paxos.NodeID) error {
-	cluster, d, err := parseDiskReport(b)
+	cluster, to, d, err := parseDiskReport(b)
 	if err != nil {
 		return err
 	}
 	switch members := r.membersNow().members; {
 	case cluster != r.cfg.ClusterID:
 		return fmt.Errorf("%w: cluster %d", errBadDiskReport, cluster)
+	case to != r.cfg.ID:
+		return fmt.Errorf("%w: addressed to node %d", errBadDiskReport, to)
 	case sender != 0 && d.Node != sender:
 		return fmt.Errorf("%w: from %d, sealed by %d", errBadDiskReport, d.Node, sender)
 	case d.Node == r.cfg.ID:
@@ -263,11 +271,10 @@ func (r *Replica) diskReportLoop(probe func() DiskSpace) {
 func (r *Replica) sendDiskReport(probe func() DiskSpace) {
 	d := probe()
 	d.Node = r.cfg.ID
-	b := appendDiskReport(make([]byte, 0, diskReportBytes), r.cfg.ClusterID, d)
 	var out []outMsg
 	for _, m := range r.membersNow().members {
 		if id := paxos.NodeID(m.ID); id != r.cfg.ID {
-			out = append(out, outMsg{to: id, b: b})
+			out = append(out, outMsg{to: id, b: appendDiskReport(make([]byte, 0, diskReportBytes), r.cfg.ClusterID, id, d)})
 		}
 	}
 	if len(out) == 0 {

@@ -20,16 +20,16 @@ func TestDiskReportRoundTrip(t *testing.T) {
 		{Node: paxos.MembersMax, FreeBytes: diskReportBytesMax, ReserveBytes: diskReportBytesMax},
 		{Node: 2, Low: true, ReadFailed: true, ReserveBytes: 1},
 	} {
-		b := appendDiskReport(nil, 77, d)
+		b := appendDiskReport(nil, 77, 5, d)
 		if len(b) != diskReportBytes || !isDiskReport(b) || isAccelFrame(b) {
 			t.Fatalf("%+v: %d bytes, isDiskReport %v, isAccelFrame %v", d, len(b), isDiskReport(b), isAccelFrame(b))
 		}
 		if _, err := paxos.UnmarshalMessage(b); err == nil {
 			t.Fatalf("%+v: a report decodes as a paxos message", d)
 		}
-		cl, got, err := parseDiskReport(b)
-		if err != nil || cl != 77 || got != d {
-			t.Fatalf("round trip of %+v: cluster %d, %+v, %v", d, cl, got, err)
+		cl, to, got, err := parseDiskReport(b)
+		if err != nil || cl != 77 || to != 5 || got != d {
+			t.Fatalf("round trip of %+v: cluster %d, to %d, %+v, %v", d, cl, to, got, err)
 		}
 	}
 }
@@ -37,10 +37,10 @@ func TestDiskReportRoundTrip(t *testing.T) {
 // TestDiskReportMalformed walks every length around the report's and every
 // field's bad values: each is an error, none panics.
 func TestDiskReportMalformed(t *testing.T) {
-	good := appendDiskReport(nil, 77, DiskSpace{Node: 3, FreeBytes: 10, ReserveBytes: 20, Low: true})
+	good := appendDiskReport(nil, 77, 1, DiskSpace{Node: 3, FreeBytes: 10, ReserveBytes: 20, Low: true})
 	for n := 0; n <= diskReportBytes+1; n++ {
 		b := append(append([]byte(nil), good...), 0)[:n]
-		if _, _, err := parseDiskReport(b); (err == nil) != (n == diskReportBytes) {
+		if _, _, _, err := parseDiskReport(b); (err == nil) != (n == diskReportBytes) {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
 	}
@@ -51,28 +51,29 @@ func TestDiskReportMalformed(t *testing.T) {
 		"unknown flag":       func(b []byte) { b[2] |= 1 << 2 },
 		"reserved byte":      func(b []byte) { b[3] = 1 },
 		"node 0":             func(b []byte) { clear(b[12:20]) },
-		"free above max":     func(b []byte) { b[27] = 0x20 },
-		"reserve above max":  func(b []byte) { b[35] = 0x80 },
+		"to node 0":          func(b []byte) { clear(b[20:28]) },
+		"free above max":     func(b []byte) { b[35] = 0x20 },
+		"reserve above max":  func(b []byte) { b[43] = 0x80 },
 		"failed but not low": func(b []byte) { b[2] = diskReportFlagReadFailed },
 	}
 	for name, edit := range bad {
 		b := append([]byte(nil), good...)
 		edit(b)
-		if _, _, err := parseDiskReport(b); !errors.Is(err, errBadDiskReport) {
+		if _, _, _, err := parseDiskReport(b); !errors.Is(err, errBadDiskReport) {
 			t.Errorf("%s: %v, want errBadDiskReport", name, err)
 		}
 	}
 }
 
 func FuzzParseDiskReport(f *testing.F) {
-	f.Add(appendDiskReport(nil, 1, DiskSpace{Node: 2, FreeBytes: 5, ReserveBytes: 6, Low: true}))
+	f.Add(appendDiskReport(nil, 1, 3, DiskSpace{Node: 2, FreeBytes: 5, ReserveBytes: 6, Low: true}))
 	f.Add([]byte{diskReportMagic})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cl, d, err := parseDiskReport(b)
+		cl, to, d, err := parseDiskReport(b)
 		if err != nil {
 			return
 		}
-		if again := appendDiskReport(nil, cl, d); !bytes.Equal(again, b) {
+		if again := appendDiskReport(nil, cl, to, d); !bytes.Equal(again, b) {
 			t.Fatalf("accepted %x, re-encodes as %x", b, again)
 		}
 	})
@@ -93,14 +94,15 @@ func TestDiskReportsBelievedFromMembersOnly(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r := reportTestReplica(&now)
 	low := func(node paxos.NodeID) []byte {
-		return appendDiskReport(nil, 77, DiskSpace{Node: node, FreeBytes: 1, ReserveBytes: 2, Low: true})
+		return appendDiskReport(nil, 77, 1, DiskSpace{Node: node, FreeBytes: 1, ReserveBytes: 2, Low: true})
 	}
 	refused := []struct {
 		name   string
 		b      []byte
 		sender paxos.NodeID
 	}{
-		{"another cluster", appendDiskReport(nil, 78, DiskSpace{Node: 2, Low: true}), 0},
+		{"another cluster", appendDiskReport(nil, 78, 1, DiskSpace{Node: 2, Low: true}), 0},
+		{"addressed to another node (a sealed report replayed here)", appendDiskReport(nil, 77, 3, DiskSpace{Node: 2, Low: true}), 2},
 		{"sealed by another node", low(2), 3},
 		{"this node's id", low(1), 0},
 		{"not a member", low(9), 9},
@@ -132,7 +134,7 @@ func TestDiskReportsBelievedFromMembersOnly(t *testing.T) {
 		t.Fatalf("two low members: %+v", got)
 	}
 	// Node 2 has room again.
-	if err := r.receiveDiskReport(appendDiskReport(nil, 77, DiskSpace{Node: 2, FreeBytes: 5, ReserveBytes: 2}), 2); err != nil {
+	if err := r.receiveDiskReport(appendDiskReport(nil, 77, 1, DiskSpace{Node: 2, FreeBytes: 5, ReserveBytes: 2}), 2); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.MembersLowOnDisk(); len(got) != 1 || got[0].Node != 3 {
@@ -227,7 +229,7 @@ func TestSnapshotStagingStopsAtReserve(t *testing.T) {
 		if low.Load() {
 			return DiskSpace{FreeBytes: 10, ReserveBytes: 20, Low: true}
 		}
-		return DiskSpace{FreeBytes: 30, ReserveBytes: 20}
+		return DiskSpace{FreeBytes: 20 + stagingMarginBytes, ReserveBytes: 20}
 	}
 	c := newTestClusterWith(t, func(c *testCluster) {
 		c.snapEvery = 20
@@ -238,6 +240,19 @@ func TestSnapshotStagingStopsAtReserve(t *testing.T) {
 	before, err := os.ReadDir(c.dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One byte less than the margin stops a transfer before it begins.
+	if err := c.nodes[leader].r.stagingRoom(0); err != nil {
+		t.Fatalf("at the margin: %v", err)
+	}
+	setProbe := func(p func() DiskSpace) { c.nodes[leader].r.diskProbe.Store(&p) }
+	setProbe(func() DiskSpace { return DiskSpace{FreeBytes: 20 + stagingMarginBytes - 1, ReserveBytes: 20} })
+	if err := c.nodes[leader].r.stagingRoom(0); !errors.Is(err, errSnapNoSpace) {
+		t.Fatalf("one byte inside the margin: %v", err)
+	}
+	setProbe(func() DiskSpace { return DiskSpace{} }) // reserve off
+	if err := c.nodes[leader].r.stagingRoom(0); err != nil {
+		t.Fatalf("reserve off: %v", err)
 	}
 	// The disk falls below the reserve once two chunks are staged.
 	armed.Store(true)

@@ -13,22 +13,35 @@ import (
 // also starve the live store, and a Pebble that cannot write its MANIFEST
 // stops the process; so the fetcher checks this node's disk (the probe of
 // ShareDiskSpace: free space against disk_free_min_bytes) before a
-// transfer and before staging every chunk, and stops at the reserve: the
-// partial copy is removed, the transfer ends "no_space"
+// transfer and before staging every chunk, and stops stagingMarginBytes
+// above the reserve: the partial copy is removed, the transfer ends
+// "no_space"
 // (synod_snapshot_transfers_total{direction="received",result="no_space"}),
 // a warning says so, and the next attempt waits snapshotNoSpaceBackoff.
-// Such a node cannot catch up until it has room for the state twice
-// over: its disk report says low meanwhile only while the staging sits at
-// the reserve, for a moment per attempt.
+// Such a node cannot catch up until it has room for the state twice over.
+// The margin keeps the staging itself from taking the node below its
+// reserve, so its disk report does not say low (and the leader does not
+// refuse the cluster's growing writes) because a member tried to stage a
+// snapshot it has no room for.
 
 // snapshotNoSpaceBackoff is how long the fetcher waits after stopping at
 // the reserve before it tries again (a var: tests shorten it).
 var snapshotNoSpaceBackoff = 30 * time.Second
 
+// stagingMarginBytes is how far above the reserve staging stops. The
+// probe reads the free space afresh before every chunk (at most
+// snapshotChunkBytesMax), so staging overshoots by a chunk and what the
+// table writer holds; the margin also leaves room for the live store's
+// own writes meanwhile. With a reading cached for 250 ms a staging on
+// tmpfs overshot the margin by 14 MiB (TestFollowerCatchUpStopsAtReserve:
+// 82 MiB free under a 96 MiB reserve).
+const stagingMarginBytes = 32 << 20
+
 var errSnapNoSpace = errors.New("replica: no room to stage the snapshot")
 
 // stagingRoom returns errSnapNoSpace when this node's disk is below its
-// reserve (staged: bytes of the transfer staged so far, for the message).
+// reserve + stagingMarginBytes, or its free space cannot be read (staged:
+// bytes of the transfer staged so far, for the message).
 // Without a probe (no ShareDiskSpace) it never refuses.
 func (r *Replica) stagingRoom(staged uint64) error {
 	p := r.diskProbe.Load()
@@ -39,9 +52,9 @@ func (r *Replica) stagingRoom(staged uint64) error {
 	switch {
 	case d.ReadFailed:
 		return fmt.Errorf("%w: the free space cannot be read (%d bytes staged)", errSnapNoSpace, staged)
-	case d.Low:
-		return fmt.Errorf("%w: %d bytes free, below the reserve of %d (disk_free_min_bytes), with %d bytes staged; the state needs room twice over while it is staged",
-			errSnapNoSpace, d.FreeBytes, d.ReserveBytes, staged)
+	case d.Low || (d.ReserveBytes > 0 && d.FreeBytes < d.ReserveBytes+stagingMarginBytes):
+		return fmt.Errorf("%w: %d bytes free, within %d of the reserve of %d (disk_free_min_bytes), with %d bytes staged; the state needs room twice over while it is staged",
+			errSnapNoSpace, d.FreeBytes, stagingMarginBytes, d.ReserveBytes, staged)
 	}
 	return nil
 }

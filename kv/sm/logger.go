@@ -2,22 +2,57 @@ package sm
 
 import (
 	"fmt"
-	"github.com/cockroachdb/pebble/v2"
+	"sync"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
 )
 
+// pebbleErrorLogEvery bounds Pebble's error lines: on a full disk Pebble
+// retries its flush continuously and logged each failure (13,394 lines in
+// 90 s, seen by an outside tester); one line per interval says the same,
+// with the count of the lines left out.
+const pebbleErrorLogEvery = time.Second
+
+// logLimiter lets one line through per pebbleErrorLogEvery and counts the
+// rest. Shared by the logger and the event listener of one store.
+type logLimiter struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a line may be logged now and how many were left
+// out since the last one that was.
+func (l *logLimiter) allow(now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < pebbleErrorLogEvery {
+		l.suppressed++
+		return false, 0
+	}
+	l.last, suppressed, l.suppressed = now, l.suppressed, 0
+	return true, suppressed
+}
+
 // pebbleLogger routes Pebble's log lines to zerolog: Info at debug level
-// (Pebble is chatty at start), errors at error level. Fatalf logs and
-// panics, as Pebble's contract requires it not to return.
-type pebbleLogger struct{ log zerolog.Logger }
+// (Pebble is chatty at start), errors at error level (at most one per
+// pebbleErrorLogEvery). Fatalf logs and panics, as Pebble's contract
+// requires it not to return.
+type pebbleLogger struct {
+	log     zerolog.Logger
+	limiter *logLimiter
+}
 
 func (l pebbleLogger) Infof(format string, args ...any) {
 	l.log.Debug().Msgf("pebble: "+format, args...)
 }
 
 func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.log.Error().Msgf("pebble: "+format, args...)
+	if ok, n := l.limiter.allow(time.Now()); ok {
+		l.log.Error().Int("lines_left_out", n).Msgf("pebble: "+format, args...)
+	}
 }
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
@@ -28,12 +63,15 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // pebbleEvents logs what an operator must hear of: a background error (a
 // flush or compaction that failed: a full disk is the common cause, and
 // then every write stalls until space is freed, since Pebble retries) at
-// error level, and write stalls (memtables or L0 full: applies wait) at
-// warn level, with their end.
-func pebbleEvents(log zerolog.Logger) *pebble.EventListener {
+// error level, at most one line per pebbleErrorLogEvery (with limiter,
+// shared with the logger), and write stalls (memtables or L0 full:
+// applies wait) at warn level, with their end.
+func pebbleEvents(log zerolog.Logger, limiter *logLimiter) *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
-			log.Error().Err(err).Msg("pebble: a flush or compaction failed; writes stall once the memtables fill, until it succeeds (a full disk: free space under data_dir)")
+			if ok, n := limiter.allow(time.Now()); ok {
+				log.Error().Err(err).Int("lines_left_out", n).Msg("pebble: a flush or compaction failed; writes stall once the memtables fill, until it succeeds (a full disk: free space under data_dir)")
+			}
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
 			log.Warn().Str("reason", info.Reason).Msg("pebble: write stall: applies wait")

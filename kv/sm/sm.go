@@ -219,7 +219,8 @@ func (s *SM) pebbleOptions() *pebble.Options {
 	if s.opts.Log != nil {
 		log = *s.opts.Log
 	}
-	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log}, EventListener: pebbleEvents(log)}
+	limiter := &logLimiter{}
+	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log, limiter: limiter}, EventListener: pebbleEvents(log, limiter)}
 	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)
 	return po
 }

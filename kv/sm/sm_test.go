@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"synod/kv/proto"
 	"synod/tenants"
@@ -727,6 +728,31 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 	for r := 0; r < 2; r++ {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestPebbleErrorLinesLimited: Pebble's error lines pass at most one per
+// pebbleErrorLogEvery, and the next one that passes counts those left out.
+func TestPebbleErrorLinesLimited(t *testing.T) {
+	var l logLimiter
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at   time.Duration
+		ok   bool
+		left int
+	}{
+		{0, true, 0},
+		{time.Millisecond, false, 0},
+		{pebbleErrorLogEvery - time.Nanosecond, false, 0},
+		{pebbleErrorLogEvery, true, 2},
+		{pebbleErrorLogEvery + 1, false, 0},
+		{3 * pebbleErrorLogEvery, true, 1},
+	}
+	for i, s := range steps {
+		ok, left := l.allow(t0.Add(s.at))
+		if ok != s.ok || left != s.left {
+			t.Fatalf("step %d at %v: allow %v, %d left out; want %v, %d", i, s.at, ok, left, s.ok, s.left)
 		}
 	}
 }

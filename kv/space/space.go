@@ -3,26 +3,30 @@
 // the store when the disk is low so that deletes give space back.
 //
 // Contract. Guard wraps a server.Backend. On the node that leads (writes
-// sent elsewhere pass through to be redirected), a write whose effect
-// would grow what its tenant stores (sm.Usage: user keys + values +
-// sm.KeyOverheadBytes per key) is answered NO_SPACE, with nothing
-// proposed, when
-//   - the tenant has a quota (tenants.Spec.QuotaBytes) and its usage, plus
-//     what its writes already in flight on this node may add, plus the
-//     growth would pass it, or
-//   - the filesystem holding the data directory has fewer free bytes than
-//     the reserve (Config.DiskFreeMinBytes), or
-//   - another member reports that its own disk is below its own reserve
-//     (Config.MembersLow: kv/replica's disk reports, refreshed every
-//     second and believed for five), since a follower cannot refuse a
-//     committed write it has no room for.
+// sent elsewhere pass through to be redirected), a write is answered
+// NO_SPACE, with nothing proposed, when
+//   - the tenant has a quota (tenants.Spec.QuotaBytes) and the write
+//     would grow what the tenant stores (sm.Usage: user keys + values +
+//     sm.KeyOverheadBytes per key) past it, counting what its writes
+//     already in flight on this node may add, or
+//   - the write writes a value (PUT, CAS, a BATCH with a put) and the
+//     filesystem holding the data directory has fewer free bytes than the
+//     reserve (Config.DiskFreeMinBytes), or
+//   - the write writes a value and another member reports that its own
+//     disk is below its own reserve (Config.MembersLow: kv/replica's disk
+//     reports, refreshed every second and believed for five), since a
+//     follower cannot refuse a committed write it has no room for.
 //
-// A write that does not grow the tenant's usage (a delete, an overwrite
-// with a value no longer than the old one, a BATCH whose deletes free as
-// much as its puts take) is never refused for space, so a tenant at its
-// quota or a node at its reserve can always make room. A write the
-// exactly-once table already decides (a retry of an applied write, a
-// stale seq) is never refused either: it is answered from the table.
+// Below a disk reserve (this node's or a member's) every write that
+// writes a value is refused, whatever it does to the count: an overwrite
+// takes new disk space until a compaction frees the old value. Deletes
+// (DELETE, a BATCH of deletes only) are never refused, so a tenant or a
+// node can always make room; a delete of an absent key writes nothing.
+// Against a quota, which counts logical bytes, a write that does not grow
+// the tenant's usage (an overwrite with a value no longer than the old
+// one, a BATCH whose deletes free as much as its puts take) passes. A
+// write the exactly-once table already decides (a retry of an applied
+// write, a stale seq) is never refused: it is answered from the table.
 //
 // The check is admission, not part of the state machine. Writes in flight
 // count at their upper bound (every value as if its key were new), so
@@ -221,9 +225,15 @@ func (g *Guard) pendingOf(tenant tenants.ID) *atomic.Int64 {
 	return g.unregistered
 }
 
-// admit returns the NO_SPACE answer for a write (growth at most bound)
-// that may not grow the tenant's usage now, given what the tenant's other
-// writes in flight may add, or nil.
+// admit returns the NO_SPACE answer for a write that writes a value (its
+// growth at most bound > 0) and may not run now, or nil. Below a disk
+// reserve (this node's or another member's) no such write runs, whatever
+// it does to its tenant's count: an overwrite, even a shrinking one, takes
+// new disk space until a compaction frees the old value, and a compaction
+// needs room of its own (an outside tester filled a node's disk to 0 with
+// same-size overwrites at the reserve, when only growth was refused). The
+// quota counts logical bytes: a write that does not grow the count passes
+// it. inFlight is what the tenant's other writes in flight may add.
 func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int64) *proto.Response {
 	var quota int64
 	if spec, ok := g.cfg.Registry.Get(tenant); ok {
@@ -241,32 +251,31 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int
 	if !g.cfg.IsLeader() || g.cfg.Ledger.Answered(tenant, req.ClientID, req.Seq) {
 		return nil
 	}
-	// Compute what the write really adds.
-	growth, err := g.growth(tenant, req)
-	if err != nil {
-		return proto.Errorf(proto.StatusInternal, "reading the current value: %v", err)
-	}
 	switch {
-	case growth <= 0:
-		return nil
-	case quota > 0 && used+inFlight+growth > quota:
-		g.refusedQuota.Add(1)
-		if inFlight > 0 {
-			return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes and has writes in flight that may add %d; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, inFlight, growth, quota)
-		}
-		return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, growth, quota)
 	case lowDisk:
 		g.refusedDisk.Add(1)
-		return proto.Errorf(proto.StatusNoSpace, "the node's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); deletes are still served", g.free.Load(), g.cfg.DiskFreeMinBytes)
+		return proto.Errorf(proto.StatusNoSpace, "the node's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); only deletes are served until it has room", g.free.Load(), g.cfg.DiskFreeMinBytes)
 	case len(lowMembers) > 0:
 		g.refusedMemberDisk.Add(1)
 		m := lowMembers[0]
 		if m.ReadFailed {
-			return proto.Errorf(proto.StatusNoSpace, "node %d cannot read its disk's free space; writes that grow the store wait until every member has room; deletes are still served", m.Node)
+			return proto.Errorf(proto.StatusNoSpace, "node %d cannot read its disk's free space; only deletes are served until every member has room", m.Node)
 		}
-		return proto.Errorf(proto.StatusNoSpace, "node %d's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); writes that grow the store wait until every member has room; deletes are still served", m.Node, m.FreeBytes, m.ReserveBytes)
+		return proto.Errorf(proto.StatusNoSpace, "node %d's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); only deletes are served until every member has room", m.Node, m.FreeBytes, m.ReserveBytes)
 	}
-	return nil
+	// Over the quota by the bound: compute what the write really adds.
+	growth, err := g.growth(tenant, req)
+	if err != nil {
+		return proto.Errorf(proto.StatusInternal, "reading the current value: %v", err)
+	}
+	if growth <= 0 || used+inFlight+growth <= quota {
+		return nil
+	}
+	g.refusedQuota.Add(1)
+	if inFlight > 0 {
+		return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes and has writes in flight that may add %d; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, inFlight, growth, quota)
+	}
+	return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, growth, quota)
 }
 
 // growthBound is an upper bound of what req adds to its tenant's usage,
@@ -353,17 +362,21 @@ func (g *Guard) diskLow() bool {
 }
 
 // DiskSpace is this node's own reading for its disk report to the other
-// members (kv/replica ShareDiskSpace): the free bytes at the latest
-// reading (read again when older than diskSampleInterval), the reserve,
-// and whether the free space is below it or could not be read. With the
-// reserve off the node never reports low.
+// members and for snapshot staging (kv/replica ShareDiskSpace): the free
+// bytes read now (one statfs; the last reading when another is in
+// progress), the reserve, and whether the free space is below it or could
+// not be read. Fresh, not the admission's reading of up to
+// diskSampleInterval ago: staging calls it before every chunk, and on a
+// fast disk a quarter second of staging is tens of MiB. With the reserve
+// off the node never reports low.
 func (g *Guard) DiskSpace() (free, reserve int64, low, readFailed bool) {
 	if g.cfg.DiskFreeMinBytes <= 0 {
 		return 0, 0, false, false
 	}
-	low = g.diskLow()
+	g.sample(g.cfg.Now().UnixNano())
 	b, _ := g.freeErr.Load().(errBox)
-	return g.free.Load(), g.cfg.DiskFreeMinBytes, low, b.err != nil
+	free = g.free.Load()
+	return free, g.cfg.DiskFreeMinBytes, b.err != nil || free < g.cfg.DiskFreeMinBytes, b.err != nil
 }
 
 func (g *Guard) sample(now int64) {

@@ -161,11 +161,26 @@ func TestDiskReserve(t *testing.T) {
 	if resp.Status != proto.StatusNoSpace || !strings.Contains(resp.Message, "disk") {
 		t.Fatalf("below the reserve: %v %q", resp.Status, resp.Message)
 	}
-	if st := f.put(2, "k", 999); st != proto.StatusOK {
-		t.Fatalf("a shrinking overwrite below the reserve: %v", st)
+	// Below the reserve only deletes pass: an overwrite, even a shrinking
+	// one, takes new disk space until a compaction frees the old value.
+	for _, n := range []int{1000, 999, 0} {
+		if st := f.put(2, "k", n); st != proto.StatusNoSpace {
+			t.Fatalf("an overwrite of 1000 bytes with %d below the reserve: %v", n, st)
+		}
+	}
+	freeing := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{{Op: proto.OpDelete, Key: []byte("k")}, {Op: proto.OpPut, Key: []byte("k5"), Value: []byte("x")}}}
+	if st := f.do(2, freeing).Status; st != proto.StatusNoSpace {
+		t.Fatalf("a BATCH that frees more than it writes, below the reserve: %v", st)
 	}
 	if st := f.del(2, "k2"); st != proto.StatusOK {
 		t.Fatalf("a delete below the reserve: %v", st)
+	}
+	if st := f.del(2, "absent"); st != proto.StatusOK {
+		t.Fatalf("a delete of an absent key below the reserve: %v", st)
+	}
+	deletes := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{{Op: proto.OpDelete, Key: []byte("k")}, {Op: proto.OpDelete, Key: []byte("nope")}}}
+	if st := f.do(2, deletes).Status; st != proto.StatusOK {
+		t.Fatalf("a BATCH of deletes below the reserve: %v", st)
 	}
 	reads := f.reads
 	for i := 0; i < 100; i++ {
@@ -187,8 +202,8 @@ func TestDiskReserve(t *testing.T) {
 	if st := f.put(2, "k4", 10); st != proto.StatusNoSpace {
 		t.Fatalf("after a failed reading: %v", st)
 	}
-	if s := f.g.Stats(); s.RefusedDisk != 102 || s.RefusedQuota != 0 {
-		t.Fatalf("stats %+v, want 102 refused for the disk", s)
+	if s := f.g.Stats(); s.RefusedDisk != 106 || s.RefusedQuota != 0 {
+		t.Fatalf("stats %+v, want 106 refused for the disk", s)
 	}
 }
 
@@ -377,8 +392,8 @@ func TestReclaimCompactsWhenShort(t *testing.T) {
 }
 
 // TestMembersLowOnDisk: while another member reports its disk below its
-// reserve, the leader refuses growing writes naming it (its own disk has
-// room), and still serves deletes and writes that do not grow; a follower
+// reserve, the leader refuses every write that writes a value, naming it
+// (its own disk has room), and still serves deletes; a follower
 // does not decide; the reply names a member that cannot read its disk.
 func TestMembersLowOnDisk(t *testing.T) {
 	f := newFixture(t, 0, 1<<20)
@@ -395,13 +410,13 @@ func TestMembersLowOnDisk(t *testing.T) {
 	if _, ok, _ := f.store.ValueLen(2, []byte("k2")); ok {
 		t.Fatal("the refused put was written")
 	}
-	if st := f.put(2, "k", 1000); st != proto.StatusOK {
-		t.Fatalf("an overwrite that does not grow: %v", st)
+	if st := f.put(2, "k", 1000); st != proto.StatusNoSpace {
+		t.Fatalf("a same-size overwrite (new disk space until a compaction): %v", st)
 	}
 	if st := f.del(2, "k"); st != proto.StatusOK {
 		t.Fatalf("a delete: %v", st)
 	}
-	if s := f.g.Stats(); s.RefusedMemberDisk != 1 || s.RefusedDisk != 0 || s.MembersLow != 2 {
+	if s := f.g.Stats(); s.RefusedMemberDisk != 2 || s.RefusedDisk != 0 || s.MembersLow != 2 {
 		t.Fatalf("stats %+v", s)
 	}
 	low = low[1:]
@@ -432,8 +447,14 @@ func TestDiskSpaceReport(t *testing.T) {
 	if free, _, low, failed := f.g.DiskSpace(); free != 1<<20-1 || !low || failed {
 		t.Fatalf("one byte below: %d %v %v", free, low, failed)
 	}
+	// Read fresh every time, not once per diskSampleInterval: staging
+	// calls it before every chunk.
+	f.free = 1 << 21
+	reads := f.reads
+	if free, _, low, _ := f.g.DiskSpace(); free != 1<<21 || low || f.reads != reads+1 {
+		t.Fatalf("a second reading within the interval: %d, low %v, %d statfs calls", free, low, f.reads-reads)
+	}
 	f.g.cfg.FreeBytes = func(string) (int64, error) { return 0, errors.New("planted statfs failure") }
-	f.now = f.now.Add(diskSampleInterval)
 	if _, _, low, failed := f.g.DiskSpace(); !low || !failed {
 		t.Fatalf("a failed reading: low %v failed %v", low, failed)
 	}
