@@ -24,7 +24,7 @@ import (
 // tenant's connection flood, a pre-HELLO trickle flood, a reader-less
 // SCAN pipeline, idle and half-sent connections, a flood of bad tokens,
 // and a HELLO naming a tenant. The limits are kvnode's [limits] defaults
-// (docs/protocol.md, "Connections, timeouts and response bytes"), except
+// (docs/protocol.md, "Connections, timeouts, request and response bytes"), except
 // in the timeout attack, which starts a one-node cluster of its own with
 // short timeouts so that it takes seconds.
 func init() { attackSets = append(attackSets, connAttacks) }

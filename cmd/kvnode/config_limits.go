@@ -48,6 +48,12 @@ type LimitsConfig struct {
 	ResponseBytesPerConnMax   int64 `toml:"response_bytes_per_conn_max"`
 	ResponseBytesPerTenantMax int64 `toml:"response_bytes_per_tenant_max"`
 	ResponseBytesPerNodeMax   int64 `toml:"response_bytes_per_node_max"`
+	// RequestBytesPerConnMax, RequestBytesPerTenantMax and
+	// RequestBytesPerNodeMax bound the request body bytes read and not
+	// yet answered (kv/server request_budget.go); 0 or absent: defaults.
+	RequestBytesPerConnMax   int64 `toml:"request_bytes_per_conn_max"`
+	RequestBytesPerTenantMax int64 `toml:"request_bytes_per_tenant_max"`
+	RequestBytesPerNodeMax   int64 `toml:"request_bytes_per_node_max"`
 	// DiskFreeMinBytes is the free space kept on data_dir's filesystem:
 	// below it every write that would grow what a tenant stores is
 	// answered NO_SPACE (deletes still pass; kv/space). Absent: 1 GiB
@@ -106,7 +112,8 @@ func (c *LimitsConfig) validate() error {
 	}{{"conns_max", int64(c.ConnsMax)}, {"conns_per_tenant_max", int64(c.ConnsPerTenantMax)},
 		{"conns_per_source_max", int64(c.ConnsPerSourceMax)}, {"conns_unauthenticated_max", int64(c.ConnsUnauthenticatedMax)},
 		{"response_bytes_per_conn_max", c.ResponseBytesPerConnMax}, {"response_bytes_per_tenant_max", c.ResponseBytesPerTenantMax},
-		{"response_bytes_per_node_max", c.ResponseBytesPerNodeMax}} {
+		{"response_bytes_per_node_max", c.ResponseBytesPerNodeMax}, {"request_bytes_per_conn_max", c.RequestBytesPerConnMax},
+		{"request_bytes_per_tenant_max", c.RequestBytesPerTenantMax}, {"request_bytes_per_node_max", c.RequestBytesPerNodeMax}} {
 		if n.v < 0 {
 			return fmt.Errorf("limits.%s: %d is negative (0 or absent takes the default)", n.key, n.v)
 		}
@@ -137,6 +144,8 @@ func (c *LimitsConfig) serverConfig() (server.Config, error) {
 		ConnsPerSourceMax: c.ConnsPerSourceMax, ConnsUnauthenticatedMax: c.ConnsUnauthenticatedMax,
 		ResponseBytesPerConnMax: c.ResponseBytesPerConnMax, ResponseBytesPerTenantMax: c.ResponseBytesPerTenantMax,
 		ResponseBytesPerNodeMax: c.ResponseBytesPerNodeMax,
+		RequestBytesPerConnMax:  c.RequestBytesPerConnMax, RequestBytesPerTenantMax: c.RequestBytesPerTenantMax,
+		RequestBytesPerNodeMax: c.RequestBytesPerNodeMax,
 	}
 	for _, d := range []struct {
 		key string

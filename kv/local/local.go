@@ -36,14 +36,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 	}
 	switch req.Op {
 	case proto.OpGet:
-		v, ok, err := b.sm.Get(tenant, req.Key)
-		if err != nil {
-			return proto.Errorf(proto.StatusInternal, "%v", err)
-		}
-		if !ok {
-			return &proto.Response{Status: proto.StatusNotFound}
-		}
-		return &proto.Response{Value: v, HasValue: true}
+		return b.sm.ReadResponseWithin(tenant, req, server.ValueRoom(ctx))
 	case proto.OpScan:
 		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
 		if err != nil {

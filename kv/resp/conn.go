@@ -84,6 +84,9 @@ type conn struct {
 type pending struct {
 	cmd  *command
 	held int64 // response budget the command holds
+	// body is what the command holds of the request budgets (its
+	// argument bytes, ChargeRequest) until it has run.
+	body int64
 	// fail, when set, is the whole answer (a command that was too large
 	// or did not parse); closeAfter closes the connection once it is
 	// written.
@@ -226,6 +229,19 @@ func (c *conn) readLoop(cfg server.Config) {
 		case len(cmd.args) == 0:
 			c.h.Release(held)
 			continue
+		default:
+			// What is read ahead is bounded by the request budgets: past
+			// the connection's, the next command is not read.
+			charged, ok, throttled := c.h.ChargeRequest(int64(cmd.bytes))
+			switch {
+			case throttled != nil:
+				p.cmd, p.fail = nil, errorText(throttled, true)
+			case !ok:
+				c.h.Release(held)
+				return
+			default:
+				p.body = charged
+			}
 		}
 		if !c.enqueue(p) {
 			return
@@ -247,6 +263,7 @@ func (c *conn) enqueue(p *pending) bool {
 	case <-c.h.Context().Done():
 		c.inflight.Add(-1)
 		c.h.Release(p.held)
+		c.h.ReleaseRequest(p.body)
 		return false
 	}
 }
@@ -321,10 +338,12 @@ func (c *conn) execLoop(cfg server.Config) {
 		if dead || ctx.Err() != nil {
 			// Closed: give back what the command holds, unanswered.
 			c.h.Release(p.held)
+			c.h.ReleaseRequest(p.body)
 			c.inflight.Add(-1)
 			continue
 		}
 		b, held, closeAfter := c.run(ctx, cfg, p)
+		c.h.ReleaseRequest(p.body)
 		if _, err := bw.Write(b); err != nil && !dead {
 			dead = true
 			c.h.Close("write: " + err.Error())

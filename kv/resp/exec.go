@@ -82,7 +82,12 @@ func (x *exec) do(req *proto.Request) *proto.Response {
 	if r := c.h.Admit(req, bodyBytes(req)); r != nil {
 		return r
 	}
-	resp := c.s.be.Do(x.ctx, c.spec.ID, req)
+	ctx := x.ctx
+	if req.Op == proto.OpGet {
+		// The value is copied only once its answer has room.
+		ctx = c.h.WithValueRoom(ctx, &x.held)
+	}
+	resp := c.s.be.Do(ctx, c.spec.ID, req)
 	if resp == nil {
 		return proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}

@@ -3,6 +3,7 @@ package resp
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -336,5 +337,56 @@ func TestFollowerProxies(t *testing.T) {
 	err = rc.Get(ctx, "counter").Err()
 	if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
 		t.Fatalf("GET with no leader reachable: %v", err)
+	}
+}
+
+// gatedBackend holds every write until gate is closed.
+type gatedBackend struct {
+	server.Backend
+	gate chan struct{}
+}
+
+func (g gatedBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	if req.Op == proto.OpPut {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return proto.Errorf(proto.StatusUnavailable, "%v", ctx.Err())
+		}
+	}
+	return g.Backend.Do(ctx, tenant, req)
+}
+
+// TestReadAheadBoundedByRequestBytes: a RESP client pipelining large SETs
+// while the first waits is read ahead only as far as the connection's
+// request budget (a command is charged once read, and the next is not
+// read before it fits); every SET then succeeds, in order.
+func TestReadAheadBoundedByRequestBytes(t *testing.T) {
+	gate := make(chan struct{})
+	cfg := server.Config{RequestBytesPerConnMax: server.RequestBytesPerConnMin}
+	ts := startServer(t, cfg, func(be server.Backend) server.Backend { return gatedBackend{be, gate} })
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	value := strings.Repeat("v", 256<<10)
+	const n = 40 // 10 MiB if nothing stopped the reader
+	go func() {
+		for i := range n {
+			if _, err := r.nc.Write(encodeCommand("SET", fmt.Sprintf("k%02d", i), value)); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	held := ts.host.Stats().RequestBytes
+	if held == 0 || held > cfg.RequestBytesPerConnMax {
+		t.Fatalf("%d request bytes read ahead, want some and at most the connection's %d", held, cfg.RequestBytesPerConnMax)
+	}
+	close(gate)
+	for range n {
+		r.expect("+OK")
+	}
+	if st := ts.host.Stats(); st.RequestBytesPeak > cfg.RequestBytesPerConnMax || st.RequestBytes != 0 {
+		t.Fatalf("request bytes peaked at %d (budget %d), %d still held", st.RequestBytesPeak, cfg.RequestBytesPerConnMax, st.RequestBytes)
 	}
 }

@@ -41,6 +41,9 @@ type Server struct {
 	// Response budgets: the node's, and each tenant's (fixed at New).
 	node    *budget
 	tenants map[tenants.ID]*budget
+	// reqNode and reqTenants are the request budgets (request_budget.go).
+	reqNode    *budget
+	reqTenants map[tenants.ID]*budget
 
 	// warnLog limits the warnings about refused connections and frames
 	// that close a connection; noteLog the notices about refused requests.
@@ -71,12 +74,14 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, reg: reg, be: be, log: log, ctx: ctx, cancel: cancel,
 		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{},
+		reqNode: newBudget(cfg.RequestBytesPerNodeMax), reqTenants: map[tenants.ID]*budget{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
 	s.warnLog.now, s.noteLog.now = time.Now, time.Now
 	s.admin = newAdminCheck(cfg.AdminToken)
 	for _, sp := range reg.All() {
 		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)
+		s.reqTenants[sp.ID] = newBudget(cfg.RequestBytesPerTenantMax)
 	}
 	return s
 }
@@ -88,6 +93,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	st.ConnsRefused, st.ConnsEvicted = s.refused.Load(), s.evicted.Load()
 	st.ResponseBytes, st.ResponseBytesPeak = s.node.used.Load(), s.node.peak.Load()
+	st.RequestBytes, st.RequestBytesPeak = s.reqNode.used.Load(), s.reqNode.peak.Load()
 	st.ResponsesThrottled = s.throttled.Load()
 	st.LogLinesSuppressed = s.warnLog.total.Load() + s.noteLog.total.Load()
 	return st
@@ -294,6 +300,9 @@ type conn struct {
 	// requests and those of its answers not yet written.
 	// Invariant: queued.used <= cfg.ResponseBytesPerConnMax.
 	queued *budget
+	// reqQueued and reqTenant hold the bodies of this connection's
+	// requests read and not yet answered (request_budget.go).
+	reqQueued, reqTenant *budget
 
 	out        chan outFrame  // Invariant: holds at most writeQueueFrames frames
 	slots      chan struct{}  // in-flight requests; capacity InflightPerConnMax
@@ -305,10 +314,11 @@ type conn struct {
 func (s *Server) newConn(nc net.Conn, src netip.Addr) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &conn{s: s, nc: nc, source: src, ctx: ctx, cancel: cancel,
-		log:    s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
-		queued: newBudget(s.cfg.ResponseBytesPerConnMax),
-		out:    make(chan outFrame, writeQueueFrames),
-		slots:  make(chan struct{}, proto.InflightPerConnMax)}
+		log:       s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
+		queued:    newBudget(s.cfg.ResponseBytesPerConnMax),
+		reqQueued: newBudget(s.cfg.RequestBytesPerConnMax),
+		out:       make(chan outFrame, writeQueueFrames),
+		slots:     make(chan struct{}, proto.InflightPerConnMax)}
 }
 
 // close tears the connection down once; reason is logged.
@@ -634,7 +644,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	c.nc.SetReadDeadline(time.Time{})
-	c.tenant, c.spec, c.tbudget = spec.ID, spec, c.s.tenants[spec.ID]
+	c.tenant, c.spec, c.tbudget, c.reqTenant = spec.ID, spec, c.s.tenants[spec.ID], c.s.reqTenants[spec.ID]
 	c.frameBytesMax = proto.RequestFrameBytesMax
 	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
 		c.frameBytesMax = int(m)
@@ -691,31 +701,56 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			return true
 		}
 	}
+	// The body's bytes, held until the request is answered.
+	n := int64(h.Length)
+	switch ok, throttled, waited := c.chargeRequest(n); {
+	case throttled:
+		c.s.throttled.Add(1)
+		if !c.discard(br, h, held) {
+			return false
+		}
+		resp := requestThrottled(h, n)
+		resp.Tenant = c.tenant
+		c.answer(resp, held)
+		return true
+	case !ok:
+		c.done(held)
+		return false
+	case waited:
+		// Waiting was not the client's slowness: its body gets a fresh
+		// frame timeout.
+		c.frameArmed = false
+	}
 	c.armFrameDeadline(br, int(h.Length))
 	body := make([]byte, h.Length)
 	if _, err := io.ReadFull(br, body); err != nil {
+		c.releaseRequest(n)
 		c.done(held)
 		c.readFailed(err)
 		return false
 	}
 	req, err := proto.DecodeRequest(h, body)
 	if err != nil {
+		c.releaseRequest(n)
 		c.reject(h, statusOf(err), false, held, err.Error())
 		<-c.slots
 		return true
 	}
 	if msg := c.overTenantLimits(req); msg != "" {
+		c.releaseRequest(n)
 		c.reject(h, proto.StatusTooLarge, false, held, msg)
 		<-c.slots
 		return true
 	}
 	if msg := c.s.memberRefusal(req); msg != "" {
+		c.releaseRequest(n)
 		c.reject(h, proto.StatusUnauthorized, false, held, msg)
 		<-c.slots
 		return true
 	}
 	switch req.Op {
 	case proto.OpPing:
+		c.releaseRequest(n)
 		c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant}, held)
 		return true
 	case proto.OpScan:
@@ -727,6 +762,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		}
 		extra := need - held
 		if !c.queued.wait(c.ctx, extra) {
+			c.releaseRequest(n)
 			c.done(held)
 			return false
 		}
@@ -740,13 +776,14 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			c.s.throttled.Add(1)
 			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes in the tenant's or node's response budget", need)
 			resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
+			c.releaseRequest(n)
 			c.answer(resp, held)
 			return true
 		}
 		held = need
 	}
 	c.inflight.Add(1)
-	go c.do(req, held, received)
+	go c.do(req, held, n, received)
 	return true
 }
 
@@ -796,11 +833,17 @@ func (c *conn) overTenantLimits(req *proto.Request) string {
 	return ""
 }
 
-func (c *conn) do(req *proto.Request, held int64, received time.Time) {
+// do executes req; held is its response reservation, body its request
+// bytes (given back once the backend answered).
+func (c *conn) do(req *proto.Request, held, body int64, received time.Time) {
 	defer c.inflight.Done()
 	ctx, cancel := context.WithTimeout(WithReceived(c.ctx, received), c.s.cfg.RequestTimeout)
+	if req.Op == proto.OpGet {
+		ctx = c.withValueRoom(ctx, &held) // value_room.go
+	}
 	resp := c.s.be.Do(ctx, c.tenant, req)
 	cancel()
+	c.releaseRequest(body)
 	if resp == nil {
 		resp = proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}

@@ -106,7 +106,7 @@ func (h *Hosted) Authenticate(spec tenants.Spec) *proto.Response {
 			Msg("connection refused: " + resp.Message)
 		return resp
 	}
-	c.tenant, c.spec, c.tbudget = spec.ID, spec, c.s.tenants[spec.ID]
+	c.tenant, c.spec, c.tbudget, c.reqTenant = spec.ID, spec, c.s.tenants[spec.ID], c.s.reqTenants[spec.ID]
 	c.frameBytesMax = proto.RequestFrameBytesMax
 	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
 		c.frameBytesMax = int(m)
@@ -114,6 +114,42 @@ func (h *Hosted) Authenticate(spec tenants.Spec) *proto.Response {
 	c.log = c.log.With().Uint32("tenant", uint32(spec.ID)).Logger()
 	return nil
 }
+
+// ChargeRequest takes n bytes of a command read (its arguments) in the
+// request budgets until ReleaseRequest gives them back (request_budget.go):
+// it waits for the connection's own room (false, nil when the connection
+// ended first: nothing is held), and answers THROTTLED (a non-nil
+// response, nothing held) when the tenant's or the node's has none. A
+// hosted protocol calls it once a command is read, before it reads the
+// next, so what it reads ahead is bounded by the connection's budget and
+// one command. A command larger than the connection's budget is charged
+// the whole budget (charged is what ReleaseRequest must give back).
+func (h *Hosted) ChargeRequest(n int64) (charged int64, ok bool, throttled *proto.Response) {
+	n = min(n, h.c.reqQueued.max)
+	ok, thr, _ := h.c.chargeRequest(n)
+	if thr {
+		h.c.s.throttled.Add(1)
+		resp := requestThrottled(proto.Header{}, n)
+		resp.Tenant = h.c.tenant
+		return 0, false, resp
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	return n, true, nil
+}
+
+// WithValueRoom returns ctx with a GET's room check (value_room.go): the
+// backend asks it before it copies a value, and it charges this
+// connection's response budgets beyond *held (raising *held to what it
+// took), or returns the THROTTLED answer to give instead. For the
+// command's own goroutine only.
+func (h *Hosted) WithValueRoom(ctx context.Context, held *int64) context.Context {
+	return h.c.withValueRoom(ctx, held)
+}
+
+// ReleaseRequest gives back what ChargeRequest took.
+func (h *Hosted) ReleaseRequest(n int64) { h.c.releaseRequest(n) }
 
 // Spec is the authenticated tenant's spec (zero before Authenticate).
 func (h *Hosted) Spec() tenants.Spec { return h.c.spec }

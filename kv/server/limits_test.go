@@ -351,6 +351,9 @@ type bigBackend struct {
 	pairs       []proto.KV
 	value       []byte
 	scans, gets atomic.Int64
+	// copies counts GET values copied: a GET asks ValueRoom first, as the
+	// state machine does, and copies nothing when refused.
+	copies atomic.Int64
 }
 
 func newBigBackend(scanBytes, getBytes int) *bigBackend {
@@ -369,7 +372,13 @@ func (b *bigBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Reque
 		return &proto.Response{Pairs: b.pairs, More: true}
 	case proto.OpGet:
 		b.gets.Add(1)
-		return &proto.Response{Value: b.value}
+		if room := ValueRoom(ctx); room != nil {
+			if r := room(len(b.value)); r != nil {
+				return r
+			}
+		}
+		b.copies.Add(1)
+		return &proto.Response{Value: bytes.Clone(b.value)}
 	}
 	return &proto.Response{}
 }
@@ -481,6 +490,37 @@ func TestLargeAnswersWithoutReading(t *testing.T) {
 	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
 }
 
+// TestGetValuesNotCopiedWithoutRoom: 256 pipelined GETs of the largest
+// value whose answers are never read copy only the values the connection's
+// response budget can hold; the others are THROTTLED before their value is
+// copied (they used to copy it and then be refused: 256 MiB per
+// connection).
+func TestGetValuesNotCopiedWithoutRoom(t *testing.T) {
+	be := newBigBackend(0, proto.ValueBytesMax)
+	cfg := Config{ResponseBytesPerConnMax: ResponseBytesPerConnMin, WriteTimeout: 5 * time.Second}
+	s, addr := start(t, be, cfg)
+	a := dialRaw(t, addr)
+	a.hello(tokenA)
+	var frames []byte
+	for i := 0; i < proto.InflightPerConnMax; i++ {
+		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(i + 1), Key: []byte("big")})
+	}
+	go a.nc.Write(frames)
+	eventually(t, "GETs refused", func() bool { return s.Stats().ResponsesThrottled >= 100 })
+	// The budget holds fit answers at once; the kernel's socket buffers
+	// take a few more off it before the writer blocks.
+	fit := cfg.ResponseBytesPerConnMax/getAnswerBytesMax(proto.ValueBytesMax) + 1
+	if got := be.copies.Load(); got > fit+8 {
+		t.Fatalf("%d values copied for %d GETs; the connection's budget holds %d answers", got, be.gets.Load(), fit)
+	}
+	if p := connPeaks(s); p > cfg.ResponseBytesPerConnMax {
+		t.Fatalf("a connection held %d response bytes, bound %d", p, cfg.ResponseBytesPerConnMax)
+	}
+	a.nc.Close()
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
+	t.Logf("gets %d, copies %d, throttled %d", be.gets.Load(), be.copies.Load(), s.Stats().ResponsesThrottled)
+}
+
 // syncBuffer is a log sink safe for the server's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -558,10 +598,21 @@ func TestConfigValidate(t *testing.T) {
 		{ResponseBytesPerConnMax: 64 << 20, ResponseBytesPerTenantMax: 32 << 20},
 		{ResponseBytesPerTenantMax: 512 << 20, ResponseBytesPerNodeMax: 256 << 20},
 		{IdleTimeout: time.Microsecond},
+		{RequestBytesPerConnMax: RequestBytesPerConnMin - 1},
+		{RequestBytesPerConnMax: 32 << 20, RequestBytesPerTenantMax: 32<<20 - 1},
+		{RequestBytesPerTenantMax: 64 << 20, RequestBytesPerNodeMax: 64<<20 - 1},
 	} {
 		if err := cfg.Validate(); err == nil {
 			t.Errorf("%+v: accepted", cfg)
 		}
+	}
+	// Each request bound at its least is accepted, and a refusal names its key.
+	if err := (Config{RequestBytesPerConnMax: RequestBytesPerConnMin, RequestBytesPerTenantMax: RequestBytesPerConnMin,
+		RequestBytesPerNodeMax: RequestBytesPerConnMin}).Validate(); err != nil {
+		t.Fatalf("request budgets at their least: %v", err)
+	}
+	if err := (Config{RequestBytesPerConnMax: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "request_bytes_per_conn_max") {
+		t.Fatalf("request_bytes_per_conn_max of 1: %v", err)
 	}
 }
 
@@ -592,7 +643,7 @@ func TestCollector(t *testing.T) {
 	if got["synod_client_conns/authenticated"] != 1 || got["synod_client_conns_refused_total"] != 1 {
 		t.Fatalf("metrics: %v", got)
 	}
-	if _, ok := got["synod_client_response_bytes_peak"]; !ok || len(got) != 8 {
+	if _, ok := got["synod_client_request_bytes_peak"]; !ok || len(got) != 10 {
 		t.Fatalf("metrics: %v", got)
 	}
 }

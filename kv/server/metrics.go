@@ -9,7 +9,9 @@ import "github.com/prometheus/client_golang/prometheus"
 //	synod_client_conns_evicted_total       pre-HELLO connections closed to make room
 //	synod_client_response_bytes            response bytes reserved or unwritten (node)
 //	synod_client_response_bytes_peak       the most it held
-//	synod_client_responses_throttled_total THROTTLED for want of response budget
+//	synod_client_request_bytes             request body bytes read and not yet answered (node)
+//	synod_client_request_bytes_peak        the most it held
+//	synod_client_responses_throttled_total THROTTLED for want of response or request budget
 //	synod_client_log_lines_suppressed_total
 func (s *Server) Collector() prometheus.Collector {
 	return &collector{s: s,
@@ -18,18 +20,20 @@ func (s *Server) Collector() prometheus.Collector {
 		evicted:    prometheus.NewDesc("synod_client_conns_evicted_total", "Pre-HELLO connections closed to make room for newer ones.", nil, nil),
 		bytes:      prometheus.NewDesc("synod_client_response_bytes", "Response bytes reserved for requests in flight or not yet written.", nil, nil),
 		peak:       prometheus.NewDesc("synod_client_response_bytes_peak", "The most response bytes reserved or unwritten at once.", nil, nil),
-		throttled:  prometheus.NewDesc("synod_client_responses_throttled_total", "Requests answered THROTTLED for want of response budget.", nil, nil),
+		reqBytes:   prometheus.NewDesc("synod_client_request_bytes", "Request body bytes read and not yet answered.", nil, nil),
+		reqPeak:    prometheus.NewDesc("synod_client_request_bytes_peak", "The most request body bytes read and not yet answered at once.", nil, nil),
+		throttled:  prometheus.NewDesc("synod_client_responses_throttled_total", "Requests answered THROTTLED for want of response or request budget.", nil, nil),
 		suppressed: prometheus.NewDesc("synod_client_log_lines_suppressed_total", "Log lines about bad connections or requests dropped by the rate limit.", nil, nil),
 	}
 }
 
 type collector struct {
-	s                                                           *Server
-	conns, refused, evicted, bytes, peak, throttled, suppressed *prometheus.Desc
+	s                                                                              *Server
+	conns, refused, evicted, bytes, peak, reqBytes, reqPeak, throttled, suppressed *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.throttled, c.suppressed} {
+	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.reqBytes, c.reqPeak, c.throttled, c.suppressed} {
 		ch <- d
 	}
 }
@@ -42,6 +46,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(st.ConnsEvicted))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.ResponseBytes))
 	ch <- prometheus.MustNewConstMetric(c.peak, prometheus.GaugeValue, float64(st.ResponseBytesPeak))
+	ch <- prometheus.MustNewConstMetric(c.reqBytes, prometheus.GaugeValue, float64(st.RequestBytes))
+	ch <- prometheus.MustNewConstMetric(c.reqPeak, prometheus.GaugeValue, float64(st.RequestBytesPeak))
 	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.ResponsesThrottled))
 	ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(st.LogLinesSuppressed))
 }

@@ -119,6 +119,20 @@ const (
 	ResponseBytesPerTenantMaxDefault = 24 << 20
 	// ResponseBytesPerNodeMaxDefault bounds them over the whole node.
 	ResponseBytesPerNodeMaxDefault = 96 << 20
+	// RequestBytesPerConnMaxDefault bounds the request body bytes one
+	// connection holds in flight (read and not yet answered): eight of the
+	// largest requests. Without it a connection pipelining 256 writes of a
+	// megabyte held 256 MiB of bodies, and with their copies on the way to
+	// consensus a leader grew from 182 MiB to 1.5-1.8 GiB, past its 1 GiB
+	// memory budget, and lost its leadership (an outside tester).
+	RequestBytesPerConnMaxDefault = 8 << 20
+	// RequestBytesPerTenantMaxDefault bounds them over a tenant's
+	// connections.
+	RequestBytesPerTenantMaxDefault = 24 << 20
+	// RequestBytesPerNodeMaxDefault bounds them over the whole node: each
+	// body is copied about four times on its way into consensus, so this
+	// is about 200 MiB of heap at most.
+	RequestBytesPerNodeMaxDefault = 48 << 20
 	// RetryAfterMin is the least retry-after sent with THROTTLED: a hint of
 	// a few microseconds (a bucket one frame short) only makes clients
 	// spin; at 1 ms a throttled request is retried at most 1000 times a
@@ -174,6 +188,14 @@ type Config struct {
 	ResponseBytesPerConnMax   int64
 	ResponseBytesPerTenantMax int64
 	ResponseBytesPerNodeMax   int64
+	// RequestBytesPerConnMax, RequestBytesPerTenantMax and
+	// RequestBytesPerNodeMax bound the request body bytes read and not
+	// yet answered, per connection (past it the connection is not read:
+	// TCP back-pressure), per tenant and per node (past those a request is
+	// answered THROTTLED, its body skipped): request_budget.go.
+	RequestBytesPerConnMax   int64
+	RequestBytesPerTenantMax int64
+	RequestBytesPerNodeMax   int64
 	// Admitter is the admission hook; nil admits everything.
 	Admitter Admitter
 	// AdminToken authorizes membership operations (admin.go); empty
@@ -214,6 +236,15 @@ func (c Config) WithDefaults() Config {
 	if c.ResponseBytesPerNodeMax <= 0 {
 		c.ResponseBytesPerNodeMax = max(ResponseBytesPerNodeMaxDefault, c.ResponseBytesPerTenantMax+int64(c.ConnsMax)*responseBytesReserved)
 	}
+	if c.RequestBytesPerConnMax <= 0 {
+		c.RequestBytesPerConnMax = RequestBytesPerConnMaxDefault
+	}
+	if c.RequestBytesPerTenantMax <= 0 {
+		c.RequestBytesPerTenantMax = max(RequestBytesPerTenantMaxDefault, c.RequestBytesPerConnMax)
+	}
+	if c.RequestBytesPerNodeMax <= 0 {
+		c.RequestBytesPerNodeMax = max(RequestBytesPerNodeMaxDefault, c.RequestBytesPerTenantMax)
+	}
 	return c
 }
 
@@ -246,6 +277,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("response_bytes_per_node_max: %d is below one tenant's budget (%d) plus the %d bytes each of "+
 			"the node's %d connections holds while it waits for a request", c.ResponseBytesPerNodeMax, c.ResponseBytesPerTenantMax,
 			responseBytesReserved, c.ConnsMax)
+	case c.RequestBytesPerConnMax < RequestBytesPerConnMin:
+		return fmt.Errorf("request_bytes_per_conn_max: %d is below %d, the largest request body (RequestBodyBytesMax)",
+			c.RequestBytesPerConnMax, RequestBytesPerConnMin)
+	case c.RequestBytesPerTenantMax < c.RequestBytesPerConnMax:
+		return fmt.Errorf("request_bytes_per_tenant_max: %d is below one connection's budget (request_bytes_per_conn_max, %d)",
+			c.RequestBytesPerTenantMax, c.RequestBytesPerConnMax)
+	case c.RequestBytesPerNodeMax < c.RequestBytesPerTenantMax:
+		return fmt.Errorf("request_bytes_per_node_max: %d is below one tenant's budget (request_bytes_per_tenant_max, %d)",
+			c.RequestBytesPerNodeMax, c.RequestBytesPerTenantMax)
 	}
 	return nil
 }
@@ -267,8 +307,13 @@ type Stats struct {
 	// ResponseBytesPeak the most it ever held.
 	ResponseBytes     int64
 	ResponseBytesPeak int64
+	// RequestBytes is what the node's request budget holds now (bodies
+	// of requests read and not yet answered); RequestBytesPeak the most.
+	RequestBytes     int64
+	RequestBytesPeak int64
 	// ResponsesThrottled counts requests answered THROTTLED because a
-	// response budget (the tenant's or the node's) had no room.
+	// response or request budget (the tenant's or the node's) had no
+	// room.
 	ResponsesThrottled uint64
 	// LogLinesSuppressed counts log lines the rate limit dropped.
 	LogLinesSuppressed uint64

@@ -15,27 +15,41 @@ import (
 // state). A tenant reads only its own keyspace: the tenant id is the key
 // prefix, so no user key can reach another tenant's keys.
 func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
+	v, ok, _, err := s.getWithin(tenant, key, nil)
+	return v, ok, err
+}
+
+// getWithin is Get that, with room set, calls room with the value's length
+// before it copies the value: a non-nil answer from room is returned as
+// refused, and nothing is copied (the caller's memory for answers is full).
+func (s *SM) getWithin(tenant tenants.ID, key []byte, room func(valueBytes int) *proto.Response) (_ []byte, _ bool, refused *proto.Response, _ error) {
 	if tenant == 0 {
-		return nil, false, ErrReservedTenant
+		return nil, false, nil, ErrReservedTenant
 	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
-		return nil, false, ErrClosed
+		return nil, false, nil, ErrClosed
 	}
 	v, closer, err := s.db.Get(dataKey(tenant, key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("sm: get: %w", err)
+		return nil, false, nil, fmt.Errorf("sm: get: %w", err)
+	}
+	if room != nil {
+		if r := room(len(v)); r != nil {
+			closer.Close()
+			return nil, false, r, nil
+		}
 	}
 	out := bytes.Clone(v)
 	if out == nil {
 		out = []byte{}
 	}
 	closer.Close()
-	return out, true, nil
+	return out, true, nil, nil
 }
 
 // ValueLen returns the length of tenant's value under key (latest committed
@@ -112,10 +126,21 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 // key, INTERNAL for a storage error. Any barrier (linearizable reads) and
 // any exclusion of a snapshot restore are the caller's.
 func (s *SM) ReadResponse(tenant tenants.ID, req *proto.Request) *proto.Response {
+	return s.ReadResponseWithin(tenant, req, nil)
+}
+
+// ReadResponseWithin is ReadResponse that, for a GET, asks room (when not
+// nil) whether an answer with the value's length can be held before the
+// value is copied, and answers room's refusal instead when not (the
+// server's response budgets: kv/server ValueRoom).
+func (s *SM) ReadResponseWithin(tenant tenants.ID, req *proto.Request, room func(valueBytes int) *proto.Response) *proto.Response {
 	if req.Op == proto.OpGet {
-		v, ok, err := s.Get(tenant, req.Key)
+		v, ok, refused, err := s.getWithin(tenant, req.Key, room)
 		if err != nil {
 			return proto.Errorf(proto.StatusInternal, "%v", err)
+		}
+		if refused != nil {
+			return refused
 		}
 		if !ok {
 			return &proto.Response{Status: proto.StatusNotFound}

@@ -1,0 +1,70 @@
+package server
+
+import "synod/kv/proto"
+
+// Request budgets. A request's body is held from the moment it is read
+// until the request is answered (Backend.Do returned), and on its way into
+// consensus it is copied several times (the command, its envelope, the
+// accept messages): bodies in flight are what a pipelining writer makes a
+// node hold. They are bounded like the response bytes, at three levels:
+//
+//   - per connection (Config.RequestBytesPerConnMax): a frame whose body
+//     does not fit waits before its body is read, so a connection
+//     pipelining large writes is slowed by TCP back-pressure, not refused;
+//   - per tenant and per node (RequestBytesPerTenantMax,
+//     RequestBytesPerNodeMax): a frame whose body does not fit is answered
+//     THROTTLED with a retry-after, its body read and dropped, so one
+//     tenant's writes cannot hold the node's budget and make the readers
+//     of other tenants wait.
+//
+// Invariant: the bytes charged at each level are the bodies of requests
+// read and not yet answered; every path that ends a request gives its
+// bytes back (releaseRequest).
+
+// RequestBytesPerConnMin is the least RequestBytesPerConnMax: one request
+// of the largest body.
+const RequestBytesPerConnMin = proto.RequestBodyBytesMax
+
+// requestBudgetRetryAfter is the retry-after of a THROTTLED for request
+// bytes: about the time a write of a megabyte takes to commit.
+const requestBudgetRetryAfter = budgetRetryAfter
+
+// chargeRequest takes n body bytes (at most the connection's budget:
+// callers clamp) at every level: it waits for the
+// connection's own room (false, with nothing held, when the connection
+// ends first; waited reports that it had to), then takes the tenant's and
+// the node's room if there is some. throttled (with nothing held) when
+// either has none.
+func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
+	if !c.reqQueued.tryAdd(n) {
+		waited = true
+		if !c.reqQueued.wait(c.ctx, n) {
+			return false, false, waited
+		}
+	}
+	if !c.reqTenant.tryAdd(n) {
+		c.reqQueued.release(n)
+		return false, true, waited
+	}
+	if !c.s.reqNode.tryAdd(n) {
+		c.reqTenant.release(n)
+		c.reqQueued.release(n)
+		return false, true, waited
+	}
+	return true, false, waited
+}
+
+// releaseRequest gives back n body bytes at every level.
+func (c *conn) releaseRequest(n int64) {
+	c.s.reqNode.release(n)
+	c.reqTenant.release(n)
+	c.reqQueued.release(n)
+}
+
+// requestThrottled is the answer to a frame whose body finds no room in
+// the tenant's or the node's request budget.
+func requestThrottled(h proto.Header, n int64) *proto.Response {
+	resp := proto.Errorf(proto.StatusThrottled, "no room for a request body of %d bytes in the tenant's or the node's request budget (writes in flight)", n)
+	resp.Op, resp.ID, resp.RetryAfter = h.Op, h.ID, requestBudgetRetryAfter
+	return resp
+}
