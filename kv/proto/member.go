@@ -33,6 +33,11 @@ const (
 	// MembershipMembersMax bounds the members of a membership reply (the
 	// group's own limit, paxos.MembersMax).
 	MembershipMembersMax = 64
+	// MemberIDMax is the largest member id (ids are 1..63: the runtime
+	// keeps per-peer bitmasks of 64 bits, kv/replica peersMax). A request
+	// naming a larger one is malformed, refused before its admin token is
+	// checked.
+	MemberIDMax = 63
 )
 
 // Wire bits of a membership reply.
@@ -104,6 +109,9 @@ func readMemberRequest(r *reader, req *Request) {
 	}
 	if r.err == nil && req.Op != OpMemberList && req.MemberID == 0 {
 		r.fail("member id 0 is reserved")
+	}
+	if r.err == nil && req.MemberID > MemberIDMax {
+		r.fail("member id %d is above %d (ids are 1..%d)", req.MemberID, MemberIDMax, MemberIDMax)
 	}
 }
 

@@ -22,6 +22,10 @@ func TestMemberRequestsRefuseMalformed(t *testing.T) {
 		"remove id 0":          {Op: OpMemberRemove, Tenant: 7, AdminToken: "t"},
 		"promote id 0":         {Op: OpMemberPromote, Tenant: 7, AdminToken: "t"},
 		"transfer id 0":        {Op: OpTransferLeader, Tenant: 7, AdminToken: "t"},
+		"add id 64":            {Op: OpMemberAdd, Tenant: 7, AdminToken: "t", MemberID: MemberIDMax + 1, ConsensusAddr: "a:1", ClientAddr: "a:2"},
+		"remove id 64":         {Op: OpMemberRemove, Tenant: 7, AdminToken: "t", MemberID: MemberIDMax + 1},
+		"promote id 2^63":      {Op: OpMemberPromote, Tenant: 7, AdminToken: "t", MemberID: 1 << 63},
+		"transfer id 64":       {Op: OpTransferLeader, Tenant: 7, AdminToken: "t", MemberID: MemberIDMax + 1},
 	}
 	for name, req := range cases {
 		want := ErrMalformed
@@ -30,6 +34,13 @@ func TestMemberRequestsRefuseMalformed(t *testing.T) {
 		}
 		if _, _, err := DecodeFrame(AppendRequest(nil, req)); !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+	}
+	// The largest id decodes.
+	for _, op := range []Opcode{OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader} {
+		req := &Request{Op: op, Tenant: 7, AdminToken: "t", MemberID: MemberIDMax, ConsensusAddr: "a:1", ClientAddr: "a:2"}
+		if _, _, err := DecodeFrame(AppendRequest(nil, req)); err != nil {
+			t.Errorf("%v id %d: %v", op, MemberIDMax, err)
 		}
 	}
 	// Trailing bytes after a complete body.

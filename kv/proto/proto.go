@@ -71,6 +71,12 @@ const (
 // gets TOO_LARGE (sizes) or BAD_REQUEST (counts), never a partial result.
 const (
 	KeyBytesMax = 1024 // longest key
+	// ScanStartBytesMax bounds a SCAN's start: one byte more than a key,
+	// so that the last key of a page followed by a zero byte (its
+	// successor) always resumes the scan, a key of KeyBytesMax included
+	// (a 1025-byte start was TOO_LARGE, and a client had to compute a
+	// successor of its own: an outside tester).
+	ScanStartBytesMax = KeyBytesMax + 1
 	// ValueBytesMax is the longest value: a PUT of it under a key of
 	// KeyBytesMax is exactly RequestBodyBytesMax (1 MiB less 1,174 bytes
 	// of headers down to the acceptor-log record).

@@ -226,3 +226,21 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestScanStartBoundary: a SCAN's start may be one byte longer than a key
+// (the successor of a key of KeyBytesMax resumes a scan), not two; its end
+// is a key.
+func TestScanStartBoundary(t *testing.T) {
+	for n := KeyBytesMax - 1; n <= ScanStartBytesMax+1; n++ {
+		frame := AppendRequest(nil, &Request{Op: OpScan, Tenant: 1, Start: make([]byte, n), Limit: 1})
+		_, _, err := DecodeFrame(frame)
+		if want := n <= ScanStartBytesMax; (err == nil) != want || (!want && !errors.Is(err, ErrTooLarge)) {
+			t.Fatalf("start of %d bytes: %v", n, err)
+		}
+		frame = AppendRequest(nil, &Request{Op: OpScan, Tenant: 1, End: make([]byte, n), Limit: 1})
+		_, _, err = DecodeFrame(frame)
+		if want := n <= KeyBytesMax; (err == nil) != want {
+			t.Fatalf("end of %d bytes: %v", n, err)
+		}
+	}
+}

@@ -216,7 +216,7 @@ func DecodeRequest(h Header, body []byte) (*Request, error) {
 	case OpMemberList, OpMemberAdd, OpMemberRemove, OpMemberPromote, OpTransferLeader:
 		readMemberRequest(r, req)
 	case OpScan:
-		req.Start = r.bytes16("start", KeyBytesMax)
+		req.Start = r.bytes16("start", ScanStartBytesMax)
 		req.End = r.bytes16("end", KeyBytesMax)
 		req.Limit = r.u32("limit")
 		if r.err == nil && (req.Limit == 0 || req.Limit > ScanLimitMax) {

@@ -161,3 +161,7 @@ const (
 	// the fault hook).
 	peersMax = 64
 )
+
+// Compile-time: the protocol's largest member id is the largest id below
+// peersMax.
+var _ = [1]struct{}{}[proto.MemberIDMax+1-peersMax]

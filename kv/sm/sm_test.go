@@ -186,6 +186,20 @@ func TestScanLimitAndBounds(t *testing.T) {
 	if len(pairs) != 0 {
 		t.Fatalf("inverted range returned %d pairs", len(pairs))
 	}
+	// Paging past a key of KeyBytesMax: its successor (the key and a zero
+	// byte, proto.ScanStartBytesMax long) starts the next page.
+	long := strings.Repeat("y", proto.KeyBytesMax)
+	next := strings.Repeat("y", proto.KeyBytesMax-1) + "z"
+	a.apply(1, put(long, "1"))
+	a.apply(1, put(next, "2"))
+	pairs, more, _ = s.Scan(1, []byte("y"), nil, 1)
+	if len(pairs) != 1 || !more || string(pairs[0].Key) != long {
+		t.Fatalf("first page: %d pairs, more %v", len(pairs), more)
+	}
+	pairs, _, _ = s.Scan(1, append([]byte(long), 0), nil, 1)
+	if len(pairs) != 1 || string(pairs[0].Key) != next {
+		t.Fatalf("the page after a key of %d bytes: %d pairs", proto.KeyBytesMax, len(pairs))
+	}
 }
 
 func TestBatchAtomic(t *testing.T) {
