@@ -238,32 +238,26 @@ func TestDiskFullWithoutReserveRecovers(t *testing.T) {
 		diskFullFsBytes>>20, len(acked), err.Error(), lines, exited)
 }
 
-// TestFollowerSmallDiskIsProtected: the case an outside tester found
-// filling a follower's disk (the leader's reserve guarded only the
-// leader's own disk). Three nodes, reserve 96 MiB on each; one follower's
-// data_dir is a 320 MiB filesystem, the others' are ordinary directories
-// with far more room. A client writing incompressible values is answered
-// NO_SPACE naming that follower before its filesystem fills; it stays up,
-// and every acknowledged write reads back from it.
-func TestFollowerSmallDiskIsProtected(t *testing.T) {
+// smallFollowerCluster starts three nodes with a 96 MiB reserve each, node
+// 3's data_dir a diskFullFsBytes filesystem and the others' ordinary
+// directories (far larger); node 3 starts last, so it does not lead. It
+// returns the cluster, node 3 and its data_dir, and a client of nodes 1
+// and 2.
+func smallFollowerCluster(t *testing.T, clusterID int, prefix string) (*cluster, *node, string, *client.Client) {
 	c := &cluster{t: t, dir: t.TempDir()}
-	mode := c.pmemDir("synod-e2e-smallfollower-")
+	mode := c.pmemDir(prefix)
 	for i := 1; i <= 3; i++ {
 		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
 	}
-	const tables = "[limits]\ndisk_free_min_bytes = 100663296\n"
 	for _, nd := range c.nodes {
-		c.writeConfig(nd, 72, mode, "", tables, []tenant{tenantA})
+		c.writeConfig(nd, clusterID, mode, "", "[limits]\ndisk_free_min_bytes = 100663296\n", []tenant{tenantA})
 	}
 	t.Cleanup(func() { c.stopAll(true) })
 	c.start(c.nodes[0])
 	c.start(c.nodes[1])
-	leader := c.leader()
-	// The small disk goes to a node that does not lead: node 3 (started
-	// last, so it does not campaign first).
 	small := c.nodes[2]
-	if leader == small {
+	if c.leader() == small {
 		t.Fatal("node 3 leads before it started")
 	}
 	data := filepath.Join(c.dir, "data3")
@@ -272,9 +266,20 @@ func TestFollowerSmallDiskIsProtected(t *testing.T) {
 		t.Skipf("the ordinary data directories have %d MiB free; this test needs the small disk to be the smallest", free>>20)
 	}
 	c.start(small)
-
 	cl := dialClient(t, c.endpoints(c.nodes[0], c.nodes[1]), tenantA.token, 3)
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
+	return c, small, data, cl
+}
+
+// TestFollowerSmallDiskIsProtected: the case an outside tester found
+// filling a follower's disk (the leader's reserve guarded only the
+// leader's own disk). Three nodes, reserve 96 MiB on each; one follower's
+// data_dir is a 320 MiB filesystem, the others' are ordinary directories
+// with far more room. A client writing incompressible values is answered
+// NO_SPACE naming that follower before its filesystem fills; it stays up,
+// and every acknowledged write reads back from it.
+func TestFollowerSmallDiskIsProtected(t *testing.T) {
+	c, small, data, cl := smallFollowerCluster(t, 72, "synod-e2e-smallfollower-")
 	acked, value, err := fill(t, cl, "f", 10000)
 	if !errors.Is(err, client.ErrNoSpace) {
 		t.Fatalf("after %d puts: %v, want NO_SPACE", len(acked), err)
@@ -325,30 +330,7 @@ func TestFollowerSmallDiskIsProtected(t *testing.T) {
 // stays up; once the filesystem grows, the next attempt catches it up
 // with every acknowledged write.
 func TestFollowerCatchUpStopsAtReserve(t *testing.T) {
-	c := &cluster{t: t, dir: t.TempDir()}
-	mode := c.pmemDir("synod-e2e-catchupreserve-")
-	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
-	}
-	for _, nd := range c.nodes {
-		c.writeConfig(nd, 73, mode, "", "[limits]\ndisk_free_min_bytes = 100663296\n", []tenant{tenantA})
-	}
-	t.Cleanup(func() { c.stopAll(true) })
-	c.start(c.nodes[0])
-	c.start(c.nodes[1])
-	small := c.nodes[2]
-	if c.leader() == small {
-		t.Fatal("node 3 leads before it started")
-	}
-	data := filepath.Join(c.dir, "data3")
-	mountSmallFs(t, data)
-	if free := freeBytes(t, filepath.Join(c.dir, "data1")); free < 3*diskFullFsBytes {
-		t.Skipf("the ordinary data directories have %d MiB free; this test needs the small disk to be the smallest", free>>20)
-	}
-	c.start(small)
-	cl := dialClient(t, c.endpoints(c.nodes[0], c.nodes[1]), tenantA.token, 3)
-	defer cl.Close()
+	c, small, data, cl := smallFollowerCluster(t, 73, "synod-e2e-catchupreserve-")
 	first, value, err := fill(t, cl, "a", 1920) // 120 MiB
 	if err != nil {
 		t.Fatalf("after %d puts: %v", len(first), err)

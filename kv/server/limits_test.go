@@ -403,6 +403,15 @@ func pipelineScans(c *rawConn, tenant tenants.ID, n int) {
 	go c.nc.Write(frames) // blocks once the server stops reading
 }
 
+// pipelineGets sends n GETs of "big" on c and never reads the answers.
+func pipelineGets(c *rawConn, tenant tenants.ID, n int) {
+	var frames []byte
+	for i := 0; i < n; i++ {
+		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: tenant, ID: uint64(i + 1), Key: []byte("big")})
+	}
+	go c.nc.Write(frames) // blocks once the server stops reading
+}
+
 // TestScanPipelineWithoutReading: connections pipelining 256 SCANs of
 // 2 MiB each and never reading their socket. The server stops reading
 // each of them once its own response budget is full and refuses SCANs the
@@ -468,11 +477,7 @@ func TestLargeAnswersWithoutReading(t *testing.T) {
 	s, addr := start(t, be, cfg)
 	a := dialRaw(t, addr)
 	a.hello(tokenA)
-	var frames []byte
-	for i := 0; i < proto.InflightPerConnMax; i++ {
-		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(i + 1), Key: []byte("big")})
-	}
-	go a.nc.Write(frames)
+	pipelineGets(a, 1, proto.InflightPerConnMax)
 	eventually(t, "some answers are refused", func() bool { return s.Stats().ResponsesThrottled > 0 })
 	if p := connPeaks(s); p > cfg.ResponseBytesPerConnMax {
 		t.Fatalf("a connection held %d response bytes, bound %d", p, cfg.ResponseBytesPerConnMax)
@@ -501,11 +506,7 @@ func TestGetValuesNotCopiedWithoutRoom(t *testing.T) {
 	s, addr := start(t, be, cfg)
 	a := dialRaw(t, addr)
 	a.hello(tokenA)
-	var frames []byte
-	for i := 0; i < proto.InflightPerConnMax; i++ {
-		frames = proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(i + 1), Key: []byte("big")})
-	}
-	go a.nc.Write(frames)
+	pipelineGets(a, 1, proto.InflightPerConnMax)
 	eventually(t, "GETs refused", func() bool { return s.Stats().ResponsesThrottled >= 100 })
 	// The budget holds fit answers at once; the kernel's socket buffers
 	// take a few more off it before the writer blocks.
