@@ -23,7 +23,8 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 	mode := c.pmemDir("synod-e2e-member-disk-")
 	for i := 1; i <= 3; i++ {
 		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+			resp: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
 	}
 	write := func(nd *node, tables string) { c.writeConfig(nd, 62, mode, "", tables, []tenant{tenantA}) }
 	for _, nd := range c.nodes {
@@ -93,6 +94,22 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 	delete(acked, "k-000")
 	if v, err := a.Get(ctx, []byte("k-001")); err != nil || string(v) != "before" {
 		t.Fatalf("a read while a member is below its reserve: %q, %v", v, err)
+	}
+	// The same through RESP, whose DEL is a BATCH that checks the value
+	// read and then deletes (an outside tester found it refused -OOM, so
+	// a Redis client could not make room): SET is -OOM, DEL and GETDEL pass.
+	rc := respClient(t, c.respAddrs(), tenantA.token, 0)
+	if err := rc.Set(ctx, "resp-new", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("RESP SET while a member is below its reserve: %v, want -OOM", err)
+	}
+	if n, err := rc.Del(ctx, "k-002", "k-003").Result(); err != nil || n != 2 {
+		t.Fatalf("RESP DEL while a member is below its reserve: %d, %v", n, err)
+	}
+	if v, err := rc.GetDel(ctx, "k-004").Result(); err != nil || v != "before" {
+		t.Fatalf("RESP GETDEL while a member is below its reserve: %q, %v", v, err)
+	}
+	for _, k := range []string{"k-002", "k-003", "k-004"} {
+		delete(acked, k)
 	}
 	refused := 0.0
 	for _, nd := range c.nodes {

@@ -18,10 +18,11 @@
 //     follower cannot refuse a committed write it has no room for.
 //
 // Below a disk reserve (this node's or a member's) every write that
-// writes a value is refused, whatever it does to the count: an overwrite
-// takes new disk space until a compaction frees the old value. Deletes
-// (DELETE, a BATCH of deletes only) are never refused, so a tenant or a
-// node can always make room; a delete of an absent key writes nothing.
+// leaves a value (writesValue) is refused, whatever it does to the count:
+// an overwrite takes new disk space until a compaction frees the old
+// value. Deletes (DELETE, a BATCH whose every key ends deleted, such as
+// RESP's DEL) are never refused, so a tenant or a node can always make
+// room; a delete of an absent key writes nothing.
 // Against a quota, which counts logical bytes, a write that does not grow
 // the tenant's usage (an overwrite with a value no longer than the old
 // one, a BATCH whose deletes free as much as its puts take) passes. A
@@ -251,17 +252,20 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int
 	if !g.cfg.IsLeader() || g.cfg.Ledger.Answered(tenant, req.ClientID, req.Seq) {
 		return nil
 	}
-	switch {
-	case lowDisk:
+	switch writes := writesValue(req); {
+	case lowDisk && writes:
 		g.refusedDisk.Add(1)
 		return proto.Errorf(proto.StatusNoSpace, "the node's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); only deletes are served until it has room", g.free.Load(), g.cfg.DiskFreeMinBytes)
-	case len(lowMembers) > 0:
+	case len(lowMembers) > 0 && writes:
 		g.refusedMemberDisk.Add(1)
 		m := lowMembers[0]
 		if m.ReadFailed {
 			return proto.Errorf(proto.StatusNoSpace, "node %d cannot read its disk's free space; only deletes are served until every member has room", m.Node)
 		}
 		return proto.Errorf(proto.StatusNoSpace, "node %d's disk has %d bytes free, below its reserve of %d (disk_free_min_bytes); only deletes are served until every member has room", m.Node, m.FreeBytes, m.ReserveBytes)
+	}
+	if !overQuota {
+		return nil
 	}
 	// Over the quota by the bound: compute what the write really adds.
 	growth, err := g.growth(tenant, req)
@@ -276,6 +280,28 @@ func (g *Guard) admit(tenant tenants.ID, req *proto.Request, bound, inFlight int
 		return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes and has writes in flight that may add %d; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, inFlight, growth, quota)
 	}
 	return proto.Errorf(proto.StatusNoSpace, "tenant %d stores %d bytes; this write adds %d, past its quota of %d (quota_bytes)", tenant, used, growth, quota)
+}
+
+// writesValue reports whether req leaves a value under some key: a PUT or
+// CAS, or a BATCH in which some key's last operation is not a delete. A
+// BATCH that ends every key it touches with a delete (RESP's DEL: a CAS
+// that checks the value read, then the delete) writes tombstones only.
+func writesValue(req *proto.Request) bool {
+	switch req.Op {
+	case proto.OpPut, proto.OpCAS:
+		return true
+	case proto.OpBatch:
+		last := make(map[string]bool, min(len(req.Ops), batchKeysTracked)) // key -> its last op deletes it
+		for i := range req.Ops {
+			last[string(req.Ops[i].Key)] = req.Ops[i].Op == proto.OpDelete
+		}
+		for _, deletes := range last {
+			if !deletes {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // growthBound is an upper bound of what req adds to its tenant's usage,

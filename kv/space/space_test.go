@@ -182,6 +182,27 @@ func TestDiskReserve(t *testing.T) {
 	if st := f.do(2, deletes).Status; st != proto.StatusOK {
 		t.Fatalf("a BATCH of deletes below the reserve: %v", st)
 	}
+	// RESP's DEL: a CAS that checks the value read, then the delete. Every
+	// key ends deleted: it passes (it was refused, and a Redis client
+	// could not make room). A key whose last operation writes does not.
+	f.free = reserve
+	f.now = f.now.Add(diskSampleInterval)
+	if st := f.put(2, "d", 10); st != proto.StatusOK {
+		t.Fatal(st)
+	}
+	f.free = reserve - 1
+	f.now = f.now.Add(diskSampleInterval)
+	respDel := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpCAS, Key: []byte("d"), Value: []byte{}, ExpectPresent: true, Expect: make([]byte, 10)},
+		{Op: proto.OpDelete, Key: []byte("d")}}}
+	if r := f.do(2, respDel); r.Status != proto.StatusOK {
+		t.Fatalf("RESP's DEL below the reserve: %v %s", r.Status, r.Message)
+	}
+	rewrite := &proto.Request{Op: proto.OpBatch, Ops: []proto.BatchOp{
+		{Op: proto.OpDelete, Key: []byte("k3")}, {Op: proto.OpPut, Key: []byte("k3"), Value: []byte("y")}}}
+	if st := f.do(2, rewrite).Status; st != proto.StatusNoSpace {
+		t.Fatalf("a BATCH that deletes a key and writes it again, below the reserve: %v", st)
+	}
 	reads := f.reads
 	for i := 0; i < 100; i++ {
 		if st := f.put(2, fmt.Sprint("n", i), 10); st != proto.StatusNoSpace {
@@ -202,8 +223,8 @@ func TestDiskReserve(t *testing.T) {
 	if st := f.put(2, "k4", 10); st != proto.StatusNoSpace {
 		t.Fatalf("after a failed reading: %v", st)
 	}
-	if s := f.g.Stats(); s.RefusedDisk != 106 || s.RefusedQuota != 0 {
-		t.Fatalf("stats %+v, want 106 refused for the disk", s)
+	if s := f.g.Stats(); s.RefusedDisk != 107 || s.RefusedQuota != 0 {
+		t.Fatalf("stats %+v, want 107 refused for the disk", s)
 	}
 }
 
