@@ -390,3 +390,52 @@ func TestReadAheadBoundedByRequestBytes(t *testing.T) {
 		t.Fatalf("request bytes peaked at %d (budget %d), %d still held", st.RequestBytesPeak, cfg.RequestBytesPerConnMax, st.RequestBytes)
 	}
 }
+
+// TestUnreadGetsStallOnlyTheirTenant: six RESP connections of one tenant
+// pipelining GETs of a megabyte and never reading fill that tenant's
+// response budget; the tenant's own other connections then wait (the
+// tenant's bound, by design) but another tenant is served at once.
+func TestUnreadGetsStallOnlyTheirTenant(t *testing.T) {
+	ts := startServer(t, server.Config{WriteTimeout: 5 * time.Second}, nil)
+	setup := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := context.Background()
+	if err := setup.Set(ctx, "big", strings.Repeat("v", proto.ValueBytesMax), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := goRedis(t, ts.addr, specBravo.Token)
+	if err := other.Set(ctx, "small", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	get := encodeCommand("GET", "big")
+	for range 6 {
+		r := dialRaw(t, ts.addr)
+		r.send(encodeCommand("AUTH", specAlpha.Token))
+		r.expect("+OK")
+		go func() {
+			for range 512 {
+				if _, err := r.nc.Write(get); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ts.host.Stats().ResponseBytes < server.ResponseBytesPerTenantMaxDefault-(2<<20); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flooding tenant's answers hold %d bytes, never near its budget", ts.host.Stats().ResponseBytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var worst time.Duration
+	for range 20 {
+		start := time.Now()
+		if v, err := other.Get(ctx, "small").Result(); err != nil || v != "x" {
+			t.Fatalf("the other tenant: %q, %v", v, err)
+		}
+		worst = max(worst, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if worst > time.Second {
+		t.Fatalf("the other tenant waited %v while one tenant's answers went unread", worst)
+	}
+	t.Logf("other tenant's slowest GET: %v", worst)
+}
