@@ -109,3 +109,38 @@ func TestRequestBytesPerTenantThrottles(t *testing.T) {
 		t.Fatalf("throttled %d, want 1", s.Stats().ResponsesThrottled)
 	}
 }
+
+// TestRequestBytesPerNodeThrottles: with the node's request budget held by
+// one tenant's write, another tenant's body that does not fit is answered
+// THROTTLED (the tenant's own budget has room); a small one still fits.
+func TestRequestBytesPerNodeThrottles(t *testing.T) {
+	const body = RequestBytesPerConnMin
+	be := &echoBackend{gate: make(chan struct{})}
+	s, addr := start(t, be, Config{RequestBytesPerConnMax: body, RequestBytesPerTenantMax: body, RequestBytesPerNodeMax: body + 64})
+	a := dialRaw(t, addr)
+	a.hello(tokenA)
+	a.send(proto.AppendRequest(nil, bigPut(1, body)))
+	eventually(t, "tenant 1's write held", func() bool { return s.Stats().RequestBytes == body })
+	b := dialRaw(t, addr)
+	b.hello(tokenB)
+	// A PUT of tenant 2 (values of at most 8 bytes) whose body is n bytes.
+	smallPut := func(id uint64, n int) *proto.Request {
+		req := &proto.Request{Op: proto.OpPut, Tenant: 2, ID: id, ClientID: 1, Seq: id, FirstUnacked: 1, Key: []byte("k"), Value: []byte("v")}
+		over := len(proto.AppendRequest(nil, req)) - proto.HeaderBytes - 1
+		req.Key = bytes.Repeat([]byte("k"), n-over)
+		return req
+	}
+	req := smallPut(2, 65)
+	b.send(proto.AppendRequest(nil, req))
+	if r := b.mustRecv(); r.Status != proto.StatusThrottled || r.RetryAfter <= 0 {
+		t.Fatalf("a body of 65 bytes with 64 left in the node's budget: %v %s", r.Status, r.Message)
+	}
+	b.send(proto.AppendRequest(nil, smallPut(3, 64))) // fits
+	close(be.gate)
+	if r := b.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatalf("a body of 64 bytes with 64 left: %v %s", r.Status, r.Message)
+	}
+	if r := a.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatalf("tenant 1's write: %v", r.Status)
+	}
+}
