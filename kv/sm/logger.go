@@ -15,6 +15,18 @@ import (
 // with the count of the lines left out.
 const pebbleErrorLogEvery = time.Second
 
+// diskFullRetryPause is how long a write that met ENOSPC waits before its
+// one retry (vfs.OnDiskFull; new writes wait too). Pebble retries a failed
+// flush at once, without a back-off (cockroachdb/pebble#6139, open; the
+// fix, #6166, not released): on a full disk it tried about 1,600 flushes a
+// second and took 1.1 of the VM's two cores (an outside tester). The pause
+// makes that about ten a second, and gives a MANIFEST write that met a full
+// disk one more chance after the space a compaction or a delete freed
+// meanwhile.
+const diskFullRetryPause = 100 * time.Millisecond
+
+func diskFullPause() { time.Sleep(diskFullRetryPause) }
+
 // logLimiter lets one line through per pebbleErrorLogEvery and counts the
 // rest. Shared by the logger and the event listener of one store.
 type logLimiter struct {

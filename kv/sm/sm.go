@@ -52,6 +52,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
 	"synod/kv/proto"
@@ -220,7 +221,8 @@ func (s *SM) pebbleOptions() *pebble.Options {
 		log = *s.opts.Log
 	}
 	limiter := &logLimiter{}
-	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log, limiter: limiter}, EventListener: pebbleEvents(log, limiter)}
+	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log, limiter: limiter}, EventListener: pebbleEvents(log, limiter),
+		FS: vfs.OnDiskFull(vfs.Default, diskFullPause)}
 	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)
 	return po
 }
