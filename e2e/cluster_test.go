@@ -217,6 +217,13 @@ func newClusterWith(t testing.TB, n int, bin string, env []string, edits ...func
 	return c
 }
 
+// loopbackNode is node id with client, consensus and admin addresses on
+// loopback ports of its own (freePort).
+func loopbackNode(t testing.TB, id int) *node {
+	return &node{id: id, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+}
+
 // newSizedLogCluster starts three nodes in dir, serving tenantA, with
 // acceptor logs of logBytes (pmem dirs named prefix*), config top-level
 // keys top and tables tables (writeConfig), and waits for a leader.
@@ -225,8 +232,7 @@ func newSizedLogCluster(t *testing.T, dir, prefix string, clusterID int, top, ta
 	c := &cluster{t: t, dir: dir}
 	mode := c.pmemDir(prefix)
 	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+		c.nodes = append(c.nodes, loopbackNode(t, i))
 	}
 	for _, nd := range c.nodes {
 		c.writeConfig(nd, clusterID, mode, top, tables, []tenant{tenantA})

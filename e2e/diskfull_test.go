@@ -53,8 +53,7 @@ func freeBytes(t *testing.T, dir string) int64 {
 func diskFullNode(t *testing.T, tables string) (*cluster, string) {
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir("synod-e2e-diskfull-")
-	nd := &node{id: 1, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	nd := loopbackNode(t, 1)
 	c.nodes = []*node{nd}
 	data := filepath.Join(c.dir, "data1")
 	mountSmallFs(t, data)
@@ -273,8 +272,7 @@ func smallFollowerCluster(t *testing.T, clusterID int, prefix string) (*cluster,
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir(prefix)
 	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+		c.nodes = append(c.nodes, loopbackNode(t, i))
 	}
 	for _, nd := range c.nodes {
 		c.writeConfig(nd, clusterID, mode, "", "[limits]\ndisk_free_min_bytes = 100663296\n", []tenant{tenantA})

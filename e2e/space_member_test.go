@@ -22,9 +22,9 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir("synod-e2e-member-disk-")
 	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			resp: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+		nd := loopbackNode(t, i)
+		nd.resp = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		c.nodes = append(c.nodes, nd)
 	}
 	write := func(nd *node, tables string) { c.writeConfig(nd, 62, mode, "", tables, []tenant{tenantA}) }
 	for _, nd := range c.nodes {

@@ -25,8 +25,7 @@ func TestStorageQuotaAndDiskReserve(t *testing.T) {
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir("synod-e2e-space-")
 	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &node{id: i, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-			consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+		c.nodes = append(c.nodes, loopbackNode(t, i))
 	}
 	write := func(tables string) {
 		for _, nd := range c.nodes {

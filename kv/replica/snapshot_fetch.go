@@ -406,10 +406,8 @@ func (r *Replica) fetchInstall(f *snapFetch) error {
 	in := &snapInstall{meta: f.meta}
 	for {
 		if !r.installAsk(in) {
-			select {
-			case <-r.stop:
+			if !r.waitOrStop(snapshotInstallRetry) {
 				return ErrStopped
-			case <-time.After(snapshotInstallRetry):
 			}
 			continue
 		}
@@ -420,10 +418,8 @@ func (r *Replica) fetchInstall(f *snapFetch) error {
 		case err = <-in.verdict:
 		}
 		if errors.Is(err, errInstallLater) {
-			select {
-			case <-r.stop:
+			if !r.waitOrStop(snapshotInstallRetry) {
 				return ErrStopped
-			case <-time.After(snapshotInstallRetry):
 			}
 			continue
 		}

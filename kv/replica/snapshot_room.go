@@ -59,12 +59,14 @@ func (r *Replica) stagingRoom(staged uint64) error {
 	return nil
 }
 
-// waitOrStop waits d, or until Close.
-func (r *Replica) waitOrStop(d time.Duration) {
+// waitOrStop waits d, or until Close; false when Close came first.
+func (r *Replica) waitOrStop(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-r.stop:
+		return false
 	case <-t.C:
+		return true
 	}
 }

@@ -75,7 +75,7 @@ func scanReplyBytesMax(limit uint32, spec tenants.Spec) int64 {
 // large ones), so a megabyte answer is encoded into one allocation rather
 // than a series of doublings.
 func responseBytesHint(resp *proto.Response) int {
-	n := proto.HeaderBytes + 64 + len(resp.Value)
+	n := int(getAnswerBytesMax(len(resp.Value)))
 	for _, kv := range resp.Pairs {
 		n += 2 + len(kv.Key) + 4 + len(kv.Value)
 	}

@@ -29,8 +29,8 @@ func ValueRoom(ctx context.Context) func(valueBytes int) *proto.Response {
 	return f
 }
 
-// getAnswerBytesMax bounds the encoded GET answer around a value of n
-// bytes (responseBytesHint's figure).
+// getAnswerBytesMax bounds the encoded answer around a value of n bytes
+// (responseBytesHint starts from it).
 func getAnswerBytesMax(n int) int64 { return int64(proto.HeaderBytes + 64 + n) }
 
 // withValueRoom returns ctx with a room check charging c's budgets beyond
