@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // makes the leader refuse growing writes with NO_SPACE naming it, since
 // the follower could not refuse the committed writes it has no room for;
 // deletes and reads are still served. A member that stops reporting (here
-// killed) stops holding writes back within the reports' lifetime, and a
+// paused with SIGSTOP, then killed) stops holding writes back within the
+// reports' lifetime, a paused one counts again once continued, and a
 // follower back with room lets writes through again. Every acknowledged
 // write is read back from the follower once it caught up.
 func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
@@ -120,6 +122,40 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 		low = 1 // its own disk is not a member's report
 	}
 
+	// The short member is paused (SIGSTOP): its last report stops
+	// counting, writes resume; continued, it reports and counts again.
+	if err := f.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for i := 0; ; i++ {
+		err := put(fmt.Sprintf("paused-%03d", i), "x")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrNoSpace) || time.Since(start) > 30*time.Second {
+			f.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("with the short member paused for %v: %v", time.Since(start), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resumedPaused := time.Since(start)
+	if err := f.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for i := 0; ; i++ {
+		err := put(fmt.Sprintf("continued-%03d", i), "x")
+		if errors.Is(err, client.ErrNoSpace) {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%v after the short member continued, puts still answer %v (want NO_SPACE)", time.Since(start), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	countedAgain := time.Since(start)
+
 	// The short member goes down: its last report stops counting.
 	c.kill(f)
 	start = time.Now()
@@ -166,6 +202,7 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 	if refused < 1 || low != 1 {
 		t.Fatalf("metrics: refused{member_disk}=%v members_below_reserve=%v on the leader, want >= 1 and 1", refused, low)
 	}
-	fmt.Printf("e2e member disk reserve: short_node=%d refused_after=%s refused=NO_SPACE deletes_ok=true resumed_with_member_down_after=%s acked=%d lost=%d\n",
-		f.id, refusedAfter.Round(100*time.Millisecond), resumedDown.Round(100*time.Millisecond), len(acked), lost)
+	fmt.Printf("e2e member disk reserve: short_node=%d refused_after=%s refused=NO_SPACE deletes_ok=true resumed_with_member_paused_after=%s counted_again_after=%s resumed_with_member_down_after=%s acked=%d lost=%d\n",
+		f.id, refusedAfter.Round(100*time.Millisecond), resumedPaused.Round(100*time.Millisecond), countedAgain.Round(100*time.Millisecond),
+		resumedDown.Round(100*time.Millisecond), len(acked), lost)
 }
