@@ -36,11 +36,13 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 log=${SYNOD_TEST_LOG:-$(mktemp -t synod-test.XXXXXX.json)}
-go build -o "${log}.report" ./internal/testreport
+report=$(mktemp -t synod-testreport.XXXXXX)
+trap 'rm -f "$report"' EXIT
+go build -o "$report" ./internal/testreport
 # -p 2: the CI machine has 2 cores. The suite is expected to take well under
 # 30 minutes; the timeout only catches a hang.
 set +e
-go test -json -p 2 -timeout 40m "$@" ./... | tee "$log" | "${log}.report"
+go test -json -p 2 -timeout 40m "$@" ./... | tee "$log" | "$report"
 st=("${PIPESTATUS[@]}"); rc=${st[0]}; rep=${st[2]}
 set -e
 echo "(raw go test -json log: $log)"
