@@ -301,6 +301,10 @@ type nodeStatus struct {
 	// Removed: this node knows itself outside the committed membership
 	// (replica.Removed): stop it.
 	Removed bool `json:"removed,omitempty"`
+	// Stuck: this node has made no progress applying or truncating its
+	// acceptor log with work waiting for 5 s (replica.Stuck); a stuck
+	// leader hands leadership over.
+	Stuck bool `json:"stuck,omitempty"`
 	// Accel: the plane-versus-software commit check (accel = "soft").
 	Accel *accelStatus `json:"accel,omitempty"`
 }
@@ -314,7 +318,8 @@ type accelStatus struct {
 
 // adminMux serves /metrics, /status and, when enabled, /debug/faults
 // (POST block=2,3 drops traffic to and from those peers; block= heals;
-// delay_persist=1s delays the next acceptor-log persist once).
+// delay_persist=1s delays the next acceptor-log persist once;
+// delay_apply=30s stalls the apply loop once).
 // adminHandler puts the token check in front of it.
 func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Faults, faultInjection bool) *http.ServeMux {
 	mux := debugMux(reg)
@@ -324,7 +329,7 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			ID: uint64(s.ID), Role: s.Role.String(), Leader: uint64(s.Leader),
 			Promised: [2]uint64{s.Promised.Round, uint64(s.Promised.Node)},
 			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
-			LeaseValid: s.LeaseValid, Durability: rep.Mode(), Removed: rep.Removed(),
+			LeaseValid: s.LeaseValid, Durability: rep.Mode(), Removed: rep.Removed(), Stuck: rep.Stuck(),
 		}
 		if res, on := rep.AccelResult(); on {
 			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}
@@ -338,7 +343,7 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 	if faultInjection {
 		mux.HandleFunc("/debug/faults", func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodPost {
-				http.Error(w, "POST block=ID,ID (empty heals) or delay_persist=DURATION", http.StatusMethodNotAllowed)
+				http.Error(w, "POST block=ID,ID (empty heals), delay_persist=DURATION or delay_apply=DURATION", http.StatusMethodNotAllowed)
 				return
 			}
 			// The fields may come in the query string (as the README's
@@ -347,12 +352,12 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 				http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
 				return
 			}
-			if persistDelayFault(w, r, faults) { // faults_persist.go
+			if delayFaults(w, r, faults) { // faults_delay.go
 				return
 			}
 			if !r.Form.Has("block") {
 				// Naming nothing must not heal what is blocked.
-				http.Error(w, "POST block=ID,ID (empty heals) or delay_persist=DURATION", http.StatusBadRequest)
+				http.Error(w, "POST block=ID,ID (empty heals), delay_persist=DURATION or delay_apply=DURATION", http.StatusBadRequest)
 				return
 			}
 			var ids []paxos.NodeID

@@ -153,6 +153,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 					r.stalled = nil
 				}
 			}
+			if st := r.status.Load(); st != nil {
+				r.watchProgress(st) // marks the node stuck; starts no hand-over while stalled
+			}
 		case inControl:
 			r.syncClock()
 			in.fn()
@@ -173,6 +176,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 			r.reads.expire(due-readExpiryTicks, ErrUnavailable)
 		}
 		ls.tick = due
+		if st := r.status.Load(); st != nil {
+			r.watchProgress(st) // stuck.go: a stuck leader hands over
+		}
 	case inInbound:
 		m := in.msg
 		r.stepInbound(m)

@@ -30,7 +30,8 @@ import (
 //	offset size field
 //	0      1    diskReportMagic (never a paxos codec version or accelFrameMagic)
 //	1      1    diskReportVersion (1)
-//	2      1    flags: bit 0 below the reserve, bit 1 the free space could not be read
+//	2      1    flags: bit 0 below the reserve, bit 1 the free space could not be read,
+//	            bit 2 the sender is stuck (stuck.go: it makes no progress applying or truncating)
 //	3      1    reserved, 0
 //	4      8    cluster id
 //	12     8    from node
@@ -41,7 +42,8 @@ import (
 // A node of a version that predates reports drops them as undecodable
 // consensus input (its synod_inbound_dropped_total grows by one per member
 // per second during a rolling upgrade) and simply does not learn of its
-// peers' disks. A report is believed only from a member of the committed
+// peers' disks; a node that knows the first two flags only (before the
+// stuck flag) drops a report that carries the third. A report is believed only from a member of the committed
 // membership other than the receiver, under the cluster's id, and (with a
 // secret) only when its from field is the authenticated sender, and only
 // by the node its to field names (the seal does not cover the receiver: a
@@ -56,7 +58,8 @@ const (
 
 	diskReportFlagLow        = 1 << 0
 	diskReportFlagReadFailed = 1 << 1
-	diskReportFlagsKnown     = diskReportFlagLow | diskReportFlagReadFailed
+	diskReportFlagStuck      = 1 << 2
+	diskReportFlagsKnown     = diskReportFlagLow | diskReportFlagReadFailed | diskReportFlagStuck
 
 	// diskReportInterval is how often a node sends its report.
 	diskReportInterval = time.Second
@@ -80,6 +83,10 @@ type DiskSpace struct {
 	// ReadFailed: the node could not read its free space (it counts as
 	// low: a node that cannot tell must not fill its disk).
 	ReadFailed bool
+	// Stuck: the node has made no progress applying or truncating its
+	// log with work waiting (stuck.go); it is no leader to hand over to.
+	// Not about the disk, but carried by the same report.
+	Stuck bool
 }
 
 var errBadDiskReport = errors.New("replica: malformed disk report")
@@ -96,6 +103,9 @@ func appendDiskReport(buf []byte, cluster uint64, to paxos.NodeID, d DiskSpace) 
 	}
 	if d.ReadFailed {
 		flags |= diskReportFlagReadFailed
+	}
+	if d.Stuck {
+		flags |= diskReportFlagStuck
 	}
 	buf = append(buf, diskReportMagic, diskReportVersion, flags, 0)
 	buf = binary.LittleEndian.AppendUint64(buf, cluster)
@@ -133,6 +143,7 @@ func parseDiskReport(b []byte) (cluster uint64, to paxos.NodeID, d DiskSpace, er
 		ReserveBytes: int64(reserve),
 		Low:          b[2]&diskReportFlagLow != 0,
 		ReadFailed:   b[2]&diskReportFlagReadFailed != 0,
+		Stuck:        b[2]&diskReportFlagStuck != 0,
 	}
 	if d.Node == 0 || to == 0 {
 		return 0, 0, d, fmt.Errorf("%w: node 0", errBadDiskReport)
@@ -149,7 +160,7 @@ func parseDiskReport(b []byte) (cluster uint64, to paxos.NodeID, d DiskSpace, er
 // the receive loop only; read on every growing write (MembersLowOnDisk)
 // without a lock, from an immutable list of the low ones.
 type diskReports struct {
-	mu     sync.Mutex // the receive loop's; held while latest changes
+	mu     sync.Mutex // held while latest changes (receive loop) and while stepDownTarget reads it (consensus loop)
 	latest map[paxos.NodeID]diskReportSeen
 	low    atomic.Pointer[[]diskReportSeen] // the entries of latest that say low
 }
@@ -270,7 +281,7 @@ func (r *Replica) diskReportLoop(probe func() DiskSpace) {
 // dropped (the next one follows within a second).
 func (r *Replica) sendDiskReport(probe func() DiskSpace) {
 	d := probe()
-	d.Node = r.cfg.ID
+	d.Node, d.Stuck = r.cfg.ID, r.Stuck()
 	var out []outMsg
 	for _, m := range r.membersNow().members {
 		if id := paxos.NodeID(m.ID); id != r.cfg.ID {
@@ -285,4 +296,29 @@ func (r *Replica) sendDiskReport(probe func() DiskSpace) {
 	default:
 		r.metrics.OutboundDropped.Inc()
 	}
+}
+
+// stepDownTarget picks the voter a stuck leader hands over to (stuck.go):
+// one of voters other than self whose report is fresh (within
+// diskReportStaleAfter) and says it is not stuck and can read its disk;
+// one not below its reserve first, then the lowest id. It returns 0 when
+// there is none, and how many fresh reports from voters it saw.
+func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self paxos.NodeID) (to paxos.NodeID, fresh int) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	bestLow := true
+	for _, id := range voters {
+		s, ok := dr.latest[id]
+		if id == self || !ok || now.Sub(s.at) >= diskReportStaleAfter {
+			continue
+		}
+		fresh++
+		if s.d.Stuck || s.d.ReadFailed {
+			continue
+		}
+		if to == 0 || (bestLow && !s.d.Low) || (bestLow == s.d.Low && id < to) {
+			to, bestLow = id, s.d.Low
+		}
+	}
+	return to, fresh
 }

@@ -19,6 +19,8 @@ func TestDiskReportRoundTrip(t *testing.T) {
 		{Node: 3, FreeBytes: 12345, ReserveBytes: 1 << 30, Low: true},
 		{Node: paxos.MembersMax, FreeBytes: diskReportBytesMax, ReserveBytes: diskReportBytesMax},
 		{Node: 2, Low: true, ReadFailed: true, ReserveBytes: 1},
+		{Node: 4, FreeBytes: 1 << 40, Stuck: true},
+		{Node: 5, Low: true, ReadFailed: true, Stuck: true},
 	} {
 		b := appendDiskReport(nil, 77, 5, d)
 		if len(b) != diskReportBytes || !isDiskReport(b) || isAccelFrame(b) {
@@ -48,7 +50,8 @@ func TestDiskReportMalformed(t *testing.T) {
 		"magic":              func(b []byte) { b[0] = accelFrameMagic },
 		"version 0":          func(b []byte) { b[1] = 0 },
 		"version 2":          func(b []byte) { b[1] = 2 },
-		"unknown flag":       func(b []byte) { b[2] |= 1 << 2 },
+		"unknown flag":       func(b []byte) { b[2] |= 1 << 3 },
+		"high flag":          func(b []byte) { b[2] |= 1 << 7 },
 		"reserved byte":      func(b []byte) { b[3] = 1 },
 		"node 0":             func(b []byte) { clear(b[12:20]) },
 		"to node 0":          func(b []byte) { clear(b[20:28]) },

@@ -15,6 +15,8 @@ type Faults struct {
 	dropped atomic.Uint64
 	// persistDelay (ns) slows the next persist once (faults_persist.go).
 	persistDelay atomic.Int64
+	// applyDelay (ns) stalls the apply loop once (faults_apply.go).
+	applyDelay atomic.Int64
 }
 
 // Block drops all traffic to and from the given peers (in addition to any

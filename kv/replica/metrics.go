@@ -48,6 +48,8 @@ type Metrics struct {
 	SnapshotBytes prometheus.Gauge
 	// Snap are the snapshot transfer series (snapshot_metrics.go).
 	Snap snapshotMetrics
+	// Stuck are the progress watch's series (stuck_metrics.go).
+	Stuck stuckMetrics
 	// Stage times the stages of the write path on this node, by stage
 	// (WriteStages; stages.go says what each one times). "persist" is the
 	// consensus loop appending and persisting one Ready's accepted entries
@@ -134,6 +136,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.initStages()
 	m.Snap = newSnapshotMetrics(reg)
+	m.Stuck = newStuckMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
 			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed,

@@ -206,6 +206,8 @@ type Replica struct {
 	progress progressCalls
 	// disks holds the members' latest disk reports (disk_report.go).
 	disks diskReports
+	// watch says whether this node makes progress (stuck.go).
+	watch progressWatch
 	// diskProbe reads this node's own disk (ShareDiskSpace; nil: unknown).
 	diskProbe atomic.Pointer[func() DiskSpace]
 

@@ -104,3 +104,42 @@ func TestAdminPersistDelay(t *testing.T) {
 	}
 	r.Faults().HealAll()
 }
+
+// TestAdminApplyDelay: delay_apply sets the one-shot apply stall with the
+// same checks as delay_persist (its bound is replica.ApplyDelayMax); a
+// request carrying a bad value for either field changes neither.
+func TestAdminApplyDelay(t *testing.T) {
+	r := newSoloReplica(t)
+	srv := httptest.NewServer(adminMux(r, prometheus.NewRegistry(), r.Faults(), true))
+	defer srv.Close()
+	post := func(form url.Values) int {
+		t.Helper()
+		resp, err := http.PostForm(srv.URL+"/debug/faults", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, bad := range []string{"", "soon", "-1s", "61s", "1h"} {
+		if code := post(url.Values{applyDelayField: {bad}}); code != http.StatusBadRequest {
+			t.Errorf("delay_apply=%q: %d, want 400", bad, code)
+		}
+	}
+	if code := post(url.Values{applyDelayField: {"2s"}, persistDelayField: {"2h"}}); code != http.StatusBadRequest {
+		t.Fatalf("a good delay_apply beside a bad delay_persist: %d, want 400", code)
+	}
+	if d, p := r.Faults().ApplyDelayPending(), r.Faults().PersistDelayPending(); d != 0 || p != 0 {
+		t.Fatalf("refused requests set delays: apply %v, persist %v", d, p)
+	}
+	if code := post(url.Values{applyDelayField: {"1m"}}); code != http.StatusOK {
+		t.Fatalf("delay_apply=1m: %d", code)
+	}
+	if d := r.Faults().ApplyDelayPending(); d != time.Minute {
+		t.Fatalf("pending apply delay %v, want 1m", d)
+	}
+	if p, b := r.Faults().PersistDelayPending(), r.Faults().Blocked(); p != 0 || len(b) != 0 {
+		t.Fatalf("delay_apply changed other faults: persist %v, blocked %v", p, b)
+	}
+	r.Faults().DelayNextApply(0)
+}

@@ -1,0 +1,147 @@
+package replica
+
+import (
+	"sync/atomic"
+	"time"
+
+	"synod/paxos"
+)
+
+// A leader that cannot finish what it commits steps aside.
+//
+// A node is stuck when, for stuckAfter, either its apply loop has had
+// committed slots waiting and applied none of them (Pebble waiting on a
+// flush that a full disk fails, a hung device), or its acceptor log has
+// stood at the admission line (accept_admission.go) or full with nothing
+// truncated (a snapshot that cannot be written). A stuck leader keeps its
+// followers, because its heartbeats depend on neither (apply_backlog.go:
+// nothing slow on the heartbeat path), so no election would ever replace
+// it: it would hold every write (refused THROTTLED or held behind the log)
+// and every linearizable read (which waits for apply) until an operator
+// killed it, while the other members could serve.
+//
+// So a stuck leader hands leadership over (paxos TransferLeadership) to a
+// voter whose report (disk_report.go), fresh within diskReportStaleAfter,
+// says it is not stuck and can read its disk, preferring one not below
+// its disk reserve, then the lowest id; at most once per
+// stuckTransferEvery (a hand-over the target does not complete within an
+// election timeout is abandoned by paxos and tried again then). Every
+// node's reports say whether it is stuck (their stuck flag), so a leader
+// never hands over to a stuck node and the new leader never hands back to
+// the one that stepped aside while it stays stuck. A leader that has no
+// fresh report from such a voter keeps leading and says why in its log:
+// stepping down blind could hand the cluster to a node as broken, or to
+// one of a version that sends no reports.
+//
+// Stepping aside changes who serves, never what is stored: the transfer is
+// paxos's own, and the node goes on as a follower that catches up once
+// its disk or device recovers.
+const (
+	// stuckAfter is how long a node may make no progress with work
+	// waiting before it counts as stuck: far above any pause of a healthy
+	// node (a Pebble write stall or a snapshot lasts milliseconds to a
+	// second here), far below what a client retries for.
+	stuckAfter = 5 * time.Second
+	// stuckTransferEvery is the least time between two hand-overs a stuck
+	// leader starts (or between two log lines saying it found no target).
+	stuckTransferEvery = 10 * time.Second
+	// stuckCheckEvery is how often the consensus loop looks (on ticks).
+	stuckCheckEvery = 100 * time.Millisecond
+)
+
+// progressWatch is the consensus loop's view of whether this node makes
+// progress (consensus loop only, except stuck, which the disk report loop
+// reads).
+type progressWatch struct {
+	checked time.Time
+	// applied is the applied slot at the last look; applyWaitSince when
+	// slots above it were first seen waiting with it unchanged (zero:
+	// nothing waits).
+	applied        uint64
+	applyWaitSince time.Time
+	// truncated is the acceptor log's truncation point at the last look;
+	// heldSince when the log was first seen at the admission line (or
+	// full) with it unchanged (zero: below the line).
+	truncated paxos.Slot
+	heldSince time.Time
+	// why names what is stuck ("" while nothing is).
+	why          string
+	nextTransfer time.Time
+	stuck        atomic.Bool
+}
+
+// Stuck reports whether this node has made no progress with work waiting
+// for stuckAfter (apply or log truncation): what its disk reports say.
+// Safe from any goroutine.
+func (r *Replica) Stuck() bool { return r.watch.stuck.Load() }
+
+// watchProgress updates the progress watch and, on a stuck leader, starts
+// a hand-over (consensus loop, on ticks; s is the published status).
+func (r *Replica) watchProgress(s *paxos.Status) {
+	w := &r.watch
+	now := r.cfg.Now()
+	if now.Sub(w.checked) < stuckCheckEvery {
+		return
+	}
+	w.checked = now
+
+	applied := r.applied.Load()
+	switch {
+	case applied >= uint64(s.Commit):
+		w.applyWaitSince = time.Time{}
+	case applied != w.applied || w.applyWaitSince.IsZero():
+		w.applyWaitSince = now
+	}
+	w.applied = applied
+
+	used, capacity := r.alog.Usage()
+	held := r.stalled != nil || (capacity > 0 && used >= admitBytesMax(capacity))
+	truncated := r.alog.TruncatedBelow()
+	switch {
+	case !held:
+		w.heldSince = time.Time{}
+	case truncated != w.truncated || w.heldSince.IsZero():
+		w.heldSince = now
+	}
+	w.truncated = truncated
+
+	why := ""
+	switch {
+	case !w.applyWaitSince.IsZero() && now.Sub(w.applyWaitSince) >= stuckAfter:
+		why = "apply"
+	case !w.heldSince.IsZero() && now.Sub(w.heldSince) >= stuckAfter:
+		why = "log"
+	}
+	if why != w.why {
+		if why != "" {
+			r.log.Warn().Str("stuck_on", why).Uint64("applied", applied).Uint64("commit", uint64(s.Commit)).
+				Int64("log_used_bytes", used).Int64("log_capacity_bytes", capacity).Dur("for", stuckAfter).
+				Msg("this node has made no progress with work waiting: its reports say it is stuck, and as leader it hands over")
+		} else {
+			r.log.Info().Str("was_stuck_on", w.why).Uint64("applied", applied).Msg("progress again: no longer stuck")
+		}
+		w.why = why
+		w.stuck.Store(why != "")
+		r.metrics.setStuck(why != "")
+	}
+	if why == "" || s.Role != paxos.RoleLeader || s.Transferring != 0 || r.stalled != nil || now.Before(w.nextTransfer) {
+		// A stalled Ready leaves paxos alone until it is carried out
+		// (consensus.go); the watch tries again once it is.
+		return
+	}
+	w.nextTransfer = now.Add(stuckTransferEvery)
+	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID)
+	if to == 0 {
+		r.metrics.stuckTransfer("no_target")
+		r.log.Warn().Str("stuck_on", why).Int("fresh_reports", seen).
+			Msg("stuck leader: no voter reports itself able to lead (not stuck, disk readable); keeping leadership")
+		return
+	}
+	if err := r.node.TransferLeadership(to); err != nil {
+		r.metrics.stuckTransfer("refused")
+		r.log.Warn().Err(err).Uint64("to", uint64(to)).Msg("stuck leader: the hand-over did not start")
+		return
+	}
+	r.metrics.stuckTransfer("started")
+	r.log.Warn().Str("stuck_on", why).Uint64("to", uint64(to)).Msg("stuck leader: handing leadership over")
+}

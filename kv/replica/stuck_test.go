@@ -1,0 +1,127 @@
+package replica
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/paxos"
+)
+
+// TestStepDownTarget: a stuck leader hands over only to a voter other than
+// itself whose report is fresh and says it is neither stuck nor unable to
+// read its disk; one with room before one below its reserve, then the
+// lowest id; and it counts the fresh reports it saw.
+func TestStepDownTarget(t *testing.T) {
+	now := time.Unix(1000, 0)
+	fresh, stale := now.Add(-diskReportStaleAfter+time.Millisecond), now.Add(-diskReportStaleAfter)
+	type rep struct {
+		d  DiskSpace
+		at time.Time
+	}
+	for _, tc := range []struct {
+		name   string
+		voters []paxos.NodeID
+		reps   []rep
+		want   paxos.NodeID
+		seen   int
+	}{
+		{"no reports", []paxos.NodeID{1, 2, 3}, nil, 0, 0},
+		{"healthy lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 3}, fresh}, {DiskSpace{Node: 2}, fresh}}, 2, 2},
+		{"stale at exactly the limit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, stale}, {DiskSpace{Node: 3}, fresh}}, 3, 1},
+		{"stuck is never a target", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Stuck: true}, fresh}, {DiskSpace{Node: 3, Stuck: true, Low: true}, fresh}}, 0, 2},
+		{"unreadable disk is never a target", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 2, Low: true, ReadFailed: true}, fresh}}, 0, 1},
+		{"room before low", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2},
+		{"low when nothing better", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2},
+		{"self never", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 1}, fresh}}, 0, 0},
+		{"learners are not voters", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 4}, fresh}}, 0, 0},
+	} {
+		var dr diskReports
+		dr.latest = map[paxos.NodeID]diskReportSeen{}
+		for _, r := range tc.reps {
+			dr.latest[r.d.Node] = diskReportSeen{d: r.d, at: r.at}
+		}
+		to, seen := dr.stepDownTarget(now, tc.voters, 1)
+		if to != tc.want || seen != tc.seen {
+			t.Errorf("%s: target %d (%d fresh), want %d (%d fresh)", tc.name, to, seen, tc.want, tc.seen)
+		}
+	}
+}
+
+// TestStuckLeaderHandsOver: a leader whose apply loop stalls (as Pebble
+// does on a full disk) keeps its followers, so no election replaces it;
+// the progress watch must. Three replicas sharing healthy disk reports:
+// the leader's apply is stalled for 20 s; within stuckAfter and a little
+// it hands leadership to a healthy voter, which serves writes and
+// linearizable reads. Then the new leader's apply stalls too: it hands
+// over to the third node, never back to the first, whose reports still
+// say it is stuck. When the stalls end, every node applies everything.
+func TestStuckLeaderHandsOver(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	for _, nd := range c.nodes {
+		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
+	}
+	first := c.leader()
+	c.put("before", "0")
+
+	// stallAndWait stalls from's apply, makes it commit something (its
+	// apply loop takes the stall with it), and waits for another node to
+	// lead; it returns that node and how long the hand-over took.
+	stallAndWait := func(from paxos.NodeID, stall time.Duration, key string) (paxos.NodeID, time.Duration) {
+		t.Helper()
+		began := time.Now()
+		c.nodes[from].r.faults.DelayNextApply(stall)
+		resp := c.do(from, putReq(key, "stuck"), time.Second)
+		if resp.Status == proto.StatusOK {
+			t.Fatalf("a put through node %d was answered with its apply stalled", from)
+		}
+		for {
+			for id, nd := range c.nodes {
+				if id != from && nd.r.Status().Role == paxos.RoleLeader {
+					return id, time.Since(began)
+				}
+			}
+			if time.Since(began) > stuckAfter+8*time.Second {
+				st := c.nodes[from].r
+				t.Fatalf("node %d's apply stalled %v ago and it still leads (stuck %v, status %+v)",
+					from, time.Since(began).Round(time.Millisecond), st.Stuck(), st.Status())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	second, took := stallAndWait(first, 20*time.Second, "stuck-1")
+	if took < stuckAfter {
+		t.Fatalf("leadership moved after %v, before the node was stuck for %v", took, stuckAfter)
+	}
+	if !c.nodes[first].r.Stuck() || gaugeValue(c.nodes[first].r.metrics.Stuck.Stuck) != 1 {
+		t.Fatalf("node %d handed over but does not say it is stuck", first)
+	}
+	if n := counterValue(c.nodes[first].r.metrics.Stuck.Transfers.WithLabelValues("started")); n != 1 {
+		t.Fatalf("node %d counted %v hand-overs, want 1", first, n)
+	}
+	c.putVia(second, "after", "1")
+	if resp := c.do(second, getReq("after", false), 2*time.Second); resp.Status != proto.StatusOK || string(resp.Value) != "1" {
+		t.Fatalf("linearizable get on the new leader %d: %v %q", second, resp.Status, resp.Value)
+	}
+
+	third, took2 := stallAndWait(second, 8*time.Second, "stuck-2")
+	if third == first {
+		t.Fatalf("node %d handed leadership back to node %d, which still reports itself stuck", second, first)
+	}
+	c.putVia(third, "last", "2")
+	t.Logf("stuck leaders: %d -> %d after %v, %d -> %d after %v", first, second, took.Round(time.Millisecond),
+		second, third, took2.Round(time.Millisecond))
+
+	// The stalls end: every node applies everything, and says so.
+	lead := c.leader()
+	for id := range c.nodes {
+		c.waitApplied(id, c.nodes[lead].r.Applied())
+		waitFor(t, fmt.Sprintf("node %d no longer stuck", id), func() bool { return !c.nodes[id].r.Stuck() })
+	}
+	for _, kv := range [][2]string{{"before", "0"}, {"after", "1"}, {"last", "2"}} {
+		if got := c.get(kv[0]); got != kv[1] {
+			t.Fatalf("%s = %q after the stalls, want %q", kv[0], got, kv[1])
+		}
+	}
+}
