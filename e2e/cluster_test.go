@@ -469,6 +469,7 @@ type nodeStatus struct {
 	Applied    uint64    `json:"applied"`
 	LeaseValid bool      `json:"lease_valid"`
 	Durability string    `json:"durability"`
+	Stuck      bool      `json:"stuck"`
 	Accel      *struct {
 		Commits    int    `json:"commits"`
 		Mismatches int    `json:"mismatches"`

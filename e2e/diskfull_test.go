@@ -269,13 +269,24 @@ func TestDiskFullWithoutReserveRecovers(t *testing.T) {
 // returns the cluster, node 3 and its data_dir, and a client of nodes 1
 // and 2.
 func smallFollowerCluster(t *testing.T, clusterID int, prefix string) (*cluster, *node, string, *client.Client) {
+	return smallFollowerClusterWith(t, clusterID, prefix, "[limits]\ndisk_free_min_bytes = 100663296\n", "")
+}
+
+// smallFollowerClusterWith is smallFollowerCluster with the config tables
+// tables on every node and, unless adminToken is "", that admin token.
+func smallFollowerClusterWith(t *testing.T, clusterID int, prefix, tables, adminToken string) (*cluster, *node, string, *client.Client) {
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir(prefix)
 	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, loopbackNode(t, i))
+		nd := loopbackNode(t, i)
+		nd.adminToken = adminToken
+		c.nodes = append(c.nodes, nd)
+	}
+	if adminToken != "" {
+		tables += fmt.Sprintf("[admin]\ntoken = %q\n", adminToken)
 	}
 	for _, nd := range c.nodes {
-		c.writeConfig(nd, clusterID, mode, "", "[limits]\ndisk_free_min_bytes = 100663296\n", []tenant{tenantA})
+		c.writeConfig(nd, clusterID, mode, "", tables, []tenant{tenantA})
 	}
 	t.Cleanup(func() { c.stopAll(true) })
 	c.start(c.nodes[0])
