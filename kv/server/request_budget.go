@@ -1,6 +1,11 @@
 package server
 
-import "synod/kv/proto"
+import (
+	"context"
+	"time"
+
+	"synod/kv/proto"
+)
 
 // Request budgets. A request's body is held from the moment it is read
 // until the request is answered (Backend.Do returned), and on its way into
@@ -11,11 +16,19 @@ import "synod/kv/proto"
 //   - per connection (Config.RequestBytesPerConnMax): a frame whose body
 //     does not fit waits before its body is read, so a connection
 //     pipelining large writes is slowed by TCP back-pressure, not refused;
-//   - per tenant and per node (RequestBytesPerTenantMax,
-//     RequestBytesPerNodeMax): a frame whose body does not fit is answered
-//     THROTTLED with a retry-after, its body read and dropped, so one
-//     tenant's writes cannot hold the node's budget and make the readers
-//     of other tenants wait.
+//   - per tenant (RequestBytesPerTenantMax): a frame whose body does not
+//     fit waits, unread, for the tenant's other requests to give bytes
+//     back, at most requestTenantWaitMax; only then is it answered
+//     THROTTLED with a retry-after, its body read and dropped. Waiting
+//     holds back that tenant's connection only (no other tenant's bytes
+//     are held by it), and keeps a tenant pipelining large writes on
+//     several connections from sending bodies only to have them dropped
+//     (an outside tester measured 44 % less written with four
+//     connections than with one when every such frame was THROTTLED at
+//     once and retried after 10 ms);
+//   - per node (RequestBytesPerNodeMax): a frame whose body does not fit is
+//     answered THROTTLED at once, body read and dropped: waiting here
+//     would let one tenant's writes make other tenants' requests wait.
 //
 // Invariant: the bytes charged at each level are the bodies of requests
 // read and not yet answered; every path that ends a request gives its
@@ -25,16 +38,22 @@ import "synod/kv/proto"
 // of the largest body.
 const RequestBytesPerConnMin = proto.RequestBodyBytesMax
 
+// requestTenantWaitMax bounds how long a frame waits for room in its
+// tenant's request budget before it is answered THROTTLED: several
+// megabyte writes' commit time, far below any client's request timeout.
+const requestTenantWaitMax = time.Second
+
 // requestBudgetRetryAfter is the retry-after of a THROTTLED for request
 // bytes: about the time a write of a megabyte takes to commit.
 const requestBudgetRetryAfter = budgetRetryAfter
 
 // chargeRequest takes n body bytes (at most the connection's budget:
-// callers clamp) at every level: it waits for the
-// connection's own room (false, with nothing held, when the connection
-// ends first; waited reports that it had to), then takes the tenant's and
-// the node's room if there is some. throttled (with nothing held) when
-// either has none.
+// callers clamp) at every level: it waits for the connection's own room,
+// then for the tenant's at most requestTenantWaitMax, then takes the
+// node's room if there is some (waited reports that it had to wait).
+// throttled (with nothing held) when the tenant's wait ran out or the node
+// had no room; false and not throttled (nothing held) when the connection
+// ended while it waited.
 func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
 	if !c.reqQueued.tryAdd(n) {
 		waited = true
@@ -43,8 +62,14 @@ func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
 		}
 	}
 	if !c.reqTenant.tryAdd(n) {
-		c.reqQueued.release(n)
-		return false, true, waited
+		waited = true
+		ctx, cancel := context.WithTimeout(c.ctx, requestTenantWaitMax)
+		room := c.reqTenant.wait(ctx, n)
+		cancel()
+		if !room {
+			c.reqQueued.release(n)
+			return false, c.ctx.Err() == nil, waited
+		}
 	}
 	if !c.s.reqNode.tryAdd(n) {
 		c.reqTenant.release(n)

@@ -65,9 +65,40 @@ func TestRequestBytesPerConnBackPressure(t *testing.T) {
 	}
 }
 
+// TestRequestBytesPerTenantWaits: a body that does not fit in its
+// tenant's request budget waits, unread, while the tenant's other write is
+// in flight, and is served (not THROTTLED) once that one is answered
+// within requestTenantWaitMax.
+func TestRequestBytesPerTenantWaits(t *testing.T) {
+	const body = RequestBytesPerConnMin
+	be := &echoBackend{gate: make(chan struct{})}
+	s, addr := start(t, be, Config{RequestBytesPerConnMax: body, RequestBytesPerTenantMax: body, RequestBytesPerNodeMax: 4 * body})
+	first := dialRaw(t, addr)
+	first.hello(tokenA)
+	first.send(proto.AppendRequest(nil, bigPut(1, body)))
+	eventually(t, "the first write held", func() bool { return s.Stats().RequestBytes == body })
+	second := dialRaw(t, addr)
+	second.hello(tokenA)
+	second.send(proto.AppendRequest(nil, bigPut(2, body)))
+	time.Sleep(requestTenantWaitMax / 4)
+	if st := s.Stats(); st.RequestBytes != body || st.ResponsesThrottled != 0 {
+		t.Fatalf("while the tenant's budget is full: %d bytes held (want the first body's %d), %d throttled", st.RequestBytes, int64(body), st.ResponsesThrottled)
+	}
+	close(be.gate)
+	for _, c := range []*rawConn{first, second} {
+		if r := c.mustRecv(); r.Status != proto.StatusOK {
+			t.Fatalf("write %d: %v %s", r.ID, r.Status, r.Message)
+		}
+	}
+	if st := s.Stats(); st.ResponsesThrottled != 0 {
+		t.Fatalf("%d throttled, want none: the second write had only to wait", st.ResponsesThrottled)
+	}
+}
+
 // TestRequestBytesPerTenantThrottles: a tenant whose connections hold its
-// request budget gets THROTTLED (retry-after set, body skipped, the
-// connection usable) for a body that does not fit, while another tenant
+// request budget for longer than requestTenantWaitMax gets THROTTLED
+// (retry-after set, body skipped, the connection usable) for a body that
+// does not fit, while another tenant
 // is served; once the bytes come back the tenant is served again.
 func TestRequestBytesPerTenantThrottles(t *testing.T) {
 	const body = RequestBytesPerConnMin
