@@ -11,7 +11,10 @@ import (
 //
 // A node is stuck when, for stuckAfter, either its apply loop has had
 // committed slots waiting and applied none of them (Pebble waiting on a
-// flush that a full disk fails, a hung device), or its acceptor log has
+// flush that a full disk fails, a hung device; or a leader's own persist
+// of the acceptor log that never returns: its slots commit with its
+// followers' votes but are delivered only once its own copy is durable),
+// or its acceptor log has
 // stood at the admission line (accept_admission.go) or full with nothing
 // truncated (a snapshot that cannot be written). A stuck leader keeps its
 // followers, because its heartbeats depend on neither (apply_backlog.go:

@@ -125,3 +125,30 @@ func TestStuckLeaderHandsOver(t *testing.T) {
 		}
 	}
 }
+
+// TestHungPersistHandsOver: a leader whose acceptor-log persist hangs (a
+// disk that stops answering msync) commits its slot with its followers'
+// votes but cannot deliver it (a leader applies a slot only once its own
+// copy is durable), so it applies nothing: the watch counts it stuck and
+// it hands over, and the new leader serves writes while the old one's
+// persist still hangs.
+func TestHungPersistHandsOver(t *testing.T) {
+	const hang = 9 * time.Second
+	c := newTestCluster(t, 3, 0)
+	for _, nd := range c.nodes {
+		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
+	}
+	old := c.leader()
+	c.put("before", "0")
+	c.nodes[old].r.faults.DelayNextPersist(hang)
+	began := time.Now()
+	go c.do(old, putReq("hung", "v"), hang+time.Second)
+	next := c.leader(old)
+	took := time.Since(began)
+	c.putVia(next, "served", "1")
+	served := time.Since(began)
+	t.Logf("hung persist: node %d handed over to %d after %v; a write was served after %v", old, next, took.Round(time.Millisecond), served.Round(time.Millisecond))
+	if took < stuckAfter || served >= hang {
+		t.Fatalf("hand-over after %v (stuck after %v), a write served after %v: want both inside the %v hang", took, stuckAfter, served, hang)
+	}
+}
