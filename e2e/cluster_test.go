@@ -566,7 +566,14 @@ func (c *cluster) block(nd *node, peers ...*node) {
 	for _, p := range peers {
 		ids = append(ids, fmt.Sprint(p.id))
 	}
-	req, err := nd.adminRequest(http.MethodPost, "/debug/faults", url.Values{"block": {strings.Join(ids, ",")}})
+	c.fault(nd, url.Values{"block": {strings.Join(ids, ",")}})
+}
+
+// fault posts form to nd's /debug/faults (block, delay_persist,
+// delay_apply) and fails the test unless it is taken.
+func (c *cluster) fault(nd *node, form url.Values) {
+	c.t.Helper()
+	req, err := nd.adminRequest(http.MethodPost, "/debug/faults", form)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -576,7 +583,7 @@ func (c *cluster) block(nd *node, peers ...*node) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		c.t.Fatalf("block on node %d: %s", nd.id, resp.Status)
+		c.t.Fatalf("POST /debug/faults %s on node %d: %s", form.Encode(), nd.id, resp.Status)
 	}
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"sync"
@@ -68,18 +67,7 @@ func TestSlowLeaderPersist(t *testing.T) {
 		}
 	}()
 
-	req, err := ld.adminRequest(http.MethodPost, "/debug/faults", url.Values{"delay_persist": {slowPersistDelay.String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("delay_persist on the leader: %s", resp.Status)
-	}
+	c.fault(ld, url.Values{"delay_persist": {slowPersistDelay.String()}})
 
 	// Writers, each on its own keys, for twice the delay.
 	const writers = 4

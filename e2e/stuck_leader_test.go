@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os/exec"
 	"regexp"
@@ -37,18 +36,7 @@ func TestStuckLeaderHandsOverE2E(t *testing.T) {
 	cancel()
 	old := c.leader()
 
-	req, err := old.adminRequest(http.MethodPost, "/debug/faults", url.Values{"delay_apply": {stuckApplyStall.String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("delay_apply on the leader: %s", resp.Status)
-	}
+	c.fault(old, url.Values{"delay_apply": {stuckApplyStall.String()}})
 	began := time.Now()
 
 	// Writers on their own keys until the stall is over.

@@ -10,21 +10,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// postFaults posts form to srv's /debug/faults and returns the status.
+func postFaults(t *testing.T, srv *httptest.Server, form url.Values) int {
+	t.Helper()
+	resp, err := http.PostForm(srv.URL+"/debug/faults", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // TestAdminPersistDelay: delay_persist sets the one-shot persist delay,
 // refuses malformed and out-of-range durations without changing anything,
 // leaves the blocked peers alone, and is not served with fault_injection
 // off.
 func TestAdminPersistDelay(t *testing.T) {
 	r := newSoloReplica(t)
-	post := func(srv *httptest.Server, form url.Values) int {
-		t.Helper()
-		resp, err := http.PostForm(srv.URL+"/debug/faults", form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	post := func(srv *httptest.Server, form url.Values) int { return postFaults(t, srv, form) }
 	off := httptest.NewServer(adminMux(r, prometheus.NewRegistry(), r.Faults(), false))
 	defer off.Close()
 	if code := post(off, url.Values{persistDelayField: {"1s"}}); code != http.StatusNotFound || r.Faults().PersistDelayPending() != 0 {
@@ -112,15 +115,7 @@ func TestAdminApplyDelay(t *testing.T) {
 	r := newSoloReplica(t)
 	srv := httptest.NewServer(adminMux(r, prometheus.NewRegistry(), r.Faults(), true))
 	defer srv.Close()
-	post := func(form url.Values) int {
-		t.Helper()
-		resp, err := http.PostForm(srv.URL+"/debug/faults", form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	post := func(form url.Values) int { return postFaults(t, srv, form) }
 	for _, bad := range []string{"", "soon", "-1s", "61s", "1h"} {
 		if code := post(url.Values{applyDelayField: {bad}}); code != http.StatusBadRequest {
 			t.Errorf("delay_apply=%q: %d, want 400", bad, code)

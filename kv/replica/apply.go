@@ -95,7 +95,7 @@ func (r *Replica) applyInput(it applyItem) {
 		r.installStaged(*it.install)
 		return
 	}
-	r.applyDelay() // faults_apply.go: drills only
+	r.applyDelay() // faults_delay.go: drills only
 	for _, e := range it.entries {
 		if uint64(e.Slot) <= r.sm.Applied() {
 			continue // applied before a restart or covered by a snapshot

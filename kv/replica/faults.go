@@ -13,10 +13,9 @@ import (
 type Faults struct {
 	blocked atomic.Uint64 // bit i set: peer i blocked (ids 1..peersMax-1)
 	dropped atomic.Uint64
-	// persistDelay (ns) slows the next persist once (faults_persist.go).
-	persistDelay atomic.Int64
-	// applyDelay (ns) stalls the apply loop once (faults_apply.go).
-	applyDelay atomic.Int64
+	// persistDelay slows the next persist once, applyDelay the apply
+	// loop (faults_delay.go).
+	persistDelay, applyDelay oneShotDelay
 }
 
 // Block drops all traffic to and from the given peers (in addition to any
