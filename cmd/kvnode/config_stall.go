@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"synod/internal/stall"
 )
@@ -90,4 +91,31 @@ func (c *Config) stallDetector(log zerolog.Logger) (*stall.Detector, error) {
 	log.Info().Dur("threshold", d.Threshold()).Bool("trace", d.Recording()).Str("trace_dir", c.Stall.cfg.Dir).
 		Msg("stall detector")
 	return d, nil
+}
+
+// stallTraceRoom is the stall detector's room check
+// (stall.Detector.SetRoom): a trace file written on data_dir's filesystem
+// must leave the disk reserve ([limits] disk_free_min_bytes) free, so that
+// traces (up to trace_bytes_max) never take the room the store keeps for
+// itself. It returns nil (no check) when the trace directory is on another
+// filesystem, which its operator chose, or cannot be compared. space is
+// the space guard's reading (kv/space Guard.DiskSpace: reserve 0 when the
+// check is off).
+func stallTraceRoom(traceDir, dataDir string, space func() (free, reserve int64, low, failed bool)) func(int64) error {
+	var a, b unix.Stat_t
+	if unix.Stat(traceDir, &a) != nil || unix.Stat(dataDir, &b) != nil || a.Dev != b.Dev {
+		return nil
+	}
+	return func(n int64) error {
+		free, reserve, _, failed := space()
+		switch {
+		case reserve <= 0:
+			return nil
+		case failed:
+			return fmt.Errorf("the free space of data_dir's filesystem could not be read")
+		case free-n < reserve:
+			return fmt.Errorf("data_dir's filesystem has %d bytes free: a trace of up to %d bytes would take the disk reserve of %d (disk_free_min_bytes)", free, n, reserve)
+		}
+		return nil
+	}
 }

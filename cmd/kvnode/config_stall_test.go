@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"synod/internal/stall"
 )
@@ -68,6 +70,45 @@ func TestStallInvalid(t *testing.T) {
 		_, err := parseConfig(stallConfig(t, tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("[stall] %s: %v; want an error naming %s", tc.body, err, tc.want)
+		}
+	}
+}
+
+// TestStallTraceRoom: a trace on data_dir's filesystem must leave the disk
+// reserve free (walked at the byte), a failed reading refuses, no reserve
+// allows; a trace directory on another filesystem is not checked.
+func TestStallTraceRoom(t *testing.T) {
+	data := t.TempDir()
+	traces := filepath.Join(data, "stalls")
+	if err := os.Mkdir(traces, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const reserve, file = 96 << 20, 16 << 20
+	var free int64
+	var failed bool
+	space := func() (int64, int64, bool, bool) { return free, reserve, free < reserve || failed, failed }
+	room := stallTraceRoom(traces, data, space)
+	if room == nil {
+		t.Fatal("no room check for a trace directory inside data_dir")
+	}
+	for _, tc := range []struct {
+		free   int64
+		failed bool
+		ok     bool
+	}{{reserve + file, false, true}, {reserve + file - 1, false, false}, {reserve - 1, false, false}, {1 << 40, true, false}} {
+		free, failed = tc.free, tc.failed
+		if err := room(file); (err == nil) != tc.ok {
+			t.Errorf("free %d, failed reading %v: %v, want ok=%v", tc.free, tc.failed, err, tc.ok)
+		}
+	}
+	off := stallTraceRoom(traces, data, func() (int64, int64, bool, bool) { return 0, 0, false, false })
+	if err := off(file); err != nil {
+		t.Errorf("with the reserve off: %v", err)
+	}
+	var a, b unix.Stat_t
+	if unix.Stat("/dev/shm", &a) == nil && unix.Stat(data, &b) == nil && a.Dev != b.Dev {
+		if stallTraceRoom("/dev/shm", data, space) != nil {
+			t.Error("a trace directory on another filesystem got a room check against data_dir's reserve")
 		}
 	}
 }

@@ -192,6 +192,11 @@ func runNode(cfg *Config) error {
 	promReg.MustRegister(backend.Collector())
 	backend.Start(log.With().Str("loop", "space").Logger())
 	defer backend.Stop()
+	if stalls != nil && cfg.Stall.cfg.Dir != "" {
+		if room := stallTraceRoom(cfg.Stall.cfg.Dir, cfg.DataDir, backend.DiskSpace); room != nil {
+			stalls.SetRoom(room)
+		}
+	}
 	rep.ShareDiskSpace(func() replica.DiskSpace {
 		free, reserve, low, failed := backend.DiskSpace()
 		return replica.DiskSpace{FreeBytes: free, ReserveBytes: reserve, Low: low, ReadFailed: failed}

@@ -151,9 +151,21 @@ type Detector struct {
 	lines     sync.WaitGroup // log lines being written
 
 	stalls, written, skipped, failed atomic.Uint64
+	noRoom                           atomic.Uint64
 	traces                           *prometheus.CounterVec
 	skippedC                         prometheus.Counter // traces{result="skipped"}
+	// room, when set, is asked before each trace file (SetRoom).
+	room atomic.Pointer[func(bytes int64) error]
 }
+
+// SetRoom makes the detector ask room before it writes each trace file,
+// with the most that file may take (FileBytesMax); an error skips the
+// trace (counted as result "no_room", logged with the error). kvnode
+// passes its disk reserve check, so traces never take the room the store
+// keeps for itself. room runs on the goroutine that writes the trace,
+// never on the stalled loop (it may statfs a slow disk). Safe to call
+// once, at any time.
+func (d *Detector) SetRoom(room func(bytes int64) error) { d.room.Store(&room) }
 
 // ErrClosed is returned by a Detector used after Close.
 var ErrClosed = errors.New("stall: detector closed")
@@ -170,9 +182,9 @@ func New(cfg Config, log zerolog.Logger) (*Detector, error) {
 	d.marks.now, d.marks.max = cfg.Now, marksPerSecMax
 	d.traces = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "synod_stall_traces_total",
-		Help: "Stall traces: written (a file in the trace directory), skipped (rate limit, a write in progress, or no recorder), failed.",
+		Help: "Stall traces: written (a file in the trace directory), skipped (rate limit, a write in progress, or no recorder), failed, no_room (the disk reserve would be taken).",
 	}, []string{"result"})
-	for _, r := range []string{"written", "skipped", "failed"} {
+	for _, r := range []string{"written", "skipped", "failed", "no_room"} {
 		d.traces.WithLabelValues(r)
 	}
 	d.skippedC = d.traces.WithLabelValues("skipped")
@@ -206,11 +218,13 @@ type Stats struct {
 	Written uint64 // trace files written
 	Skipped uint64 // stalls without a trace of their own
 	Failed  uint64 // snapshots that could not be written
+	NoRoom  uint64 // snapshots not written: SetRoom's check said no
 }
 
 // Stats returns the counters.
 func (d *Detector) Stats() Stats {
-	return Stats{Stalls: d.stalls.Load(), Written: d.written.Load(), Skipped: d.skipped.Load(), Failed: d.failed.Load()}
+	return Stats{Stalls: d.stalls.Load(), Written: d.written.Load(), Skipped: d.skipped.Load(), Failed: d.failed.Load(),
+		NoRoom: d.noRoom.Load()}
 }
 
 // Stalled records a stall: it marks the trace, and starts a snapshot or
@@ -287,6 +301,17 @@ func markTrace(mark bool, ev Event) {
 // with its name.
 func (d *Detector) snapshot(ev Event, at time.Time) {
 	defer d.wg.Done()
+	if room := d.room.Load(); room != nil {
+		if err := (*room)(d.cfg.FileBytesMax()); err != nil {
+			d.mu.Lock()
+			d.writing = false
+			d.mu.Unlock()
+			d.noRoom.Add(1)
+			d.traces.WithLabelValues("no_room").Inc()
+			ev.fields(d.log.Warn()).Str("trace", "").Str("no_trace", err.Error()).Msg("stall")
+			return
+		}
+	}
 	path, n, err := writeTrace(d.cfg, d.rec, ev, at)
 	d.mu.Lock()
 	d.writing = false

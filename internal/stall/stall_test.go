@@ -150,6 +150,55 @@ func TestStallTraceNamedInLogAndMarked(t *testing.T) {
 	}
 }
 
+// TestStallTraceNeedsRoom: with a room check set, a trace is written only
+// when the check allows a file of FileBytesMax: refused, no file appears,
+// the stall is counted no_room and its line says why; allowed again (after
+// Every), the next stall gets its trace.
+func TestStallTraceNeedsRoom(t *testing.T) {
+	var lb logBuffer
+	clk := newFakeClock()
+	dir := t.TempDir()
+	d, err := New(Config{Recorder: true, Dir: dir, Every: time.Minute, Now: clk.now}, zerolog.New(&lb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var asked atomic.Int64
+	var full atomic.Bool
+	full.Store(true)
+	d.SetRoom(func(n int64) error {
+		asked.Store(n)
+		if full.Load() {
+			return fmt.Errorf("data_dir below its reserve")
+		}
+		return nil
+	})
+	ev := Event{Path: "write", Stage: "apply", Took: 40 * time.Millisecond, Slot: 9}
+	d.Stalled(ev)
+	for deadline := time.Now().Add(20 * time.Second); d.Stats().NoRoom == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the room check was not asked: %+v", d.Stats())
+		}
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 || asked.Load() != d.cfg.FileBytesMax() {
+		t.Fatalf("refused room: %d files in the trace dir, room asked for %d bytes (want 0 files, %d bytes)", len(files), asked.Load(), d.cfg.FileBytesMax())
+	}
+	found := false
+	for _, l := range lb.linesOf(t, d) {
+		found = found || (l["message"] == "stall" && l["no_trace"] == "data_dir below its reserve")
+	}
+	if !found {
+		t.Fatalf("no stall line says why no trace was written: %s", lb.buf.String())
+	}
+	full.Store(false)
+	clk.advance(time.Minute)
+	d.Stalled(ev)
+	waitWritten(t, d, 1)
+	if st := d.Stats(); st.NoRoom != 1 || st.Written != 1 {
+		t.Fatalf("stats %+v: want 1 written and 1 without room", st)
+	}
+}
+
 // TestStallRateLimited: one trace per Every, never two at once; stalls in
 // between are logged without a trace (saying why), and those lines are
 // rate-limited with the count of suppressed ones.
