@@ -130,8 +130,30 @@ const stuckAdminToken = "e2e-stuck-leader-admin-token-0123"
 // its followers. It must hand leadership over, after which writes are
 // acknowledged again (nodes 1 and 2 have room); then its filesystem grows,
 // it catches up, and every acknowledged write reads back from it.
+//
+// A Pebble whose MANIFEST write meets the full disk stops the process
+// (README: such a node, restarted with room, comes back with everything):
+// then the hand-over was not what moved leadership, and the test tries
+// again on a fresh cluster, at most leaderDiskFullAttempts times.
 func TestLeaderDiskFullHandsOver(t *testing.T) {
-	c, small, data, cl := smallFollowerClusterWith(t, 74, "synod-e2e-stuckdisk-",
+	for attempt := 1; attempt <= leaderDiskFullAttempts; attempt++ {
+		if !leaderDiskFullAttempt(t, 74+100*attempt) {
+			return
+		}
+		t.Logf("attempt %d: node 3 exited on its full disk before the watch could act; trying a fresh cluster", attempt)
+	}
+	t.Fatalf("node 3's Pebble stopped the process on its full disk in all %d attempts: the hand-over was never exercised", leaderDiskFullAttempts)
+}
+
+// leaderDiskFullAttempts bounds TestLeaderDiskFullHandsOver's fresh
+// clusters (its node exits in about one run in five).
+const leaderDiskFullAttempts = 3
+
+// leaderDiskFullAttempt runs TestLeaderDiskFullHandsOver once on a fresh
+// cluster of id clusterID; it reports whether node 3 exited on its full
+// disk (nothing shown: try again), and fails the test on anything else.
+func leaderDiskFullAttempt(t *testing.T, clusterID int) (exited bool) {
+	c, small, data, cl := smallFollowerClusterWith(t, clusterID, "synod-e2e-stuckdisk-",
 		"[limits]\ndisk_free_min_bytes = 0\n", stuckAdminToken)
 	cl.Close()
 	all := dialClient(t, c.endpoints(), tenantA.token, 3)
@@ -181,8 +203,9 @@ func TestLeaderDiskFullHandsOver(t *testing.T) {
 			}
 		}
 		if !small.running() {
-			t.Fatalf("node 3 exited (its disk full) %v into the fill; the hand-over was not what moved leadership:\n%s",
-				time.Since(began).Round(time.Millisecond), tail(readLog(small), 3000))
+			t.Logf("node 3 exited (its disk full) %v into the fill:\n%s", time.Since(began).Round(time.Millisecond), tail(readLog(small), 1500))
+			c.stopAll(false)
+			return true
 		}
 	}
 	if handedOver == 0 {
@@ -221,4 +244,5 @@ func TestLeaderDiskFullHandsOver(t *testing.T) {
 	fmt.Printf("e2e leader disk full: fs_mib=%d reserve=0 first_failure_after=%v stuck_on=%s handed_over_after_failure=%v acked=%d (%d after the hand-over) caught_up_after_growing=%v exited=false lost=%d\n",
 		diskFullFsBytes>>20, firstFailure.Round(100*time.Millisecond), stuckOn, (handedOver - firstFailure).Round(100*time.Millisecond),
 		len(acked), ackedAfterHandOver, time.Since(caughtUp).Round(100*time.Millisecond), lost)
+	return false
 }
