@@ -188,11 +188,20 @@ func TestDiskReserveKeepsAFullDiskAway(t *testing.T) {
 	}
 	back := time.Since(start)
 	freeAfter := freeBytes(t, data)
-	if !strings.Contains(readLog(c.nodes[0]), "compacted the store") {
-		t.Fatal("no compaction was logged")
+	// Who gave the space back: the node's own compaction (logged), or
+	// Pebble's automatic compactions of the deleted ranges, which on a
+	// busy machine can get there first (a CI run on a loaded VM: the
+	// put was admitted, no compaction logged). Either way the space must
+	// be back above the reserve, which the admitted put already says.
+	by := "pebble"
+	if strings.Contains(readLog(c.nodes[0]), "compacted the store") {
+		by = "node"
 	}
-	fmt.Printf("e2e disk reserve: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) free_mib_at_refusal=%d refused=NO_SPACE lost=0 deleted_all=true put_admitted_after=%v free_mib_after_compaction=%d\n",
-		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, back.Round(100*time.Millisecond), freeAfter>>20)
+	if freeAfter < 96<<20 {
+		t.Fatalf("a put was admitted with %d bytes free, below the 96 MiB reserve", freeAfter)
+	}
+	fmt.Printf("e2e disk reserve: fs_mib=%d reserve_mib=96 acked=%d (%d MiB) free_mib_at_refusal=%d refused=NO_SPACE lost=0 deleted_all=true put_admitted_after=%v compacted_by=%s free_mib_after_compaction=%d\n",
+		diskFullFsBytes>>20, len(acked), len(acked)>>4, free>>20, back.Round(100*time.Millisecond), by, freeAfter>>20)
 }
 
 // TestDiskFullWithoutReserveRecovers: with the reserve off, the same
