@@ -309,7 +309,7 @@ type nodeStatus struct {
 	// Stuck: this node has made no progress applying or truncating its
 	// acceptor log with work waiting for 5 s (replica.Stuck); a stuck
 	// leader hands leadership over.
-	Stuck bool `json:"stuck,omitempty"`
+	Stuck bool `json:"stuck"`
 	// Accel: the plane-versus-software commit check (accel = "soft").
 	Accel *accelStatus `json:"accel,omitempty"`
 }

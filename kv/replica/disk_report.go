@@ -301,12 +301,25 @@ func (r *Replica) sendDiskReport(probe func() DiskSpace) {
 // stepDownTarget picks the voter a stuck leader hands over to (stuck.go):
 // one of voters other than self whose report is fresh (within
 // diskReportStaleAfter) and says it is not stuck and can read its disk;
-// one not below its reserve first, then the lowest id. It returns 0 when
-// there is none, and how many fresh reports from voters it saw.
-func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self paxos.NodeID) (to paxos.NodeID, fresh int) {
+// one not below its reserve first, then one other than avoid (the target
+// of a hand-over that did not complete: a node can be unable to take over
+// before its reports say so), then the lowest id; avoid only when it is
+// the only one. It returns 0 when there is none, and how many fresh
+// reports from voters it saw.
+func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self, avoid paxos.NodeID) (to paxos.NodeID, fresh int) {
 	dr.mu.Lock()
 	defer dr.mu.Unlock()
-	bestLow := true
+	rank := func(d DiskSpace, id paxos.NodeID) int { // lower is better
+		r := 0
+		if d.Low {
+			r += 2
+		}
+		if id == avoid {
+			r++
+		}
+		return r
+	}
+	best := 0
 	for _, id := range voters {
 		s, ok := dr.latest[id]
 		if id == self || !ok || now.Sub(s.at) >= diskReportStaleAfter {
@@ -316,8 +329,8 @@ func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self
 		if s.d.Stuck || s.d.ReadFailed {
 			continue
 		}
-		if to == 0 || (bestLow && !s.d.Low) || (bestLow == s.d.Low && id < to) {
-			to, bestLow = id, s.d.Low
+		if r := rank(s.d, id); to == 0 || r < best || (r == best && id < to) {
+			to, best = id, r
 		}
 	}
 	return to, fresh

@@ -206,8 +206,11 @@ type Replica struct {
 	progress progressCalls
 	// disks holds the members' latest disk reports (disk_report.go).
 	disks diskReports
-	// watch says whether this node makes progress (stuck.go).
-	watch progressWatch
+	// watch says whether this node makes progress (stuck.go);
+	// logUsage and logCapacity are the acceptor log's usage at its last
+	// look (for the watch's log line, from any goroutine).
+	watch                 progressWatch
+	logUsage, logCapacity atomic.Int64
 	// diskProbe reads this node's own disk (ShareDiskSpace; nil: unknown).
 	diskProbe atomic.Pointer[func() DiskSpace]
 
@@ -445,6 +448,10 @@ func (r *Replica) Start() {
 	}
 	r.applyWG.Add(1)
 	go r.applyLoop()
+	if !r.cfg.simulated {
+		r.loopsWG.Add(1)
+		go r.watchdogLoop() // stuck.go
+	}
 	if r.applied.Load() > 0 {
 		r.requestSnapshot()
 	}

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,31 +47,48 @@ const (
 	// second here), far below what a client retries for.
 	stuckAfter = 5 * time.Second
 	// stuckTransferEvery is the least time between two hand-overs a stuck
-	// leader starts (or between two log lines saying it found no target).
-	stuckTransferEvery = 10 * time.Second
-	// stuckCheckEvery is how often the consensus loop looks (on ticks).
+	// leader starts (a hand-over paxos abandons ends within an election
+	// timeout; the next one goes to another voter first).
+	stuckTransferEvery = 2 * time.Second
+	// stuckNoTargetLogEvery bounds the "no voter to hand over to" lines.
+	stuckNoTargetLogEvery = 30 * time.Second
+	// stuckCheckEvery is how often the consensus loop (on ticks) and the
+	// progress watchdog look.
 	stuckCheckEvery = 100 * time.Millisecond
 )
 
-// progressWatch is the consensus loop's view of whether this node makes
-// progress (consensus loop only, except stuck, which the disk report loop
-// reads).
+// progressWatch says whether this node makes progress. The apply check
+// runs on two goroutines under mu: the consensus loop's ticks and the
+// progress watchdog (watchdogLoop), because the consensus loop itself can
+// block behind a stalled apply loop (a full apply backlog on a follower)
+// and would then never look; the log check and the hand-over run on the
+// consensus loop only (they read its state).
 type progressWatch struct {
-	checked time.Time
+	mu sync.Mutex
 	// applied is the applied slot at the last look; applyWaitSince when
 	// slots above it were first seen waiting with it unchanged (zero:
 	// nothing waits).
 	applied        uint64
 	applyWaitSince time.Time
+	// why names what is stuck ("" while nothing is).
+	why string
+
+	// Consensus loop only.
+	checked time.Time
 	// truncated is the acceptor log's truncation point at the last look;
 	// heldSince when the log was first seen at the admission line (or
 	// full) with it unchanged (zero: below the line).
-	truncated paxos.Slot
-	heldSince time.Time
-	// why names what is stuck ("" while nothing is).
-	why          string
+	truncated    paxos.Slot
+	heldSince    time.Time
 	nextTransfer time.Time
-	stuck        atomic.Bool
+	nextNoTarget time.Time
+	// lastTarget is the voter the last hand-over went to; while this node
+	// still leads, that hand-over did not complete, and the next one goes
+	// to another voter when there is one.
+	lastTarget paxos.NodeID
+
+	logStuck atomic.Bool // the log check's verdict (consensus loop)
+	stuck    atomic.Bool
 }
 
 // Stuck reports whether this node has made no progress with work waiting
@@ -78,8 +96,67 @@ type progressWatch struct {
 // Safe from any goroutine.
 func (r *Replica) Stuck() bool { return r.watch.stuck.Load() }
 
-// watchProgress updates the progress watch and, on a stuck leader, starts
-// a hand-over (consensus loop, on ticks; s is the published status).
+// evalStuck updates the apply check from the applied slot and the latest
+// published commit, combines it with the log check, and publishes and
+// logs a change (any goroutine). It returns what is stuck ("" nothing).
+func (r *Replica) evalStuck(now time.Time) string {
+	w := &r.watch
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var commit uint64
+	if st := r.status.Load(); st != nil {
+		commit = uint64(st.Commit)
+	}
+	applied := r.applied.Load()
+	switch {
+	case applied >= commit:
+		w.applyWaitSince = time.Time{}
+	case applied != w.applied || w.applyWaitSince.IsZero():
+		w.applyWaitSince = now
+	}
+	w.applied = applied
+	why := ""
+	switch {
+	case !w.applyWaitSince.IsZero() && now.Sub(w.applyWaitSince) >= stuckAfter:
+		why = "apply"
+	case w.logStuck.Load():
+		why = "log"
+	}
+	if why != w.why {
+		if why != "" {
+			used, capacity := r.logUsage.Load(), r.logCapacity.Load()
+			r.log.Warn().Str("stuck_on", why).Uint64("applied", applied).Uint64("commit", commit).
+				Int64("log_used_bytes", used).Int64("log_capacity_bytes", capacity).Dur("for", stuckAfter).
+				Msg("this node has made no progress with work waiting: its reports say it is stuck (a leader hands over)")
+		} else {
+			r.log.Info().Str("was_stuck_on", w.why).Uint64("applied", applied).Msg("progress again: no longer stuck")
+		}
+		w.why = why
+		w.stuck.Store(why != "")
+		r.metrics.setStuck(why != "")
+	}
+	return why
+}
+
+// watchdogLoop runs the apply check off the consensus loop, which a
+// stalled apply loop can block (progressWatch). Not in the simulator,
+// whose consensus loop never blocks and must stay deterministic.
+func (r *Replica) watchdogLoop() {
+	defer r.loopsWG.Done()
+	t := time.NewTicker(stuckCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			r.evalStuck(r.cfg.Now())
+		}
+	}
+}
+
+// watchProgress runs the log check and, on a stuck leader, starts a
+// hand-over (consensus loop, on ticks; s is the published status).
 func (r *Replica) watchProgress(s *paxos.Status) {
 	w := &r.watch
 	now := r.cfg.Now()
@@ -88,16 +165,9 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 	}
 	w.checked = now
 
-	applied := r.applied.Load()
-	switch {
-	case applied >= uint64(s.Commit):
-		w.applyWaitSince = time.Time{}
-	case applied != w.applied || w.applyWaitSince.IsZero():
-		w.applyWaitSince = now
-	}
-	w.applied = applied
-
 	used, capacity := r.alog.Usage()
+	r.logUsage.Store(used)
+	r.logCapacity.Store(capacity)
 	held := r.stalled != nil || (capacity > 0 && used >= admitBytesMax(capacity))
 	truncated := r.alog.TruncatedBelow()
 	switch {
@@ -107,37 +177,23 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 		w.heldSince = now
 	}
 	w.truncated = truncated
+	w.logStuck.Store(!w.heldSince.IsZero() && now.Sub(w.heldSince) >= stuckAfter)
 
-	why := ""
-	switch {
-	case !w.applyWaitSince.IsZero() && now.Sub(w.applyWaitSince) >= stuckAfter:
-		why = "apply"
-	case !w.heldSince.IsZero() && now.Sub(w.heldSince) >= stuckAfter:
-		why = "log"
-	}
-	if why != w.why {
-		if why != "" {
-			r.log.Warn().Str("stuck_on", why).Uint64("applied", applied).Uint64("commit", uint64(s.Commit)).
-				Int64("log_used_bytes", used).Int64("log_capacity_bytes", capacity).Dur("for", stuckAfter).
-				Msg("this node has made no progress with work waiting: its reports say it is stuck, and as leader it hands over")
-		} else {
-			r.log.Info().Str("was_stuck_on", w.why).Uint64("applied", applied).Msg("progress again: no longer stuck")
-		}
-		w.why = why
-		w.stuck.Store(why != "")
-		r.metrics.setStuck(why != "")
-	}
+	why := r.evalStuck(now)
 	if why == "" || s.Role != paxos.RoleLeader || s.Transferring != 0 || r.stalled != nil || now.Before(w.nextTransfer) {
 		// A stalled Ready leaves paxos alone until it is carried out
 		// (consensus.go); the watch tries again once it is.
 		return
 	}
 	w.nextTransfer = now.Add(stuckTransferEvery)
-	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID)
+	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID, w.lastTarget)
 	if to == 0 {
 		r.metrics.stuckTransfer("no_target")
-		r.log.Warn().Str("stuck_on", why).Int("fresh_reports", seen).
-			Msg("stuck leader: no voter reports itself able to lead (not stuck, disk readable); keeping leadership")
+		if now.After(w.nextNoTarget) {
+			w.nextNoTarget = now.Add(stuckNoTargetLogEvery)
+			r.log.Warn().Str("stuck_on", why).Int("fresh_reports", seen).
+				Msg("stuck leader: no voter reports itself able to lead (not stuck, disk readable); keeping leadership")
+		}
 		return
 	}
 	if err := r.node.TransferLeadership(to); err != nil {
@@ -145,6 +201,10 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 		r.log.Warn().Err(err).Uint64("to", uint64(to)).Msg("stuck leader: the hand-over did not start")
 		return
 	}
+	if w.lastTarget != 0 {
+		r.log.Warn().Uint64("previous", uint64(w.lastTarget)).Msg("stuck leader: the previous hand-over did not complete")
+	}
+	w.lastTarget = to
 	r.metrics.stuckTransfer("started")
 	r.log.Warn().Str("stuck_on", why).Uint64("to", uint64(to)).Msg("stuck leader: handing leadership over")
 }

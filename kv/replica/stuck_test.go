@@ -26,23 +26,27 @@ func TestStepDownTarget(t *testing.T) {
 		reps   []rep
 		want   paxos.NodeID
 		seen   int
+		avoid  paxos.NodeID
 	}{
-		{"no reports", []paxos.NodeID{1, 2, 3}, nil, 0, 0},
-		{"healthy lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 3}, fresh}, {DiskSpace{Node: 2}, fresh}}, 2, 2},
-		{"stale at exactly the limit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, stale}, {DiskSpace{Node: 3}, fresh}}, 3, 1},
-		{"stuck is never a target", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Stuck: true}, fresh}, {DiskSpace{Node: 3, Stuck: true, Low: true}, fresh}}, 0, 2},
-		{"unreadable disk is never a target", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 2, Low: true, ReadFailed: true}, fresh}}, 0, 1},
-		{"room before low", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2},
-		{"low when nothing better", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2},
-		{"self never", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 1}, fresh}}, 0, 0},
-		{"learners are not voters", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 4}, fresh}}, 0, 0},
+		{"no reports", []paxos.NodeID{1, 2, 3}, nil, 0, 0, 0},
+		{"healthy lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 3}, fresh}, {DiskSpace{Node: 2}, fresh}}, 2, 2, 0},
+		{"stale at exactly the limit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, stale}, {DiskSpace{Node: 3}, fresh}}, 3, 1, 0},
+		{"stuck is never a target", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Stuck: true}, fresh}, {DiskSpace{Node: 3, Stuck: true, Low: true}, fresh}}, 0, 2, 0},
+		{"unreadable disk is never a target", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 2, Low: true, ReadFailed: true}, fresh}}, 0, 1, 0},
+		{"room before low", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 0},
+		{"low when nothing better", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 0},
+		{"self never", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 1}, fresh}}, 0, 0, 0},
+		{"learners are not voters", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 4}, fresh}}, 0, 0, 0},
+		{"not the target that did not take over", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 2},
+		{"that target when it is the only one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 2},
+		{"room still before the avoided one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Low: true}, fresh}}, 2, 2, 2},
 	} {
 		var dr diskReports
 		dr.latest = map[paxos.NodeID]diskReportSeen{}
 		for _, r := range tc.reps {
 			dr.latest[r.d.Node] = diskReportSeen{d: r.d, at: r.at}
 		}
-		to, seen := dr.stepDownTarget(now, tc.voters, 1)
+		to, seen := dr.stepDownTarget(now, tc.voters, 1, tc.avoid)
 		if to != tc.want || seen != tc.seen {
 			t.Errorf("%s: target %d (%d fresh), want %d (%d fresh)", tc.name, to, seen, tc.want, tc.seen)
 		}
@@ -151,4 +155,56 @@ func TestHungPersistHandsOver(t *testing.T) {
 	if took < stuckAfter || served >= hang {
 		t.Fatalf("hand-over after %v (stuck after %v), a write served after %v: want both inside the %v hang", took, stuckAfter, served, hang)
 	}
+}
+
+// TestHungFollowerSaysStuck: the case an outside tester found. A follower
+// whose apply loop stalls can block its own consensus loop too (a full
+// apply backlog), which then never looked: the follower went on reporting
+// itself healthy, and a stuck leader handed over to it again and again
+// (three hand-overs that never completed, every write held 29 s). Here
+// the follower's apply is stalled and its consensus loop blocked: it must
+// say it is stuck within stuckAfter and a little (the watchdog looks off
+// the consensus loop), and when the leader's apply stalls too, leadership
+// goes to the third node.
+func TestHungFollowerSaysStuck(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	for _, nd := range c.nodes {
+		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
+	}
+	lead := c.leader()
+	var hung, third paxos.NodeID
+	for id := range c.nodes {
+		switch {
+		case id == lead:
+		case hung == 0:
+			hung = id
+		default:
+			third = id
+		}
+	}
+	c.nodes[hung].r.faults.DelayNextApply(20 * time.Second)
+	c.put("a", "1")
+	c.put("b", "2") // the hung follower learns the first one committed
+	waitFor(t, "the hung follower to see a commit it cannot apply", func() bool {
+		r := c.nodes[hung].r
+		return r.Status().Commit > r.Applied()
+	})
+	release := c.stall(hung) // its consensus loop blocked, as behind a full apply backlog
+	defer release()
+	began := time.Now()
+	for !c.nodes[hung].r.Stuck() {
+		if time.Since(began) > stuckAfter+3*time.Second {
+			t.Fatalf("node %d applied nothing for %v with its consensus loop blocked, and does not say it is stuck", hung, time.Since(began).Round(time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	saidAfter := time.Since(began)
+
+	c.nodes[lead].r.faults.DelayNextApply(10 * time.Second)
+	c.do(lead, putReq("c", "3"), time.Second)
+	next := c.leader(lead)
+	if next != third {
+		t.Fatalf("the stuck leader %d handed over to %d, want the healthy node %d (node %d is hung)", lead, next, third, hung)
+	}
+	t.Logf("hung follower %d said stuck after %v; stuck leader %d handed over to %d", hung, saidAfter.Round(time.Millisecond), lead, next)
 }
