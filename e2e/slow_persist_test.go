@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"synod/kv/client"
 )
 
 // slowPersistDelay is the injected delay of the leader's persist: well
@@ -111,16 +113,7 @@ func TestSlowLeaderPersist(t *testing.T) {
 	if after.Role != "leader" || len(leaders) != 1 {
 		changes = max(changes, len(leaders)-1, 1)
 	}
-	lost := 0
-	for _, k := range acked {
-		ctx, cancel := ctxTimeout(killOpTimeout)
-		v, err := cl.Get(ctx, []byte(k))
-		cancel()
-		if err != nil || !bytes.Equal(v, []byte(k)) {
-			lost++
-			t.Errorf("acknowledged write %s: read %q, %v", k, v, err)
-		}
-	}
+	lost := lostSelfKeyed(t, cl, acked)
 	fmt.Printf("e2e slow persist: delay_ms=%d leader_changes=%d acked=%d lost=%d slowest_ack_ms=%d\n",
 		slowPersistDelay.Milliseconds(), changes, len(acked), lost, slowest.Milliseconds())
 	if changes != 0 {
@@ -139,4 +132,20 @@ func TestSlowLeaderPersist(t *testing.T) {
 		t.Error("the leader did not log the injected persist delay")
 	}
 	c.accelTotals() // the plane agreed with software throughout
+}
+
+// lostSelfKeyed reads back every acknowledged key, whose value is the key
+// itself, through cl, reports each one missing or wrong, and counts them.
+func lostSelfKeyed(t *testing.T, cl *client.Client, acked []string) (lost int) {
+	t.Helper()
+	for _, k := range acked {
+		ctx, cancel := ctxTimeout(killOpTimeout)
+		v, err := cl.Get(ctx, []byte(k))
+		cancel()
+		if err != nil || !bytes.Equal(v, []byte(k)) {
+			lost++
+			t.Errorf("acknowledged write %s: read %q, %v", k, v, err)
+		}
+	}
+	return lost
 }

@@ -90,16 +90,7 @@ func TestStuckLeaderHandsOverE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitCaughtUp(old, st.Applied) // the stall is over: the old leader applies again
-	lost := 0
-	for _, k := range acked {
-		ctx, cancel := ctxTimeout(killOpTimeout)
-		v, err := cl.Get(ctx, []byte(k))
-		cancel()
-		if err != nil || !bytes.Equal(v, []byte(k)) {
-			lost++
-			t.Errorf("acknowledged write %s: read %q, %v", k, v, err)
-		}
-	}
+	lost := lostSelfKeyed(t, cl, acked)
 	fmt.Printf("e2e stuck leader: apply_stall_s=%d handed_over_after=%v writes_resumed_after=%v said_stuck=%v acked=%d lost=%d\n",
 		int(stuckApplyStall.Seconds()), handedOver.Round(100*time.Millisecond), resumedAt.Round(100*time.Millisecond), sawStuck, len(acked), lost)
 	switch {
