@@ -295,6 +295,29 @@ func TestDiskFullWithoutReserveRecovers(t *testing.T) {
 		diskFullFsBytes>>20, len(acked), err.Error(), lines, attempts, exited)
 }
 
+// TestReserveAboveFilesystemRefused: a node whose disk reserve (here the
+// default, 1 GiB) is not below the size of its data_dir's filesystem
+// (320 MiB) could never take a write; kvnode refuses to start and says
+// which key, instead of starting and answering every write NO_SPACE (an
+// outside check found it starting silently).
+func TestReserveAboveFilesystemRefused(t *testing.T) {
+	c := &cluster{t: t, dir: t.TempDir()}
+	mode := c.pmemDir("synod-e2e-reservefs-")
+	nd := loopbackNode(t, 1)
+	c.nodes = []*node{nd}
+	mountSmallFs(t, filepath.Join(c.dir, "data1"))
+	c.writeConfig(nd, 75, mode, "", "", []tenant{tenantA})
+	t.Cleanup(func() { c.stopAll(false) })
+	ctx, cancel := ctxTimeout(30 * time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, kvnodeBin, "--config", nd.cfgPath).CombinedOutput()
+	want := fmt.Sprintf("limits.disk_free_min_bytes: %d is not below the size of data_dir's filesystem (%d bytes", 1<<30, diskFullFsBytes)
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("kvnode with a 1 GiB reserve on a %d MiB filesystem: %v, output:\n%s\nwant an exit saying %q", diskFullFsBytes>>20, err, tail(string(out), 2000), want)
+	}
+	fmt.Printf("e2e reserve above filesystem: fs_mib=%d reserve_mib=1024 refused_to_start=true (%v)\n", diskFullFsBytes>>20, err)
+}
+
 // smallFollowerCluster starts three nodes with a 96 MiB reserve each, node
 // 3's data_dir a diskFullFsBytes filesystem and the others' ordinary
 // directories (far larger); node 3 starts last, so it does not lead. It

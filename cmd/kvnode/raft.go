@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -75,6 +76,14 @@ func runRaftNode(cfg *Config) error {
 		SM: cfg.smOptions()}
 	for _, p := range cfg.Peers {
 		rcfg.Peers = append(rcfg.Peers, raftpath.Peer{ID: p.ID, Addr: p.ConsensusAddr, ClientAddr: p.ClientAddr})
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("creating data_dir: %w", err)
+	}
+	if warning, err := checkReserve(cfg.DataDir, cfg.Limits.diskFreeMinBytes(), fsSpace); err != nil {
+		return err
+	} else if warning != "" {
+		log.Warn().Msg(warning)
 	}
 	// The raft streams listen on consensus_listen (TCP).
 	rln, err := net.Listen("tcp", cfg.ConsensusListen)

@@ -23,7 +23,7 @@ func (g *Guard) Collector() prometheus.Collector {
 		g:           g,
 		refused:     prometheus.NewDesc("synod_space_refused_total", "Writes answered NO_SPACE, by reason: quota (past the tenant's quota_bytes), disk (this node below disk_free_min_bytes) or member_disk (another member reported its disk below its reserve).", []string{"reason"}, nil),
 		membersLow:  prometheus.NewDesc("synod_space_members_below_reserve", "Other members whose latest disk report (within 5 s) says their disk is below their reserve; while above 0 the leader refuses writes that grow the store.", nil, nil),
-		free:        prometheus.NewDesc("synod_disk_free_bytes", "Free bytes of data_dir's filesystem at the last reading (read at most every 250 ms, while writes arrive and the reserve is on).", nil, nil),
+		free:        prometheus.NewDesc("synod_disk_free_bytes", "Free bytes of data_dir's filesystem at the last reading (read at most every 250 ms, by writes while the reserve is on and by each scrape; absent while the reading fails).", nil, nil),
 		stored:      prometheus.NewDesc("synod_tenant_stored_bytes", "What the tenant stores as its quota counts it: user keys + values + 16 bytes per key, as of the last apply on this node.", []string{"tenant"}, nil),
 		keys:        prometheus.NewDesc("synod_tenant_stored_keys", "Keys the tenant stores, as of the last apply on this node.", []string{"tenant"}, nil),
 		quotaDesc:   prometheus.NewDesc("synod_tenant_quota_bytes", "The tenant's storage quota (quota_bytes); 0: none.", []string{"tenant"}, nil),
@@ -42,6 +42,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.g.refreshFree()
 	st := c.g.Stats()
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedQuota), "quota")
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.RefusedDisk), "disk")

@@ -169,7 +169,8 @@ type Stats struct {
 	// MembersLow is how many other members report their disk below their
 	// reserve now.
 	MembersLow int
-	// FreeBytes is the last free-space reading (-1 before the first).
+	// FreeBytes is the last free-space reading (-1 before the first, and
+	// while the last one failed).
 	FreeBytes int64
 	// Compactions run to give back space (reclaim.go).
 	Compactions uint64
@@ -178,7 +179,7 @@ type Stats struct {
 // Stats returns the counters.
 func (g *Guard) Stats() Stats {
 	free := int64(-1)
-	if g.sampled.Load() != 0 {
+	if b, _ := g.freeErr.Load().(errBox); g.sampled.Load() != 0 && b.err == nil {
 		free = g.free.Load()
 	}
 	return Stats{RefusedQuota: g.refusedQuota.Load(), RefusedDisk: g.refusedDisk.Load(),
@@ -377,10 +378,7 @@ func (g *Guard) diskLow() bool {
 	if g.cfg.DiskFreeMinBytes <= 0 {
 		return false
 	}
-	now := g.cfg.Now().UnixNano()
-	if last := g.sampled.Load(); last == 0 || now-last >= int64(diskSampleInterval) {
-		g.sample(now)
-	}
+	g.refreshFree()
 	if b, _ := g.freeErr.Load().(errBox); b.err != nil {
 		return true
 	}
@@ -403,6 +401,17 @@ func (g *Guard) DiskSpace() (free, reserve int64, low, readFailed bool) {
 	b, _ := g.freeErr.Load().(errBox)
 	free = g.free.Load()
 	return free, g.cfg.DiskFreeMinBytes, b.err != nil || free < g.cfg.DiskFreeMinBytes, b.err != nil
+}
+
+// refreshFree reads the free space again when the last reading is older
+// than diskSampleInterval (or there is none): the admission calls it on
+// every write that grows the store, the metrics on every scrape (with the
+// reserve off, or no writes, nothing else reads it).
+func (g *Guard) refreshFree() {
+	now := g.cfg.Now().UnixNano()
+	if last := g.sampled.Load(); last == 0 || now-last >= int64(diskSampleInterval) {
+		g.sample(now)
+	}
 }
 
 func (g *Guard) sample(now int64) {
