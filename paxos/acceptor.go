@@ -57,6 +57,19 @@ func (n *Node) handlePrepare(m *Message) {
 		refuse()
 		return
 	}
+	if m.Slot < n.log.first {
+		// This acceptor compacted slots the candidate has not committed:
+		// it cannot report them, so it cannot promise usefully. Offer the
+		// snapshot, so the candidate catches up (and learns the current
+		// membership, which may not even include it). It refuses before
+		// raising its promise: a candidate that cannot win here must not
+		// depose this node's leader or hold back its election timer (a
+		// lagging candidate re-campaigning under ever higher ballots
+		// otherwise kept every acceptor promised to it).
+		refuse()
+		n.offerSnapshot(m.From)
+		return
+	}
 	if n.promised.Less(m.Ballot) {
 		if n.leaseBlocks(m.From) {
 			refuse()
@@ -68,15 +81,6 @@ func (n *Node) handlePrepare(m *Message) {
 		}
 		n.leader = 0
 		n.electionElapsed = 0
-	}
-	if m.Slot < n.log.first {
-		// This acceptor compacted slots the candidate has not committed:
-		// it cannot report them, so it cannot promise usefully. Offer the
-		// snapshot, so the candidate catches up (and learns the current
-		// membership, which may not even include it).
-		refuse()
-		n.offerSnapshot(m.From)
-		return
 	}
 	last := n.log.last()
 	through := min(last, m.Slot+EntriesPerMessageMax-1)

@@ -8,13 +8,19 @@
 // Ballots are (Round, Node). A node whose randomized election timer fires
 // first runs a pre-check round (MsgPreCheck): only when a majority of the
 // membership answers that it has not heard from a leader within
-// ElectionTicks (and holds no lease for another node) does it run phase 1.
-// This keeps a node that rejoins after a partition from deposing a healthy
-// leader. A leader that has not heard from a majority within ElectionTicks
-// steps down (check quorum). Both timers count time the node ran, not the
-// ticks a stalled caller owes it in one Elapse: a node judges its peers
-// silent only after it stepped what they sent (see Elapse); leases, which
-// are safety, follow every tick.
+// ElectionTicks, holds no lease for another node, and has committed no
+// further than the asking node does it run phase 1. This keeps a node that
+// rejoins after a partition from deposing a healthy leader, and a node that
+// lags from campaigning while one with less to learn could (a lagging
+// candidate's phase 1 outlasted its timeout under load, and each new
+// campaign captured every acceptor's promise again: see
+// TestLaggingNodeDoesNotHoldElections). A transfer's target skips the
+// pre-check. An acceptor that compacted slots a candidate has not
+// committed refuses its Prepare without promising. A leader that has not
+// heard from a majority within ElectionTicks steps down (check quorum).
+// Both timers count time the node ran, not the ticks a stalled caller owes
+// it in one Elapse: a node judges its peers silent only after it stepped
+// what they sent (see Elapse); leases, which are safety, follow every tick.
 //
 // Phase 1 runs once for every undecided slot: MsgPrepare from the
 // candidate's commit index + 1 upward. A MsgPromise reports the acceptor's

@@ -13,7 +13,9 @@ import (
 // TestInteraction runs the scripted scenarios in testdata/*.txt. Commands:
 //
 //	nodes n=3 [lease=8]     a fresh group of n nodes
-//	campaign id             fire id's election timer (it pre-checks first)
+//	campaign id [force]     fire id's election timer (it pre-checks first);
+//	                        force: run phase 1 at once, as a transfer's
+//	                        target does (a lagging node's pre-check fails)
 //	tick [n=1] [only=id]    tick every live node (or one) n times, delivering
 //	propose id cmd...       propose commands on id
 //	confchange id add=N|remove=N
@@ -112,8 +114,12 @@ func (it *interaction) run(td *datadriven.TestData) string {
 	switch td.Cmd {
 	case "campaign":
 		n := nw.nodes[it.arg(td, 0)]
-		n.electionElapsed = n.electionTimeout - 1
-		n.Tick()
+		if td.HasArg("force") {
+			n.campaign() // as a transfer's target: no pre-check
+		} else {
+			n.electionElapsed = n.electionTimeout - 1
+			n.Tick()
+		}
 		it.stabilize()
 	case "tick":
 		k := 1

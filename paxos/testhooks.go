@@ -63,3 +63,9 @@ func quorum(n int) int {
 	}
 	return n/2 + 1
 }
+
+// TestingPreCheckIgnoresCommit, test only: members grant a pre-check
+// whatever the asking node has committed (the rule before the up-to-date
+// check of handlePreCheck), so TestLaggingNodeDoesNotHoldElections shows
+// the livelock it prevents.
+var TestingPreCheckIgnoresCommit bool
