@@ -2,9 +2,24 @@ package main
 
 import (
 	"fmt"
+	"os"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 )
+
+// prepareDataDir creates data_dir and checks the disk reserve against its
+// filesystem (checkReserve), logging the warning if there is one.
+func (c *Config) prepareDataDir(log zerolog.Logger) error {
+	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
+		return fmt.Errorf("creating data_dir: %w", err)
+	}
+	warning, err := checkReserve(c.DataDir, c.Limits.diskFreeMinBytes(), fsSpace)
+	if warning != "" {
+		log.Warn().Msg(warning)
+	}
+	return err
+}
 
 // fsSpace is what statfs says of path's filesystem: its size and the
 // bytes an unprivileged writer may still use (as kv/space reads them).

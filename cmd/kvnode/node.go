@@ -52,13 +52,8 @@ func runNode(cfg *Config) error {
 	if stalls != nil {
 		defer stalls.Close()
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("creating data_dir: %w", err)
-	}
-	if warning, err := checkReserve(cfg.DataDir, cfg.Limits.diskFreeMinBytes(), fsSpace); err != nil {
+	if err := cfg.prepareDataDir(log); err != nil {
 		return err
-	} else if warning != "" {
-		log.Warn().Msg(warning)
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.PMem.Path), 0o750); err != nil {
 		return fmt.Errorf("creating the pmem directory: %w", err)

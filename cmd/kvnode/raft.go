@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -77,13 +76,8 @@ func runRaftNode(cfg *Config) error {
 	for _, p := range cfg.Peers {
 		rcfg.Peers = append(rcfg.Peers, raftpath.Peer{ID: p.ID, Addr: p.ConsensusAddr, ClientAddr: p.ClientAddr})
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return fmt.Errorf("creating data_dir: %w", err)
-	}
-	if warning, err := checkReserve(cfg.DataDir, cfg.Limits.diskFreeMinBytes(), fsSpace); err != nil {
+	if err := cfg.prepareDataDir(log); err != nil {
 		return err
-	} else if warning != "" {
-		log.Warn().Msg(warning)
 	}
 	// The raft streams listen on consensus_listen (TCP).
 	rln, err := net.Listen("tcp", cfg.ConsensusListen)
