@@ -183,6 +183,12 @@ type Status struct {
 	Members    []NodeID // the voters of the latest membership
 	Learners   []NodeID // its learners
 	LeaseValid bool
+	// LeaseUntil is, on a leader, the tick of this node's clock (the
+	// ticks it has been given) before which its lease is valid; 0
+	// elsewhere. A caller whose clock maps ticks to time can tell
+	// whether the lease has run out since this Status, while the node
+	// was not stepped.
+	LeaseUntil int64
 	Dropped    uint64 // bad messages dropped and counted
 	// Transferring is the node leadership is being handed to
 	// (TransferLeadership), while the hand-over runs.

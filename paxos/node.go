@@ -737,6 +737,9 @@ func (n *Node) Status() Status {
 	if n.role == RoleLeader {
 		st.Ballot = n.lead.ballot
 		st.LeaseValid = n.leaseValid()
+		if n.cfg.LeaseTicks > 0 {
+			st.LeaseUntil = n.lead.leaseUntil
+		}
 		if n.transferring() {
 			st.Transferring = n.xfer.to
 		}

@@ -293,16 +293,22 @@ func (c *Config) tenantSpecs() []tenants.Spec {
 
 // nodeStatus is the JSON served at /status.
 type nodeStatus struct {
-	ID         uint64    `json:"id"`
-	Role       string    `json:"role"`
-	Leader     uint64    `json:"leader"`
-	Promised   [2]uint64 `json:"promised"`
-	Commit     uint64    `json:"commit"`
-	Applied    uint64    `json:"applied"`
-	LastSlot   uint64    `json:"last_slot"`
-	LeaseValid bool      `json:"lease_valid"`
-	Durability string    `json:"durability"`
-	Blocked    []uint64  `json:"blocked,omitempty"`
+	ID       uint64    `json:"id"`
+	Role     string    `json:"role"`
+	Leader   uint64    `json:"leader"`
+	Promised [2]uint64 `json:"promised"`
+	Commit   uint64    `json:"commit"`
+	Applied  uint64    `json:"applied"`
+	LastSlot uint64    `json:"last_slot"`
+	// LeaseValid: a leader whose lease is still valid by the clock now
+	// (replica.LeaseValidNow): false on a leader whose stalled loop has
+	// not yet seen that it was deposed.
+	LeaseValid bool `json:"lease_valid"`
+	// LoopIdleMs is how long ago the consensus loop last began an
+	// iteration: role, leader and commit are its view as of then.
+	LoopIdleMs float64  `json:"loop_idle_ms"`
+	Durability string   `json:"durability"`
+	Blocked    []uint64 `json:"blocked,omitempty"`
 	// Removed: this node knows itself outside the committed membership
 	// (replica.Removed): stop it.
 	Removed bool `json:"removed,omitempty"`
@@ -334,7 +340,8 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			ID: uint64(s.ID), Role: s.Role.String(), Leader: uint64(s.Leader),
 			Promised: [2]uint64{s.Promised.Round, uint64(s.Promised.Node)},
 			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
-			LeaseValid: s.LeaseValid, Durability: rep.Mode(), Removed: rep.Removed(), Stuck: rep.Stuck(),
+			LeaseValid: rep.LeaseValidNow(&s), LoopIdleMs: float64(rep.LoopIdle().Microseconds()) / 1000,
+			Durability: rep.Mode(), Removed: rep.Removed(), Stuck: rep.Stuck(),
 		}
 		if res, on := rep.AccelResult(); on {
 			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}

@@ -85,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ReadLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "synod_read_barrier_latency_seconds", Help: "Linearizable read barrier latency (read index, then applied).", Buckets: lat}),
 		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "synod_leader_changes_total", Help: "Times the leader this replica knows of changed."}),
+			Name: "synod_leader_changes_total", Help: "Times the leader this replica knows of changed, to none included: one election usually counts twice (the old leader, then none, then the new one)."}),
 		TenantOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_replica_ops_total", Help: "Client operations the replica executed, by tenant id, op and status."}, []string{"tenant", "op", "status"}),
 		Applied: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_applied_slot", Help: "Highest applied slot."}),

@@ -338,3 +338,48 @@ func TestAccelWedgedLoopStopsHeartbeats(t *testing.T) {
 	release()
 	c.put("after", "1")
 }
+
+// TestLeaseValidNowWhileLoopStalls: a leader's Status is its consensus
+// loop's view as of its last iteration, so a stalled loop keeps saying
+// "leader, lease valid" (an outside tester's /status said leader for 3.4 s
+// after another node was elected). LeaseValidNow judges that lease by the
+// clock now: true on the leader at rest, false once the stalled loop's
+// lease has run out (Role still says leader), and, when the loop runs
+// again, it agrees with the node's own view.
+func TestLeaseValidNowWhileLoopStalls(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	l := c.leader()
+	r := c.nodes[l].r
+	deadline := time.Now().Add(5 * time.Second)
+	for s := r.Status(); !r.LeaseValidNow(&s); s = r.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("leader %d at rest: lease valid %v (until tick %d), LeaseValidNow false", l, s.LeaseValid, s.LeaseUntil)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release := c.stall(l)
+	defer release()
+	time.Sleep(3 * testLeaseTicks * time.Millisecond)
+	s := r.Status()
+	if s.Role != paxos.RoleLeader || !s.LeaseValid {
+		t.Fatalf("stalled leader's Status: %v lease %v: want the stale view (leader, valid), or the test shows nothing", s.Role, s.LeaseValid)
+	}
+	if r.LeaseValidNow(&s) {
+		t.Fatalf("loop stalled %v (lease %d ticks): LeaseValidNow still true (until tick %d)", r.LoopIdle().Round(time.Millisecond), testLeaseTicks, s.LeaseUntil)
+	}
+	if idle := r.LoopIdle(); idle < 2*testLeaseTicks*time.Millisecond {
+		t.Fatalf("LoopIdle %v after a stall of %v", idle, 3*testLeaseTicks*time.Millisecond)
+	}
+	release()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		s := r.Status()
+		if s.LeaseValid == r.LeaseValidNow(&s) && r.LoopIdle() < time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the stall: Status lease %v, LeaseValidNow %v", s.LeaseValid, r.LeaseValidNow(&s))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

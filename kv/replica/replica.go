@@ -478,6 +478,24 @@ func (r *Replica) Status() paxos.Status {
 	return s
 }
 
+// LeaseValidNow reports whether s, a Status of this replica, is a
+// leader's whose lease is still valid by the monotonic clock now: Status
+// is the consensus loop's view as of its last iteration, and a loop
+// stalled (starved of CPU, or blocked) keeps saying "leader, lease valid"
+// after the lease ran out and another node was elected (an outside
+// tester saw a deposed leader's /status say leader for 3.4 s). The lease
+// ends at the epoch plus LeaseUntil ticks, no later than the node itself
+// would judge it (its clock lags real time by less than a tick). Reads
+// never rely on this: the loop checks its lease with every owed tick
+// delivered (clock.go).
+func (r *Replica) LeaseValidNow(s *paxos.Status) bool {
+	return s.LeaseValid && r.clk.since() < time.Duration(s.LeaseUntil)*r.clk.period
+}
+
+// LoopIdle is how long ago the consensus loop last began an iteration:
+// how old Status's view may be.
+func (r *Replica) LoopIdle() time.Duration { return r.clk.sinceAlive() }
+
 // Applied is the highest slot applied to the state machine.
 func (r *Replica) Applied() paxos.Slot { return paxos.Slot(r.applied.Load()) }
 
