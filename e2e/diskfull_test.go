@@ -48,6 +48,24 @@ func freeBytes(t *testing.T, dir string) int64 {
 	return int64(st.Bavail) * int64(st.Bsize)
 }
 
+// reserveAboveFree is a disk reserve ([limits] disk_free_min_bytes) that
+// dir's filesystem can never meet yet kvnode accepts: one byte below the
+// filesystem's size (a reserve at or above it is refused at start-up,
+// TestReserveAboveFilesystemRefused), above what is free on any
+// filesystem that holds anything.
+func reserveAboveFree(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(st.Blocks) * int64(st.Bsize)
+	if free := freeBytes(t, dir); free >= size-1 {
+		t.Fatalf("%s: %d bytes free of %d: no reserve can be above the free space and below the size", dir, free, size)
+	}
+	return size - 1
+}
+
 // diskFullNode starts a one-node cluster whose data_dir is a small tmpfs,
 // with [limits] tables, serving tenantA.
 func diskFullNode(t *testing.T, tables string) (*cluster, string) {

@@ -64,7 +64,7 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 			break
 		}
 	}
-	write(f, "[limits]\ndisk_free_min_bytes = 1152921504606846976\n")
+	write(f, fmt.Sprintf("[limits]\ndisk_free_min_bytes = %d\n", reserveAboveFree(t, c.dir)))
 	if err := c.term(f); err != nil {
 		t.Fatal(err)
 	}
