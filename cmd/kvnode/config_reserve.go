@@ -5,7 +5,8 @@ import (
 	"os"
 
 	"github.com/rs/zerolog"
-	"golang.org/x/sys/unix"
+
+	"synod/kv/space"
 )
 
 // prepareDataDir creates data_dir and checks the disk reserve against its
@@ -14,21 +15,11 @@ func (c *Config) prepareDataDir(log zerolog.Logger) error {
 	if err := os.MkdirAll(c.DataDir, 0o750); err != nil {
 		return fmt.Errorf("creating data_dir: %w", err)
 	}
-	warning, err := checkReserve(c.DataDir, c.Limits.diskFreeMinBytes(), fsSpace)
+	warning, err := checkReserve(c.DataDir, c.Limits.diskFreeMinBytes(), space.FilesystemBytes)
 	if warning != "" {
 		log.Warn().Msg(warning)
 	}
 	return err
-}
-
-// fsSpace is what statfs says of path's filesystem: its size and the
-// bytes an unprivileged writer may still use (as kv/space reads them).
-func fsSpace(path string) (size, free int64, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
-	}
-	return int64(st.Blocks) * int64(st.Bsize), int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 // checkReserve compares the disk reserve ([limits] disk_free_min_bytes,
@@ -39,12 +30,12 @@ func fsSpace(path string) (size, free int64, err error) {
 // so). That is an error naming the key. A filesystem that has less free
 // than the reserve now is a warning (returned, for the log): writes that
 // grow the store are refused until room is made, which is the reserve
-// doing its job. space is fsSpace (tests plant their own).
-func checkReserve(dataDir string, reserve int64, space func(string) (size, free int64, err error)) (warning string, err error) {
+// doing its job. statfs is space.FilesystemBytes (tests plant their own).
+func checkReserve(dataDir string, reserve int64, statfs func(string) (size, free int64, err error)) (warning string, err error) {
 	if reserve <= 0 {
 		return "", nil
 	}
-	size, free, err := space(dataDir)
+	size, free, err := statfs(dataDir)
 	if err != nil {
 		return "", fmt.Errorf("limits.disk_free_min_bytes: reading data_dir's filesystem: %w", err)
 	}

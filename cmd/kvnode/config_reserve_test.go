@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"synod/kv/space"
 )
 
 // TestCheckReserve walks the reserve across the filesystem's size and its
@@ -44,7 +46,7 @@ func TestCheckReserve(t *testing.T) {
 	if _, err := checkReserve("/d", 1, func(string) (int64, int64, error) { return 0, 0, errors.New("planted") }); err == nil || !strings.Contains(err.Error(), "planted") {
 		t.Fatalf("a failed reading: %v", err)
 	}
-	if s, f, err := fsSpace(t.TempDir()); err != nil || s <= 0 || f < 0 || f > s {
-		t.Fatalf("fsSpace of a temporary directory: size %d free %d, %v", s, f, err)
+	if s, f, err := space.FilesystemBytes(t.TempDir()); err != nil || s <= 0 || f < 0 || f > s {
+		t.Fatalf("FilesystemBytes of a temporary directory: size %d free %d, %v", s, f, err)
 	}
 }

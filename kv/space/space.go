@@ -437,9 +437,17 @@ func (g *Guard) sample(now int64) {
 // statfsFree is the space an unprivileged writer may still use on path's
 // filesystem.
 func statfsFree(path string) (int64, error) {
+	_, free, err := FilesystemBytes(path)
+	return free, err
+}
+
+// FilesystemBytes is what statfs says of path's filesystem: its size, and
+// the bytes an unprivileged writer may still use (what the reserve is
+// checked against).
+func FilesystemBytes(path string) (size, free int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", path, err)
+		return 0, 0, fmt.Errorf("statfs %s: %w", path, err)
 	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
+	return int64(st.Blocks) * int64(st.Bsize), int64(st.Bavail) * int64(st.Bsize), nil
 }
