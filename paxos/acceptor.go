@@ -107,6 +107,11 @@ func (n *Node) handlePrepare(m *Message) {
 // and it is durable or in the pending Ready: a resent Accept is answered
 // without persisting the entry again (a retransmitted megabyte entry would
 // otherwise fill the acceptor log with copies).
+// Holds is holds for the application: an Accept of e (or a catch-up of
+// it, under the sender's ballot) stores nothing new, so admitting it
+// takes no log room. A read; it may be called between inputs.
+func (n *Node) Holds(e *Entry) bool { return n.holds(e) }
+
 func (n *Node) holds(e *Entry) bool {
 	old := n.log.get(e.Slot)
 	return old != nil && old.Ballot == e.Ballot && old.Type == e.Type

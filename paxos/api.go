@@ -193,6 +193,10 @@ type Status struct {
 	// Transferring is the node leadership is being handed to
 	// (TransferLeadership), while the hand-over runs.
 	Transferring NodeID
+	// ElectionsDeferred counts the elections this node did not start
+	// because its entries above the commit index would not fit in the log
+	// room the caller declared (SetLogRoom).
+	ElectionsDeferred uint64
 }
 
 // DurableState is what a node recovers from stable storage when it
@@ -223,6 +227,9 @@ var (
 	ErrStopped        = errors.New("paxos: node stopped")
 	ErrNotMember      = errors.New("paxos: not a member of the group")
 	ErrLeaseHeld      = errors.New("paxos: a lease granted to another leader is still running")
+	// ErrNoLogRoom: the entries this node would re-propose as leader do
+	// not fit in the log room the caller declared (SetLogRoom).
+	ErrNoLogRoom = errors.New("paxos: no acceptor-log room for the entries this node would re-propose as leader")
 	// ErrTransferring: the leader is handing leadership over
 	// (TransferLeadership) and takes no new proposal or change; the
 	// caller retries at the next leader.

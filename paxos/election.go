@@ -36,7 +36,7 @@ func (n *Node) tickElection(k int) {
 // at least as far as itself (handlePreCheck), so the node that campaigns is
 // one with the least to learn in phase 1.
 func (n *Node) startPreCheck() {
-	if !n.isVoter() || n.leaseBlocks(n.id) {
+	if !n.isVoter() || n.leaseBlocks(n.id) || !n.roomToLead() {
 		return
 	}
 	n.precheckRound++
@@ -106,6 +106,9 @@ func (n *Node) campaign() {
 		// A heartbeat arrived during the pre-check: the lease granted to
 		// that leader binds this node's own acceptor too.
 		return
+	}
+	if !n.roomToLead() {
+		return // its log filled during the pre-check, or a transfer named it
 	}
 	round := max(n.maxRound, n.promised.Round) + 1
 	n.maxRound = round

@@ -93,6 +93,11 @@ type Config struct {
 	// re-proposing them never finds its log full. 0 leaves the window to
 	// inflightSlotsMax alone.
 	InflightBytesMax int
+
+	// RecordOverheadBytes is the ring space a persisted entry takes beyond
+	// its encoding (the caller's record header and alignment). It is used
+	// only to judge SetLogRoom.
+	RecordOverheadBytes int
 }
 
 // Ready carries everything the caller must do after the node changed:
@@ -240,6 +245,11 @@ type Node struct {
 	unstable map[Slot]Ballot
 
 	dropped uint64
+	// logRoom is the acceptor-log room the caller declared (SetLogRoom);
+	// negative: none declared, no limit. electionsDeferred counts the
+	// elections it held back (logroom.go).
+	logRoom           int64
+	electionsDeferred uint64
 	// heard is when a valid message from each sender last arrived (for
 	// observers only: PeerProgress, progress.go; at most heardNodesMax).
 	heard map[NodeID]int64
@@ -278,11 +288,12 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		return nil, fmt.Errorf("paxos: config: DriftTicks %d must be in [0, LeaseTicks)", cfg.DriftTicks)
 	}
 	n := &Node{
-		cfg:   cfg,
-		id:    cfg.ID,
-		rng:   rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.ID))),
-		role:  RoleFollower,
-		known: map[NodeID]bool{},
+		cfg:     cfg,
+		id:      cfg.ID,
+		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.ID))),
+		role:    RoleFollower,
+		known:   map[NodeID]bool{},
+		logRoom: -1,
 	}
 	n.promised = st.Promised
 	n.maxRound = st.Promised.Round
@@ -426,14 +437,18 @@ func LivenessTicksPerElapseMax(cfg Config) int { return max(1, cfg.HeartbeatTick
 // Campaign starts an election now: the pre-check round, then phase 1 if a
 // majority agrees. It is how an outside election timer (ExternalElection)
 // drives the node; it works without it too. It returns nil on a leader (no
-// change), ErrNotMember when the node is not in the membership, and
-// ErrLeaseHeld while a lease this node granted to another leader runs.
+// change), ErrNotMember when the node is not in the membership,
+// ErrNoLogRoom while its re-proposals would not fit in the log room
+// declared (SetLogRoom), and ErrLeaseHeld while a lease this node granted
+// to another leader runs.
 func (n *Node) Campaign() error {
 	switch {
 	case n.role == RoleLeader:
 		return nil
 	case !n.isVoter():
 		return ErrNotMember
+	case !n.roomToLead():
+		return ErrNoLogRoom
 	case n.leaseBlocks(n.id):
 		return ErrLeaseHeld
 	}
@@ -733,6 +748,8 @@ func (n *Node) Status() Status {
 		Members:   slices.Clone(n.conf.latest()),
 		Learners:  slices.Clone(n.conf.latestLearners()),
 		Dropped:   n.dropped,
+
+		ElectionsDeferred: n.electionsDeferred,
 	}
 	if n.role == RoleLeader {
 		st.Ballot = n.lead.ballot

@@ -69,3 +69,9 @@ func quorum(n int) int {
 // check of handlePreCheck), so TestLaggingNodeDoesNotHoldElections shows
 // the livelock it prevents.
 var TestingPreCheckIgnoresCommit bool
+
+// TestingIgnoreLogRoom, when set, plants the bug the log-room rule removes:
+// a node campaigns whatever room its log has left (logroom.go), so a
+// restarted node whose log is full of entries it does not know committed
+// wins and stalls on its own re-proposals.
+var TestingIgnoreLogRoom bool

@@ -1,0 +1,61 @@
+package paxos
+
+// Log room: a node that cannot persist what it would re-propose does not
+// campaign.
+//
+// A new leader re-proposes, under its ballot, every entry it holds above
+// its commit index (and those the promises report) before anything else;
+// each re-proposal is a new record in its own acceptor log. Config's
+// InflightBytesMax keeps a running leader's uncommitted entries within the
+// room every follower keeps free, but a node that restarted knows nothing
+// committed beyond what it applied: every record between its applied slot
+// and the real commit index counts as uncommitted, and with an apply loop
+// that lagged the commit index by most of the log those are far more than
+// the room left. Such a node that won an election stalled on its own
+// re-proposals with a full log: its consensus loop took no input until the
+// log had room, which only committing those very entries could give, and
+// it kept its followers' promises (an e2e run: a restarted node with 60
+// records of 256 KiB above its applied slot in a 16 MiB log won round 5,
+// stalled, and answered its clients as leader for 35 minutes while the
+// other two had elected a leader of their own).
+//
+// So the caller declares the room (SetLogRoom) and a node whose entries
+// above its commit index would not fit does not start a pre-check, a
+// campaign or a transfer's election; it stays a follower, catches up (a
+// snapshot install frees its log) and campaigns once they fit. A group
+// whose live members all lack the room elects no leader until one of them
+// catches up; without this rule it elected one that stalled for ever.
+
+// SetLogRoom declares how many bytes of its acceptor log the node may fill
+// with re-proposals if it led: the log's free space less what the caller
+// keeps for the entries other acceptors may report in phase 1 and the new
+// leader's noop. A negative value declares no limit (the default). Like a
+// tick it may be called between inputs; it never changes the node's
+// output.
+func (n *Node) SetLogRoom(bytes int64) { n.logRoom = bytes }
+
+// roomToLead reports whether the entries above the commit index, each
+// with Config.RecordOverheadBytes, fit in the declared room; it counts a
+// refusal in Status.ElectionsDeferred.
+func (n *Node) roomToLead() bool {
+	if n.logRoom < 0 || TestingIgnoreLogRoom {
+		return true
+	}
+	if need := n.reproposalBytes(n.logRoom); need <= n.logRoom {
+		return true
+	}
+	n.electionsDeferred++
+	return false
+}
+
+// reproposalBytes is the ring space the entries above the commit index
+// would take once re-proposed, counted until it passes limit.
+func (n *Node) reproposalBytes(limit int64) int64 {
+	var need int64
+	for s := n.commit + 1; s <= n.log.last() && need <= limit; s++ {
+		if e := n.log.get(s); e != nil {
+			need += int64(entryBytes(e) + n.cfg.RecordOverheadBytes)
+		}
+	}
+	return need
+}
