@@ -54,33 +54,91 @@ type acceptAdmission struct {
 func acceptBytes(m *paxos.Message) int64 {
 	var n int64
 	for i := range m.Entries {
-		n += acceptEntryOverheadBytes
-		for _, c := range m.Entries[i].Cmds {
-			n += int64(len(c)) + acceptCmdOverheadBytes
-		}
+		n += entryRingBytes(&m.Entries[i])
 	}
 	return n
 }
 
+// entryRingBytes over-estimates the ring space one entry takes.
+func entryRingBytes(e *paxos.Entry) int64 {
+	n := int64(acceptEntryOverheadBytes)
+	for _, c := range e.Cmds {
+		n += int64(len(c)) + acceptCmdOverheadBytes
+	}
+	return n
+}
+
+// storedBytes over-estimates the ring space of the entries of m that
+// stepping it would store (consensus loop): none at or below the commit
+// index, none the node holds already under the same ballot (a
+// retransmitted Accept; a catch-up, stored under the sender's ballot, of
+// entries the node accepted from that same leader). Counting those would
+// refuse a restarted follower the catch-ups that commit its own records,
+// the only way its log empties. It also returns how many leading entries
+// fit in room, and their bytes.
+func (r *Replica) storedBytes(m *paxos.Message, room int64) (need int64, fit int, fitBytes int64) {
+	var commit paxos.Slot
+	if s := r.status.Load(); s != nil {
+		commit = s.Commit
+	}
+	fitting := true
+	for i := range m.Entries {
+		e := m.Entries[i]
+		if e.Slot > commit {
+			if m.Type == paxos.MsgCatchup {
+				e.Ballot = m.Ballot // paxos handleCatchup stores it so
+			}
+			if !r.node.Holds(&e) {
+				need += entryRingBytes(&e)
+			}
+		}
+		if fitting && need <= room {
+			fit, fitBytes = i+1, need
+		} else {
+			fitting = false
+		}
+	}
+	return need, fit, fitBytes
+}
+
 // admitAccept reports whether inbound message m may be stepped: every
-// message but an Accept is; an Accept only when the acceptor log has room
-// for its entries after the accepts already admitted since the last
-// persisted Ready (consensus loop). A refused Accept is counted as a log
-// full event and asks for a snapshot (at most once per election timeout).
+// message but an Accept or a catch-up is; those only when the acceptor log
+// has room for the entries they would store after the accepts already
+// admitted since the last persisted Ready (consensus loop). A catch-up's
+// chosen entries are persisted as records too (paxos handleCatchup), so a
+// full follower that took one stalled just as it would on an Accept: a
+// node restarted with a log full of entries it did not know committed
+// stalled on the first catch-up its leader sent. A catch-up that does not
+// fit is cut to the entries that do (paxos stores a catch-up's entries in
+// slot order from its commit index, so a prefix is a catch-up too): a
+// catch-up carries up to 4 MiB, more than a small log may have free, and
+// the entries taken commit, apply and are truncated, making room for the
+// next. A refused message is counted as a log full event and asks for a
+// snapshot (at most once per election timeout).
 func (r *Replica) admitAccept(m *paxos.Message) bool {
-	if m.Type != paxos.MsgAccept || len(m.Entries) == 0 {
+	if (m.Type != paxos.MsgAccept && m.Type != paxos.MsgCatchup) || len(m.Entries) == 0 ||
+		(m.Type == paxos.MsgCatchup && testingCatchupsSkipAdmission) {
 		return true
 	}
-	need := acceptBytes(m)
 	used, capacity := r.alog.Usage()
+	if capacity <= 0 {
+		return true
+	}
 	a := &r.admit
-	if capacity <= 0 || used+a.pendingBytes+need <= admitBytesMax(capacity) {
+	room := admitBytesMax(capacity) - used - a.pendingBytes
+	need, fit, fitBytes := r.storedBytes(m, room)
+	if need <= room {
 		a.pendingBytes += need
+		return true
+	}
+	if m.Type == paxos.MsgCatchup && fit > 0 {
+		m.Entries = m.Entries[:fit]
+		a.pendingBytes += fitBytes
 		return true
 	}
 	r.metrics.LogFull.Inc()
 	r.log.Debug().Int64("used", used).Int64("capacity", capacity).Int64("need", need).
-		Msg("acceptor log full: dropping an accept")
+		Str("type", m.Type.String()).Msg("acceptor log full: dropping an accept or catch-up")
 	r.snapshotForRoom()
 	return false
 }
@@ -102,6 +160,22 @@ func (r *Replica) snapshotForRoom() {
 // re-proposals should it win an election (limits.go).
 func admitBytesMax(capacity int64) int64 {
 	return capacity - capacity*logReservePercent/100
+}
+
+// declareLogRoom tells paxos how much of the acceptor log it may fill with
+// re-proposals should it campaign (paxos logroom.go; consensus loop): the
+// free space after the accepts admitted since the last persisted Ready,
+// less one record (leadSlackBytes). A node restarted with a log full of
+// entries it does not know committed then defers its elections until a
+// catch-up or a snapshot frees the log, instead of winning one and
+// stalling on its own re-proposals.
+func (r *Replica) declareLogRoom() {
+	used, capacity := r.alog.Usage()
+	if capacity <= 0 {
+		r.node.SetLogRoom(-1)
+		return
+	}
+	r.node.SetLogRoom(max(0, capacity-used-r.admit.pendingBytes-leadSlackBytes))
 }
 
 // admittedPersisted resets the admission budget once a Ready's

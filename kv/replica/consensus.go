@@ -126,6 +126,10 @@ type loopState struct {
 	lastRole   paxos.Role
 	batch      [][]byte
 	batchIDs   []uint64
+	// deferred is the node's ElectionsDeferred at the last publishStatus;
+	// deferredLogAt when one was last logged (deferredLogEvery).
+	deferred      uint64
+	deferredLogAt time.Time
 }
 
 // consensusInput handles one input, then (unless a Ready is stalled on a
@@ -163,6 +167,12 @@ func (r *Replica) consensusInput(in consensusInput) {
 			// Allowed between a Ready and its Advance (paxos ownvote.go).
 			r.syncClock()
 			r.reportOwn()
+		}
+		// Ticks go on while stalled: a leader that hears from no
+		// majority steps down (check quorum), and its clients must learn
+		// it, or they wait on it for as long as the stall lasts.
+		if !testingStallHidesStatus {
+			r.publishStatus()
 		}
 		return
 	}
@@ -254,10 +264,20 @@ func (r *Replica) consensusInput(in consensusInput) {
 		rd := r.node.Ready()
 		if !r.finishReady(&rd) {
 			r.stalled, ls.stalledAt = &rd, r.clk.delivered
+			r.metrics.LogStalls.Inc()
 			break
 		}
 	}
+	if r.stalled == nil {
+		r.declareLogRoom() // paxos logroom.go: before the next tick may campaign
+	}
+	r.publishStatus()
+}
 
+// publishStatus stores the node's status for readers outside the loop and
+// reports leader, role and deferred-election changes (consensus loop).
+func (r *Replica) publishStatus() {
+	ls := &r.loop
 	s := r.node.Status()
 	r.status.Store(&s)
 	if r.accel != nil {
@@ -286,6 +306,17 @@ func (r *Replica) consensusInput(in consensusInput) {
 			r.reads.failPending(r.notLeader(&s))
 		}
 		ls.lastRole = s.Role
+	}
+	if d := s.ElectionsDeferred; d != ls.deferred {
+		r.metrics.ElectionsDeferred.Add(float64(d - ls.deferred))
+		if ls.deferred == 0 || r.cfg.Now().Sub(ls.deferredLogAt) >= deferredLogEvery {
+			used, capacity := r.alog.Usage()
+			r.log.Warn().Uint64("deferred", d).Int64("log_used_bytes", used).Int64("log_capacity_bytes", capacity).
+				Uint64("commit", uint64(s.Commit)).Uint64("last_slot", uint64(s.LastSlot)).
+				Msg("election deferred: the entries this node would re-propose as leader do not fit in its acceptor log; it catches up first")
+			ls.deferredLogAt = r.cfg.Now()
+		}
+		ls.deferred = d
 	}
 }
 

@@ -46,6 +46,13 @@ const (
 	// re-proposes (leaderInflightBytesMax plus one entry, each with its
 	// record overhead) and its own noop.
 	logReservePercent = 25
+	// leadSlackBytes is what a node keeps back from the room it declares
+	// for its re-proposals (declareLogRoom): its noop, and an entry only
+	// the promises report. A follower that respected admission holds at
+	// most a window above its commit (leaderInflightBytesMax plus one
+	// entry, with their record overheads), which fits: the reserve holds
+	// it and leadSlackBytes (the compile-time check after this block).
+	leadSlackBytes = pmem.RecordBytesMax
 )
 
 // Compile-time checks of the chain: each line stops compiling if the
@@ -69,7 +76,9 @@ var (
 	_ = [100 - logReservePercent - logSnapshotUsedPercent - 1]struct{}{}
 	// The catch-up tail never keeps a log that usage wants compacted.
 	_ = [logSnapshotUsedPercent - CatchUpLogPercentMax - 1]struct{}{}
-	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + pmem.RecordBytesMax + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
+	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + leadSlackBytes + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
+	// ... and a follower's window with the slack declareLogRoom keeps.
+	_ = [AcceptorLogBytesMin*logReservePercent/100 - (leaderInflightBytesMax + paxos.SlotBytesMax + leadSlackBytes + paxos.InflightSlotsMax*acceptEntryOverheadBytes)]struct{}{}
 )
 
 // Limits of the runtime. Every queue and retry is bounded by one of these.
@@ -118,6 +127,9 @@ const (
 	// sideBodyTimeout bounds how long an authenticated frame's body may
 	// take to arrive (a slow sender cannot hold the budget).
 	sideBodyTimeout = 30 * time.Second
+	// deferredLogEvery bounds the warnings of a node that keeps deferring
+	// its elections (paxos logroom.go): one per this interval.
+	deferredLogEvery = 10 * time.Second
 	// sideQueueMsgsMax is how many messages wait per peer for the side
 	// channel; more are dropped (Paxos retransmits).
 	sideQueueMsgsMax = 64

@@ -21,6 +21,11 @@ type Metrics struct {
 	Installed       prometheus.Counter // snapshots received from a leader and restored
 	SideSent        prometheus.Counter // messages handed to the TCP side channel
 	LogFull         prometheus.Counter
+	// ElectionsDeferred counts elections not started for want of log
+	// room for the re-proposals (paxos logroom.go).
+	ElectionsDeferred prometheus.Counter
+	// LogStalls counts Readys that waited for acceptor-log room.
+	LogStalls prometheus.Counter
 	// AnswerMismatches counts committed commands that named a waiting
 	// writer of this boot but were not its command (never answered; a
 	// non-zero value is a bug).
@@ -100,6 +105,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_snapshots_installed_total", Help: "Snapshots received from a leader and restored."}),
 		SideSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_side_channel_sent_total", Help: "Consensus messages too large for a datagram, sent over TCP."}),
+		ElectionsDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_elections_deferred_total", Help: "Elections this node did not start because the entries it would re-propose as leader do not fit in its acceptor log (it catches up first)."}),
+		LogStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_log_full_stalls_total", Help: "Times the consensus loop stalled on a full acceptor log: a Ready waited for room, and the loop took only ticks and control meanwhile (admission makes this rare; see kv/replica/accept_admission.go)."}),
 		LogFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_total", Help: "Appends refused because the acceptor log was full."}),
 		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
@@ -139,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Stuck = newStuckMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.AnswerMismatches, m.AuthRefused, m.Shed,
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.AnswerMismatches, m.AuthRefused, m.Shed,
 			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage,
 			m.ReadStage, m.Stalls)
 	}

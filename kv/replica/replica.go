@@ -389,11 +389,14 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		ExternalElection: cfg.Accel != nil,
 		// Every member keeps room for the window (limits.go).
 		InflightBytesMax: leaderInflightBytesMax,
+		// Judges the log room declared for re-proposals (declareLogRoom).
+		RecordOverheadBytes: acceptEntryOverheadBytes,
 	}, st)
 	if err != nil {
 		return nil, fmt.Errorf("creating the paxos node: %w", err)
 	}
 	r.node = node
+	r.declareLogRoom()            // a restart with a full log must not campaign at once (paxos logroom.go)
 	r.clk.init(cfg.Tick, cfg.Now) // the node's tick 0 is now
 	if cfg.Accel != nil {
 		if r.accel, err = newAccelMirror(r, voters, promised); err != nil {

@@ -56,3 +56,14 @@ var testingNoRecoverPendingMembership bool
 // admission: a full table refuses every new connection, so idle
 // unauthenticated ones lock peers out (TestSideChannelIdleConnsDoNotLockOutPeers).
 var testingNoSideEviction bool
+
+// testingCatchupsSkipAdmission plants the bug admitAccept's catch-up rule
+// removes: catch-ups are stepped whatever room the acceptor log has, so a
+// follower restarted with a full log stalls on the first one
+// (TestRestartedFullLogCatchesUp).
+var testingCatchupsSkipAdmission bool
+
+// testingStallHidesStatus plants the bug publishStatus's call in the
+// stalled branch removes: a node stalled on a full log keeps the status of
+// when it stalled (TestStalledLeaderSaysItStepsDown).
+var testingStallHidesStatus bool

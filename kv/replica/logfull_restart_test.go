@@ -1,0 +1,115 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"synod/paxos"
+)
+
+// TestRestartedFullLogCatchesUp is the e2e wedge of paxos logroom.go in
+// one process. Node 3, a follower with a small acceptor log, accepts most
+// of a log's worth of entries while its apply loop is stalled, then
+// crashes: restarted, it finds every one of those records above its
+// applied slot, committed but not known to be; meanwhile leadership moved
+// to another node under a new ballot. Node 3 must not campaign (its
+// re-proposals would not fit: Campaign says ErrNoLogRoom) and must catch
+// up: the new leader's catch-ups, stored under its ballot, are admitted
+// only as far as the log has room, the rest wait while what was taken
+// commits, applies and is truncated, and its consensus loop never stalls
+// on the full log. Planted (testingCatchupsSkipAdmission): a catch-up that
+// does not fit stalls node 3's loop (here it recovers, as the catch-ups it
+// took before apply and truncate; as a leader re-proposing entries that
+// cannot commit, the e2e node never did).
+func TestRestartedFullLogCatchesUp(t *testing.T) {
+	caughtUp, stalls, line := restartedFullLog(t, 30*time.Second)
+	if !caughtUp || stalls != 0 {
+		t.Fatalf("node 3 caught up %v, its loop stalled %d times on its full log: %s", caughtUp, stalls, line)
+	}
+	testingCatchupsSkipAdmission = true
+	defer func() { testingCatchupsSkipAdmission = false }()
+	_, pStalls, pLine := restartedFullLog(t, 30*time.Second)
+	if pStalls == 0 {
+		t.Fatalf("planted (catch-ups skip admission): node 3's loop never stalled (%s): the test does not show the stall", pLine)
+	}
+	fmt.Printf("restarted full log: %s stalls=0; planted (catch-ups skip admission): stalls=%d\n", line, pStalls)
+}
+
+// restartedFullLog runs the scenario and reports whether node 3 caught up
+// within wait, with a line describing it.
+func restartedFullLog(t *testing.T, wait time.Duration) (caughtUp bool, stalls int, line string) {
+	const valBytes = 64 << 10
+	const capBytes = AcceptorLogBytesMin
+	c := newTestClusterWith(t, func(c *testCluster) {
+		c.usedPct = 101 // no usage snapshots: node 3's store never flushes before it crashes
+		c.wrapLog = func(id paxos.NodeID, l AcceptorLog) AcceptorLog {
+			if id == 3 {
+				return cappedLog{AcceptorLog: l, capBytes: capBytes}
+			}
+			return l
+		}
+	})
+	c.put("before", "1")
+	leader := c.leader()
+	if leader == 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.nodes[3].r.TransferLeadership(ctx, 1)
+		cancel()
+		if err != nil {
+			t.Fatalf("transfer from node 3: %v", err)
+		}
+		leader = c.leader()
+	}
+	c.nodes[3].r.faults.DelayNextApply(ApplyDelayMax)
+	val := strings.Repeat("v", valBytes)
+	keys := 0
+	for {
+		used, _ := c.nodes[3].r.alog.Usage()
+		if used*100 >= capBytes*60 {
+			break
+		}
+		if keys > 200 {
+			t.Fatalf("node 3's log holds %d of %d bytes after %d writes", used, capBytes, keys)
+		}
+		c.put(fmt.Sprintf("s%04d", keys), val)
+		keys++
+	}
+	c.crash(3, nil)
+	other := paxos.NodeID(3 - leader) // the leader is 1 or 2
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := c.nodes[leader].r.TransferLeadership(ctx, other)
+	cancel()
+	if err != nil {
+		t.Fatalf("transfer from node %d to %d: %v", leader, other, err)
+	}
+	leader = other
+	c.put("after", "1") // under the new ballot
+	c.start(3)
+	r3 := c.nodes[3].r
+	st := r3.Status()
+	used, _ := r3.alog.Usage()
+	line = fmt.Sprintf("writes=%d value_kib=%d restart_applied=%d records_above=%d log_bytes=%d/%d",
+		keys, valBytes>>10, r3.Applied(), st.LastSlot-st.Commit, used, capBytes)
+	if st.LastSlot <= st.Commit+paxos.Slot(keys/2) {
+		t.Fatalf("%s: the restart did not leave node 3 with its records uncommitted", line)
+	}
+	campaign := make(chan error, 1)
+	r3.controlC <- func() { campaign <- r3.node.Campaign() }
+	if err := <-campaign; !errors.Is(err, paxos.ErrNoLogRoom) {
+		t.Fatalf("%s: Campaign on node 3: %v, want ErrNoLogRoom", line, err)
+	}
+	target := c.nodes[leader].r.Applied()
+	deadline := time.Now().Add(wait)
+	for r3.Applied() < target {
+		if time.Now().After(deadline) {
+			return false, int(counterValue(r3.metrics.LogStalls)), fmt.Sprintf("%s not_caught_up_after=%v applied=%d/%d leader=%d", line, wait, r3.Applied(), target, leader)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.checkCaughtUp(leader, 3, keys, valBytes)
+	return true, int(counterValue(r3.metrics.LogStalls)), fmt.Sprintf("%s caught_up_to=%d elections_deferred=%d", line, target, r3.Status().ElectionsDeferred)
+}
