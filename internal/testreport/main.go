@@ -3,7 +3,8 @@
 // It prints, as they arrive: every summary line a test prints (lines of the
 // form "name: key=value ...", e.g. "paxossim: seeds=2000 ... violations=0"),
 // each package's ok/FAIL/skip line, every skipped test with its reason, and
-// the full output of every failed test. It exits non-zero when any test or
+// the full output of every failed test, and of every test a failed package
+// left unfinished (a panic or the -timeout alarm: its dump is there). It exits non-zero when any test or
 // package failed, or when the stream held no test at all.
 //
 // Usage: go test -json ./... | go run ./internal/testreport
@@ -13,8 +14,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -35,27 +38,30 @@ var summaryLine = regexp.MustCompile(`^[a-z][a-z0-9 _-]*: (\S+ ){0,3}[a-z_]+=\S+
 // exhaust memory; the tail is what matters for a failure.
 const outputLinesMax = 400
 
-func main() {
+func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+
+// run condenses the stream r into w and returns the exit status.
+func run(r io.Reader, w io.Writer) int {
 	outputs := map[string][]string{} // package/test -> output lines
 	var passed, failed, skipped, failedPkgs int
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(r)
 	in.Buffer(make([]byte, 1<<20), 16<<20)
 	for in.Scan() {
 		var e event
 		if err := json.Unmarshal(in.Bytes(), &e); err != nil {
-			fmt.Println(in.Text()) // build errors and other non-JSON lines
+			fmt.Fprintln(w, in.Text()) // build errors and other non-JSON lines
 			continue
 		}
 		key := e.Package + "/" + e.Test
 		switch e.Action {
 		case "build-output":
-			fmt.Print(e.Output)
+			fmt.Fprint(w, e.Output)
 		case "build-fail":
 			failedPkgs++
 		case "output":
 			line := strings.TrimRight(e.Output, "\n")
 			if summaryLine.MatchString(strings.TrimSpace(line)) {
-				fmt.Println(strings.TrimSpace(line))
+				fmt.Fprintln(w, strings.TrimSpace(line))
 			}
 			o := append(outputs[key], line)
 			if len(o) > outputLinesMax {
@@ -66,7 +72,7 @@ func main() {
 			if e.Test != "" {
 				passed++
 			} else {
-				fmt.Printf("ok   %s %.1fs\n", e.Package, e.Elapsed)
+				fmt.Fprintf(w, "ok   %s %.1fs\n", e.Package, e.Elapsed)
 			}
 			delete(outputs, key)
 		case "skip":
@@ -78,27 +84,49 @@ func main() {
 						reason = t
 					}
 				}
-				fmt.Printf("skip %s %s: %s\n", e.Package, e.Test, reason)
+				fmt.Fprintf(w, "skip %s %s: %s\n", e.Package, e.Test, reason)
 			} else {
-				fmt.Printf("?    %s [no test files]\n", e.Package)
+				fmt.Fprintf(w, "?    %s [no test files]\n", e.Package)
 			}
 			delete(outputs, key)
 		case "fail":
 			if e.Test != "" {
 				failed++
-				fmt.Printf("\n--- FAIL %s %s\n%s\n", e.Package, e.Test, strings.Join(outputs[key], "\n"))
+				fmt.Fprintf(w, "\n--- FAIL %s %s\n%s\n", e.Package, e.Test, strings.Join(outputs[key], "\n"))
 			} else {
 				failedPkgs++
-				fmt.Printf("FAIL %s %.1fs\n", e.Package, e.Elapsed)
+				fmt.Fprintf(w, "FAIL %s %.1fs\n", e.Package, e.Elapsed)
+				// A package that failed with tests still running (a panic,
+				// the -timeout alarm) never reports them: their output,
+				// which holds the panic and the goroutine dump, would be
+				// lost with them.
+				for _, k := range unfinished(outputs, e.Package) {
+					fmt.Fprintf(w, "\n--- UNFINISHED %s %s\n%s\n", e.Package, strings.TrimPrefix(k, e.Package+"/"), strings.Join(outputs[k], "\n"))
+					delete(outputs, k)
+				}
 				if len(outputs[key]) > 0 {
-					fmt.Println(strings.Join(outputs[key], "\n"))
+					fmt.Fprintln(w, strings.Join(outputs[key], "\n"))
 				}
 			}
 			delete(outputs, key)
 		}
 	}
-	fmt.Printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	fmt.Fprintf(w, "\n%d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	if failed > 0 || failedPkgs > 0 || passed == 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
+}
+
+// unfinished returns, sorted, the keys of pkg's tests that produced output
+// but neither passed, failed nor skipped.
+func unfinished(outputs map[string][]string, pkg string) []string {
+	var keys []string
+	for k := range outputs {
+		if strings.HasPrefix(k, pkg+"/") && k != pkg+"/" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
