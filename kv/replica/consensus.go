@@ -268,8 +268,10 @@ func (r *Replica) consensusInput(in consensusInput) {
 			break
 		}
 	}
-	if r.stalled == nil {
-		r.declareLogRoom() // paxos logroom.go: before the next tick may campaign
+	if st := r.status.Load(); r.stalled == nil && (st == nil || st.Role != paxos.RoleLeader) {
+		// paxos logroom.go: fresh before the next input may campaign (a
+		// leader does not; it reads the log's usage once per input anyway).
+		r.declareLogRoom()
 	}
 	r.publishStatus()
 }
