@@ -102,6 +102,11 @@ type peer struct {
 	// catchupResendTicks later (its answer, showing progress, sends the
 	// next at once), so one slow acceptor is fed at the pace it answers.
 	catchupTick int64
+	// stuckSince is when the first catch-up went to this peer since its
+	// answers last showed its commit index move or reach the leader's, and
+	// stuckSends how many went since (catchup_stuck.go).
+	stuckSince int64
+	stuckSends int
 }
 
 type leavingPeer struct {
@@ -540,6 +545,9 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 	p.active = true
 	prev := p.commit
 	p.commit = m.Commit
+	if m.Commit != prev || m.Commit >= n.commit {
+		p.stuckSince, p.stuckSends = 0, 0 // moved (or restarted), or caught up
+	}
 	if lp == nil && m.Context > p.hbAcked && m.Context <= l.hbSeq {
 		p.hbAcked = m.Context
 		n.confirmHeartbeats()
@@ -565,6 +573,9 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 // snapshot when they were compacted away.
 func (n *Node) sendCatchup(to NodeID, p *peer) {
 	l := n.lead
+	if n.catchupStuck(to, p) {
+		return
+	}
 	from := p.commit + 1
 	if from < n.log.first || n.joinerNeedsSnapshot(to, p) {
 		snap := n.offerableSnapshot() // join.go

@@ -127,7 +127,17 @@ func (nw *network) compactAt(id NodeID, slot Slot, data []byte) error {
 // slot, staged on id and handed to InstallSnapshot (after id's Advance).
 func (nw *network) fetch(id NodeID, offer *SnapshotOffer) {
 	src := nw.durable[offer.From]
-	if nw.down[offer.From] || src == nil || src.snap == nil {
+	if nw.down[offer.From] || src == nil {
+		return // the transfer fails; the offer comes again
+	}
+	if from := nw.nodes[offer.From]; (src.snap == nil || src.snap.Slot < offer.Meta.Slot) && from.applied >= offer.Meta.Slot && from.applied > 0 {
+		// The application serves its current state (kv/replica does):
+		// the offer of a stuck catch-up names it (catchup_stuck.go).
+		if err := nw.compact(offer.From, []byte(fmt.Sprintf("snap%d", from.applied))); err != nil {
+			nw.t.Fatalf("node %d: snapshot to serve an offer at %d: %v", offer.From, offer.Meta.Slot, err)
+		}
+	}
+	if src.snap == nil {
 		return // the transfer fails; the offer comes again
 	}
 	meta, err := nw.nodes[offer.From].SnapshotMetaAt(src.snap.Slot)

@@ -75,3 +75,8 @@ var TestingPreCheckIgnoresCommit bool
 // restarted node whose log is full of entries it does not know committed
 // wins and stalls on its own re-proposals.
 var TestingIgnoreLogRoom bool
+
+// TestingNoStuckCatchupOffer, when set, plants the gap catchupStuck closes:
+// a peer whose catch-ups make no progress is sent entries for ever, never
+// a snapshot until the leader compacts past it.
+var TestingNoStuckCatchupOffer bool

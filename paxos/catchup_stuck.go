@@ -1,0 +1,49 @@
+package paxos
+
+// A catch-up that makes no progress ends in a snapshot offer.
+//
+// A lagging acceptor is sent the chosen entries it misses (sendCatchup),
+// and a snapshot only once the leader compacted past them. An acceptor
+// may take none of those entries for as long as it lacks the room to
+// store them: one restarted with a log full of records it does not know
+// committed, under a leader of another ballot, whose application drops
+// catch-ups that do not fit (kv/replica accept_admission.go). While
+// writes flow the leader compacts past it soon enough; in an idle cluster
+// it never would, and the acceptor would stay behind, its log full, for
+// ever. So when a lagging peer's commit index has not moved through
+// catchupStuckSendsMin catch-ups and catchupStuckTicks, the leader offers
+// it the state it has applied (the application serves its current state,
+// stamped with SnapshotMetaAt, as for offerableSnapshot before any
+// compaction), at most once per election timeout. Offering a snapshot is
+// always safe: it holds only chosen values.
+
+// catchupStuckSendsMin is how many catch-ups a peer must have been sent
+// without its commit index moving before it counts as stuck: a peer that
+// was down, or answers late, is not.
+const catchupStuckSendsMin = 8
+
+// catchupStuckTicks is how long a lagging peer's commit index may stand
+// still under catch-ups before the leader offers it a snapshot: four
+// election timeouts.
+func (n *Node) catchupStuckTicks() int64 { return 4 * int64(n.cfg.ElectionTicks) }
+
+// catchupStuck counts a catch-up about to go to peer and sends it a
+// snapshot offer instead when its catch-up has stood still (leader); it
+// reports whether entries should not be sent.
+func (n *Node) catchupStuck(to NodeID, p *peer) bool {
+	if p.stuckSends == 0 {
+		p.stuckSince = n.now
+	}
+	p.stuckSends++
+	if TestingNoStuckCatchupOffer || p.stuckSends <= catchupStuckSendsMin ||
+		n.now-p.stuckSince < n.catchupStuckTicks() || n.applied <= p.commit {
+		return false
+	}
+	if p.lastSnapTick != 0 && n.now-p.lastSnapTick < int64(n.cfg.ElectionTicks) {
+		return true // offered lately; entries would be dropped again
+	}
+	p.lastSnapTick = n.now
+	meta := n.metaAt(n.applied)
+	n.send(Message{Type: MsgSnapshot, To: to, Ballot: n.lead.ballot, Commit: n.commit, Snapshot: &meta})
+	return true
+}
