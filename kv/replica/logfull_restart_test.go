@@ -26,22 +26,43 @@ import (
 // took before apply and truncate; as a leader re-proposing entries that
 // cannot commit, the e2e node never did).
 func TestRestartedFullLogCatchesUp(t *testing.T) {
-	caughtUp, stalls, line := restartedFullLog(t, 30*time.Second)
+	caughtUp, stalls, line := restartedFullLog(t, 60, 30*time.Second)
 	if !caughtUp || stalls != 0 {
 		t.Fatalf("node 3 caught up %v, its loop stalled %d times on its full log: %s", caughtUp, stalls, line)
 	}
 	testingCatchupsSkipAdmission = true
 	defer func() { testingCatchupsSkipAdmission = false }()
-	_, pStalls, pLine := restartedFullLog(t, 30*time.Second)
+	_, pStalls, pLine := restartedFullLog(t, 60, 30*time.Second)
 	if pStalls == 0 {
 		t.Fatalf("planted (catch-ups skip admission): node 3's loop never stalled (%s): the test does not show the stall", pLine)
 	}
 	fmt.Printf("restarted full log: %s stalls=0; planted (catch-ups skip admission): stalls=%d\n", line, pStalls)
 }
 
-// restartedFullLog runs the scenario and reports whether node 3 caught up
-// within wait, with a line describing it.
-func restartedFullLog(t *testing.T, wait time.Duration) (caughtUp bool, stalls int, line string) {
+// TestRestartedFullLogIdleCatchesUp: the same, with node 3's log filled to
+// the line admission keeps (75 %) and no write after the restart. No
+// catch-up fits at all and the leader, idle, never compacts past node 3:
+// only the snapshot offer of a catch-up that stood still (paxos
+// catchup_stuck.go) brings it up. Planted (paxos.TestingNoStuckCatchupOffer):
+// it stays behind.
+func TestRestartedFullLogIdleCatchesUp(t *testing.T) {
+	caughtUp, _, line := restartedFullLog(t, 74, 30*time.Second)
+	if !caughtUp {
+		t.Fatalf("node 3 did not catch up: %s", line)
+	}
+	paxos.TestingNoStuckCatchupOffer = true
+	defer func() { paxos.TestingNoStuckCatchupOffer = false }()
+	pCaughtUp, _, pLine := restartedFullLog(t, 74, 10*time.Second)
+	if pCaughtUp {
+		t.Fatalf("planted (no offer for a stuck catch-up): node 3 caught up (%s): the test does not show the gap", pLine)
+	}
+	fmt.Printf("restarted full log idle: %s; planted (no offer for a stuck catch-up): %s\n", line, pLine)
+}
+
+// restartedFullLog runs the scenario, node 3's log filled to fillPct of
+// its capacity, and reports whether node 3 caught up within wait, how
+// often its loop stalled on its log, and a line describing it.
+func restartedFullLog(t *testing.T, fillPct int64, wait time.Duration) (caughtUp bool, stalls int, line string) {
 	const valBytes = 64 << 10
 	const capBytes = AcceptorLogBytesMin
 	c := newTestClusterWith(t, func(c *testCluster) {
@@ -69,8 +90,8 @@ func restartedFullLog(t *testing.T, wait time.Duration) (caughtUp bool, stalls i
 	keys := 0
 	for {
 		used, _ := c.nodes[3].r.alog.Usage()
-		if used*100 >= capBytes*60 {
-			break
+		if used*100 >= capBytes*fillPct || counterValue(c.nodes[3].r.metrics.LogFull) > 0 {
+			break // filled, or admission started dropping
 		}
 		if keys > 200 {
 			t.Fatalf("node 3's log holds %d of %d bytes after %d writes", used, capBytes, keys)
@@ -111,5 +132,6 @@ func restartedFullLog(t *testing.T, wait time.Duration) (caughtUp bool, stalls i
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.checkCaughtUp(leader, 3, keys, valBytes)
-	return true, int(counterValue(r3.metrics.LogStalls)), fmt.Sprintf("%s caught_up_to=%d elections_deferred=%d", line, target, r3.Status().ElectionsDeferred)
+	return true, int(counterValue(r3.metrics.LogStalls)), fmt.Sprintf("%s caught_up_to=%d after=%v elections_deferred=%d snapshots_installed=%v",
+		line, target, time.Since(deadline.Add(-wait)).Round(time.Millisecond), r3.Status().ElectionsDeferred, counterValue(r3.metrics.Installed))
 }
