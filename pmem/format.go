@@ -133,6 +133,11 @@ type meta struct {
 	headPos        uint64
 	truncatedBelow uint64
 	generation     uint64
+	// chosen is the caller's hint that every record of a slot at or
+	// below it holds a chosen value (Log.NoteChosen); 0: none. Bytes
+	// 56-63 were zero before it: a log written earlier reads 0, and an
+	// earlier reader ignores it (the checksum covers them either way).
+	chosen uint64
 }
 
 func seededSum(seed uint64, parts ...[]byte) uint64 {
@@ -152,7 +157,7 @@ func encodeMeta(b []byte, seed uint64, m meta) {
 	binary.LittleEndian.PutUint64(b[32:], m.headPos)
 	binary.LittleEndian.PutUint64(b[40:], m.truncatedBelow)
 	binary.LittleEndian.PutUint64(b[48:], m.generation)
-	binary.LittleEndian.PutUint64(b[56:], 0)
+	binary.LittleEndian.PutUint64(b[56:], m.chosen)
 	binary.LittleEndian.PutUint64(b[0:], seededSum(seed, b[8:lineBytes]))
 }
 
@@ -166,6 +171,7 @@ func decodeMeta(b []byte, seed uint64) (meta, bool) {
 		headPos:        binary.LittleEndian.Uint64(b[32:]),
 		truncatedBelow: binary.LittleEndian.Uint64(b[40:]),
 		generation:     binary.LittleEndian.Uint64(b[48:]),
+		chosen:         binary.LittleEndian.Uint64(b[56:]),
 	}, ok
 }
 

@@ -381,6 +381,32 @@ func (l *Log) SetPromised(b Ballot) error {
 	return l.writeMeta(m)
 }
 
+// NoteChosen records, durably before it returns, the caller's statement
+// that every record of a slot at or below slot holds a chosen value (a
+// consensus fact the log does not check), so that a restart can commit
+// them instead of asking for them again. It only rises: a slot at or
+// below the one noted is a no-op.
+func (l *Log) NoteChosen(slot uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if slot <= l.meta.chosen {
+		return nil
+	}
+	m := l.meta
+	m.chosen = slot
+	return l.writeMeta(m)
+}
+
+// Chosen is the durable slot NoteChosen recorded (0: none).
+func (l *Log) Chosen() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta.chosen
+}
+
 // Append copies recs into the log after the tail. They are NOT durable
 // until Persist returns. The whole batch is appended or, on error, none of
 // it: a batch that does not fit before the head returns a *FullError
