@@ -215,6 +215,15 @@ type DurableState struct {
 	// (it is stored with the data, so it survives restarts). Committed
 	// entries at or below it are never delivered again.
 	Applied Slot
+	// Chosen, when above Applied, is a slot through which the caller
+	// recorded (durably, before the restart) that every entry in
+	// Accepted holds the chosen value: the node's commit index had passed
+	// them and they were delivered. The node commits the entries it holds
+	// from Applied+1 up to it, stopping at the first slot it lacks, and
+	// delivers them in its first Ready, instead of counting them
+	// uncommitted (which a leader would re-propose, and which fill its
+	// log room). 0: none recorded.
+	Chosen Slot
 }
 
 // Sentinel errors. Expected conditions are errors; a broken invariant is a

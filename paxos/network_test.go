@@ -51,12 +51,13 @@ type durable struct {
 	promised Ballot
 	accepted map[Slot]Entry
 	applied  Slot
+	chosen   Slot // what the application recorded chosen (DurableState.Chosen)
 	snap     *SnapshotMeta
 	snapData []byte // the application's snapshot, which it serves to laggards
 }
 
 func (d *durable) state() DurableState {
-	st := DurableState{Promised: d.promised, Applied: d.applied, Snapshot: d.snap}
+	st := DurableState{Promised: d.promised, Applied: d.applied, Chosen: d.chosen, Snapshot: d.snap}
 	for _, s := range slices.Sorted(maps.Keys(d.accepted)) {
 		if d.snap != nil && s <= d.snap.Slot {
 			continue

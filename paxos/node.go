@@ -355,6 +355,11 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		}
 		n.commitConf(e)
 	}
+	// Commit what was known chosen before the restart, as far as it is
+	// held; it is delivered in the first Ready.
+	for n.commit < st.Chosen && n.log.get(n.commit+1) != nil && !TestingIgnoreChosen {
+		n.advanceCommit()
+	}
 	// The lease promises of the previous life were not durable: refuse
 	// every new ballot for one lease period, so a lease granted just before
 	// a crash is still honoured.

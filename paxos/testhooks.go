@@ -80,3 +80,8 @@ var TestingIgnoreLogRoom bool
 // a peer whose catch-ups make no progress is sent entries for ever, never
 // a snapshot until the leader compacts past it.
 var TestingNoStuckCatchupOffer bool
+
+// TestingIgnoreChosen, when set, plants the gap DurableState.Chosen closes:
+// a restarted node counts every entry above its applied slot
+// uncommitted, whatever was recorded chosen.
+var TestingIgnoreChosen bool
