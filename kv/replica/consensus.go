@@ -450,6 +450,7 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 	if rd.Snapshot != nil {
 		// The staged snapshot paxos accepted (snapshot_fetch.go).
 		meta := paxos.SnapshotMeta{Slot: rd.Snapshot.Slot}
+		r.chosen.installSlot = max(r.chosen.installSlot, meta.Slot) // chosen.go
 		select {
 		case r.applyC <- applyItem{install: &meta}:
 		case <-r.stop:
@@ -522,6 +523,7 @@ func (r *Replica) checkLogUsage() {
 	}
 	used, capacity := r.alog.Usage()
 	r.metrics.setLogUsage(used, capacity)
+	r.noteChosen(used, capacity)
 	if capacity <= 0 || used*100 < capacity*pct {
 		return
 	}
@@ -543,6 +545,7 @@ func (r *Replica) requestSnapshot() {
 // snapshot through slot: paxos may drop its log below it and the acceptor
 // log may truncate.
 func (r *Replica) compacted(slot, durable paxos.Slot) {
+	r.chosen.storeDurable = max(r.chosen.storeDurable, durable) // chosen.go
 	// Keep the log above a snapshot being served, and a catch-up tail
 	// (snapshot_compact.go).
 	slot = min(r.retainFloor(slot), r.catchUpFloor(slot))

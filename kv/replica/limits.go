@@ -127,6 +127,10 @@ const (
 	// sideBodyTimeout bounds how long an authenticated frame's body may
 	// take to arrive (a slow sender cannot hold the budget).
 	sideBodyTimeout = 30 * time.Second
+	// chosenNoteEvery bounds the chosen-through notes in the acceptor
+	// log's header (chosen.go): one header write per this interval at
+	// most, and only while the log is chosenNoteUsedPercent full.
+	chosenNoteEvery = 1 * time.Second
 	// deferredLogEvery bounds the warnings of a node that keeps deferring
 	// its elections (paxos logroom.go): one per this interval.
 	deferredLogEvery = 10 * time.Second
@@ -154,6 +158,10 @@ const (
 	// a snapshot is requested (at most once per election timeout) so the
 	// log truncates before it fills.
 	logSnapshotUsedPercent = 50
+	// chosenNoteUsedPercent: past this share of the acceptor log in use,
+	// the chosen-through slot is noted in its header (chosen.go): below
+	// it, the records a restart would count uncommitted fit easily.
+	chosenNoteUsedPercent = 25
 	// catchUpTailDivisor: compaction keeps the last
 	// every/catchUpTailDivisor slots below a snapshot in the log
 	// (snapshot_compact.go, catchUpFloor): 5,000 slots at the default

@@ -109,6 +109,13 @@ func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, erro
 // TruncateBelow implements AcceptorLog.
 func (p *PMemLog) TruncateBelow(slot paxos.Slot) error { return p.l.TruncateBelow(uint64(slot)) }
 
+// NoteChosen notes in the header that every record through slot holds a
+// chosen value (chosen.go).
+func (p *PMemLog) NoteChosen(slot paxos.Slot) error { return p.l.NoteChosen(uint64(slot)) }
+
+// Chosen is the slot noted last (0: none).
+func (p *PMemLog) Chosen() paxos.Slot { return paxos.Slot(p.l.Chosen()) }
+
 // TruncatedBelow implements AcceptorLog.
 func (p *PMemLog) TruncatedBelow() paxos.Slot { return paxos.Slot(max(p.l.TruncatedBelow(), 1)) }
 

@@ -216,6 +216,9 @@ type Replica struct {
 
 	clk  loopClock // the node's clock (clock.go)
 	loop loopState // consensus loop only
+	// chosen is the chosen-through notes' bookkeeping (chosen.go;
+	// consensus loop only).
+	chosen chosenNotes
 
 	// admit bounds the accepts stepped to the log's room (consensus loop
 	// only; accept_admission.go).
@@ -368,6 +371,11 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
 	}
 	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
+	if cl, ok := alog.(chosenLog); ok {
+		st.Chosen = cl.Chosen() // chosen.go: committed at once, not re-proposed
+		r.chosen.noted = st.Chosen
+	}
+	r.chosen.storeDurable = applied
 	r.logTail.start(max(applied, lastSlot(accepted, nil)))
 	r.recoverPendingMembership(accepted)
 	if applied > 0 {
@@ -408,6 +416,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	s := node.Status()
 	r.status.Store(&s)
 	r.log.Info().Uint64("applied", uint64(applied)).Int("accepted", len(accepted)).
+		Uint64("chosen_noted", uint64(st.Chosen)).Uint64("committed", uint64(s.Commit)).
 		Uint64("promised_round", promised.Round).Uint64("promised_node", uint64(promised.Node)).
 		Str("durability", alog.Mode()).Msg("replica recovered")
 

@@ -67,3 +67,8 @@ var testingCatchupsSkipAdmission bool
 // stalled branch removes: a node stalled on a full log keeps the status of
 // when it stalled (TestStalledLeaderSaysItStepsDown).
 var testingStallHidesStatus bool
+
+// testingNoChosenNotes plants the gap chosen.go closes: no chosen-through
+// slot is noted, so a restart counts every record above its applied slot
+// uncommitted (TestRestartCommitsItsRecords).
+var testingNoChosenNotes bool

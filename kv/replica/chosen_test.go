@@ -1,0 +1,80 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"synod/paxos"
+)
+
+// TestRestartCommitsItsRecords: a follower whose apply loop stalls while
+// it accepts a third of its acceptor log, then crashes, restarts knowing
+// most of those records committed (the chosen-through note in the log's
+// header, chosen.go), applies them at once and catches up; planted
+// (testingNoChosenNotes): it restarts with its commit index at its
+// applied slot and every record uncommitted.
+func TestRestartCommitsItsRecords(t *testing.T) {
+	above, committed, line := restartWithNotes(t)
+	if committed < above/2 {
+		t.Fatalf("restarted with %d records above its applied slot, %d of them committed at once: %s", above, committed, line)
+	}
+	testingNoChosenNotes = true
+	defer func() { testingNoChosenNotes = false }()
+	pAbove, pCommitted, pLine := restartWithNotes(t)
+	if pCommitted != 0 {
+		t.Fatalf("planted (no notes): %d of %d records committed at the restart (%s): the test does not show the gap", pCommitted, pAbove, pLine)
+	}
+	fmt.Printf("restart with chosen notes: %s; planted (no notes): %s\n", line, pLine)
+}
+
+// restartWithNotes returns how many records node 3 held above its applied
+// slot when it restarted, how many of them it committed at once, and a line.
+func restartWithNotes(t *testing.T) (above, committed int, line string) {
+	const valBytes = 64 << 10
+	c := newTestClusterWith(t, func(c *testCluster) {
+		c.usedPct = 101 // no usage snapshots: node 3's store never flushes before it crashes
+	})
+	c.put("before", "1")
+	if l := c.leader(); l == 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := c.nodes[3].r.TransferLeadership(ctx, 1)
+		cancel()
+		if err != nil {
+			t.Fatalf("transfer from node 3: %v", err)
+		}
+	}
+	c.nodes[3].r.faults.DelayNextApply(ApplyDelayMax)
+	val := strings.Repeat("v", valBytes)
+	keys := 0
+	for {
+		used, capacity := c.nodes[3].r.alog.Usage()
+		if used*100 >= capacity*35 {
+			break
+		}
+		if keys > 400 {
+			t.Fatalf("node 3's log holds %d of %d bytes after %d writes", used, capacity, keys)
+		}
+		c.put(fmt.Sprintf("s%04d", keys), val)
+		keys++
+	}
+	time.Sleep(chosenNoteEvery + 100*time.Millisecond) // the next note is due
+	for i := 0; i < 2; i++ {
+		c.put(fmt.Sprintf("s%04d", keys), val)
+		keys++
+	}
+	c.crash(3, nil)
+	leader := c.leader(3)
+	c.start(3)
+	r3 := c.nodes[3].r
+	st := r3.Status()
+	applied := paxos.Slot(c.nodes[3].sm.Applied())
+	above = int(st.LastSlot - applied)
+	committed = int(st.Commit - applied)
+	line = fmt.Sprintf("writes=%d value_kib=%d restart_applied=%d records_above=%d committed_at_restart=%d",
+		keys, valBytes>>10, applied, above, committed)
+	c.checkCaughtUp(leader, 3, keys, valBytes)
+	return above, committed, line
+}
