@@ -14,7 +14,7 @@ import (
 // uncommitted, which a leader re-proposes first and which a full log
 // cannot take (paxos logroom.go, kv/README "A full acceptor log"). So
 // while the log is at least chosenNoteUsedPercent full, the consensus loop
-// notes in the log's header, at most once per chosenNoteEvery, the slot
+// notes in the log's header, at most once per chosenNoteEvery (100 ms), the slot
 // through which paxos has delivered committed entries; a restart commits
 // the records it holds through it (paxos DurableState.Chosen) and applies
 // them at once.
