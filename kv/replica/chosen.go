@@ -52,14 +52,18 @@ type chosenNotes struct {
 func (r *Replica) noteChosen(used, capacity int64) {
 	cl, ok := r.alog.(chosenLog)
 	cn := &r.chosen
-	if !ok || testingNoChosenNotes || capacity <= 0 || used*100 < capacity*chosenNoteUsedPercent {
+	if !ok || testingNoChosenNotes || capacity <= 0 || (used*100 < capacity*chosenNoteUsedPercent && !r.cfg.chosenNoteAlways) {
 		return
 	}
 	now := r.cfg.Now()
 	if now.Before(cn.next) || cn.installSlot > cn.storeDurable {
 		return
 	}
-	slot := r.node.Status().Applied // delivered (Advance), hence durable in the log
+	st := r.node.Status()
+	slot := st.Applied // delivered (Advance), hence durable in the log
+	if TestingChosenNoteLastSlot {
+		slot = st.LastSlot // the planted bug: what it holds, chosen or not
+	}
 	if slot <= cn.noted {
 		return
 	}

@@ -101,6 +101,10 @@ type Config struct {
 	// simulated: no goroutines, no side channel; the simulator drives
 	// the loops one step at a time (replicasim_test.go).
 	simulated bool
+	// chosenNoteAlways takes the chosen-through notes whatever the log's
+	// usage (chosen.go): the simulator's logs are large, and its crashes
+	// must exercise the restarts that commit what was noted.
+	chosenNoteAlways bool
 }
 
 func (c *Config) validate() error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -141,6 +142,7 @@ type rsimResult struct {
 	ops, pauses, restarts, stalls, lagged int
 	leaseChecks                           int
 	persistStalls, ownPersists            int
+	chosenRestarts                        int // restarts that committed noted records at once
 	xfer                                  xferCounts
 	violations                            []string
 }
@@ -165,6 +167,35 @@ type rsim struct {
 	// (frequent snapshots, truncation, catch-up by snapshot), large on
 	// others (long log replays after a restart).
 	snapEvery uint64
+	// appliedAt is the agreement oracle: the hash of the entry each slot
+	// was first applied with, on any node; every node, in every
+	// incarnation, must apply the same (checkAgreement).
+	appliedAt map[paxos.Slot]appliedEntry
+}
+
+// appliedEntry is what the agreement oracle keeps of one applied slot.
+type appliedEntry struct {
+	sum  uint64
+	node paxos.NodeID
+}
+
+// checkAgreement records the entries node n is about to apply and
+// reports one that differs from what another node (or n earlier) applied
+// at the same slot.
+func (s *rsim) checkAgreement(n *rsimNode, es []paxos.Entry) {
+	if s.appliedAt == nil {
+		s.appliedAt = map[paxos.Slot]appliedEntry{}
+	}
+	for i := range es {
+		h := fnv.New64a()
+		h.Write(paxos.AppendEntry(nil, &paxos.Entry{Slot: es[i].Slot, Type: es[i].Type, Cmds: es[i].Cmds}))
+		sum := h.Sum64()
+		if prev, ok := s.appliedAt[es[i].Slot]; !ok {
+			s.appliedAt[es[i].Slot] = appliedEntry{sum: sum, node: n.id}
+		} else if prev.sum != sum {
+			s.violate("agreement: node %d applies slot %d with a value other than node %d applied there", n.id, es[i].Slot, prev.node)
+		}
+	}
 }
 
 func (s *rsim) violate(format string, args ...any) {
@@ -286,6 +317,7 @@ func (s *rsim) start(n *rsimNode) {
 		DeltaSnapshots:    s.snapEvery%2 == 0,
 		CatchUpLogPercent: tailPct,
 		Accel:             ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
+		chosenNoteAlways: true,
 	}, conn, n.log, store)
 	if err != nil {
 		store.Abandon()
@@ -297,6 +329,9 @@ func (s *rsim) start(n *rsimNode) {
 	n.lastTick, n.lastPlaneTick = s.now, s.now
 	n.lastRole = paxos.RoleFollower
 	n.pausedUntil, n.held, n.consensusStallUntil, n.applyLagUntil = 0, nil, 0, 0
+	if st := r.Status(); st.Commit > paxos.Slot(store.Applied()) {
+		s.res.chosenRestarts++ // it committed what its log noted chosen (chosen.go)
+	}
 	if r.applied.Load() > 0 {
 		r.requestSnapshot() // as Start does
 	}
@@ -643,6 +678,7 @@ func (s *rsim) applyStep(n *rsimNode) {
 	}
 	select {
 	case it := <-r.applyC:
+		s.checkAgreement(n, it.entries)
 		r.applyInput(it)
 	case <-r.snapNow:
 		r.snapshotNow()
@@ -885,6 +921,10 @@ func TestReplicaSim(t *testing.T) {
 	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d lease_checks=%d violations=%d\n",
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
+	fmt.Printf("replicasim chosen notes: restarts_committing_noted=%d\n", sum.chosenRestarts)
+	if n >= 100 && sum.chosenRestarts == 0 {
+		t.Error("no restart committed a noted record: the seeds did not exercise the chosen-through notes (chosen.go)")
+	}
 	x := sum.xfer
 	fmt.Printf("replicasim snapshot transfers: started=%d installed=%d failed=%d stale=%d crashes_at_chunk=%d\n",
 		x.started, x.installed, x.failed, x.stale, x.crashes)
@@ -908,7 +948,7 @@ func TestReplicaSim(t *testing.T) {
 
 type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
-	persistStalls, ownPersists                                int
+	persistStalls, ownPersists, chosenRestarts                int
 	xfer                                                      xferCounts
 	failed                                                    []rsimResult
 }
@@ -967,6 +1007,7 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.stalls += r.stalls
 		sum.persistStalls += r.persistStalls
 		sum.ownPersists += r.ownPersists
+		sum.chosenRestarts += r.chosenRestarts
 		sum.lagged += r.lagged
 		sum.leaseChecks += r.leaseChecks
 		sum.xfer.add(r.xfer)
@@ -982,14 +1023,18 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 const rsimPlantedSeedsMax = 300
 
 // TestReplicaSimCatchesPlantedBugs turns on each planted runtime bug and
-// requires the replica simulator's oracles (porcupine, answer identity) to
+// requires the replica simulator's oracles (porcupine, answer identity,
+// agreement of what the nodes apply at each slot) to
 // report it within the default seed range:
 //   - a linearizable read answered before the apply loop reaches its read
 //     index (TestingReadBeforeApplied);
 //   - proposal ids that restart with the process, answers unchecked
 //     (TestingReusedProposalIDs: wrong answers after a restart);
 //   - inputs stepped with the clock of the last ticker event
-//     (TestingStaleClock: stale reads after a pause).
+//     (TestingStaleClock: stale reads after a pause);
+//   - a chosen-through note taken at the last slot the node holds, not
+//     the last it delivered (TestingChosenNoteLastSlot: a restart commits
+//     entries that were never chosen).
 func TestReplicaSimCatchesPlantedBugs(t *testing.T) {
 	for _, bug := range []struct {
 		name string
@@ -998,6 +1043,7 @@ func TestReplicaSimCatchesPlantedBugs(t *testing.T) {
 		{"read-before-applied", &TestingReadBeforeApplied},
 		{"reused-proposal-ids", &TestingReusedProposalIDs},
 		{"stale-clock", &TestingStaleClock},
+		{"chosen-note-last-slot", &TestingChosenNoteLastSlot},
 	} {
 		t.Run(bug.name, func(t *testing.T) {
 			*bug.hook = true

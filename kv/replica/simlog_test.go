@@ -15,6 +15,7 @@ import (
 type simLog struct {
 	mu        sync.Mutex // the accel fast path appends from the receive path
 	promised  paxos.Ballot
+	chosen    paxos.Slot // NoteChosen: durable when it returns
 	durable   []paxos.Entry
 	volatile  []paxos.Entry
 	truncated paxos.Slot // entries below it are gone (1: nothing truncated)
@@ -33,6 +34,23 @@ func (l *simLog) SetPromised(b paxos.Ballot) error {
 		l.promised = b
 	}
 	return nil
+}
+
+// The simulated log notes chosen-through slots as PMemLog does, so the
+// simulators' crashes exercise the restarts that commit them (chosen.go).
+var _ chosenLog = (*simLog)(nil)
+
+func (l *simLog) NoteChosen(s paxos.Slot) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.chosen = max(l.chosen, s)
+	return nil
+}
+
+func (l *simLog) Chosen() paxos.Slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.chosen
 }
 
 func (l *simLog) Append(es []paxos.Entry) error {

@@ -72,3 +72,9 @@ var testingStallHidesStatus bool
 // slot is noted, so a restart counts every record above its applied slot
 // uncommitted (TestRestartCommitsItsRecords).
 var testingNoChosenNotes bool
+
+// TestingChosenNoteLastSlot plants a wrong chosen-through note: the last
+// slot the node holds instead of the last it delivered, so a restart
+// commits entries that were never chosen (the replica simulator must
+// catch it: TestReplicaSimCatchesPlantedBugs).
+var TestingChosenNoteLastSlot bool
