@@ -47,6 +47,7 @@ func (n *Node) followLeader(from NodeID) {
 	n.leader = from
 	n.lastLeaderTick = n.now
 	n.electionElapsed = 0
+	n.deferringSince = -1 // a leader exists: a later deferral starts over (logroom.go)
 }
 
 func (n *Node) handlePrepare(m *Message) {

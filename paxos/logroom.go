@@ -22,9 +22,15 @@ package paxos
 // So the caller declares the room (SetLogRoom) and a node whose entries
 // above its commit index would not fit does not start a pre-check, a
 // campaign or a transfer's election; it stays a follower, catches up (a
-// snapshot install frees its log) and campaigns once they fit. A group
-// whose live members all lack the room elects no leader until one of them
-// catches up; without this rule it elected one that stalled for ever.
+// snapshot install frees its log) and campaigns once they fit, so that a
+// member with room wins first. The deferral is bounded: after
+// deferralMaxTicks without hearing from a leader the node campaigns
+// whatever its room. A group whose live members all lack the room would
+// otherwise elect no leader at all (an outside run: three nodes restarted
+// together, each with 25 records above its applied slot behind an older
+// live record, deferred for minutes), and a leader that stalls on its
+// re-proposals is no worse than none: it steps down on check quorum and
+// says so (kv/replica publishes its status while stalled).
 
 // SetLogRoom declares how many bytes of its acceptor log the node may fill
 // with re-proposals if it led: the log's free space less what the caller
@@ -34,14 +40,24 @@ package paxos
 // output.
 func (n *Node) SetLogRoom(bytes int64) { n.logRoom = bytes }
 
+// deferralMaxTicks bounds a run of deferred elections: ten election
+// timeouts without a leader.
+func (n *Node) deferralMaxTicks() int64 { return 10 * int64(n.cfg.ElectionTicks) }
+
 // roomToLead reports whether the entries above the commit index, each
-// with Config.RecordOverheadBytes, fit in the declared room; it counts a
-// refusal in Status.ElectionsDeferred.
+// with Config.RecordOverheadBytes, fit in the declared room, or the node
+// has deferred for deferralMaxTicks without hearing from a leader; it
+// counts a refusal in Status.ElectionsDeferred.
 func (n *Node) roomToLead() bool {
 	if n.logRoom < 0 || TestingIgnoreLogRoom {
 		return true
 	}
 	if need := n.reproposalBytes(n.logRoom); need <= n.logRoom {
+		return true
+	}
+	if n.deferringSince < 0 {
+		n.deferringSince = n.now
+	} else if n.now-n.deferringSince >= n.deferralMaxTicks() && !TestingDeferForever {
 		return true
 	}
 	n.electionsDeferred++

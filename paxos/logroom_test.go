@@ -17,19 +17,38 @@ import (
 // (TestingIgnoreLogRoom): node 3 wins.
 func TestNoRoomNoElection(t *testing.T) {
 	defer func() { TestingIgnoreLogRoom = false }()
-	leader, deferred, ticks := noRoomElection(t)
+	leader, deferred, ticks := noRoomElection(t, false)
 	if leader != 2 || deferred == 0 {
 		t.Fatalf("leader %d after %d ticks, node 3 deferred %d elections: want node 2, and node 3 deferring", leader, ticks, deferred)
 	}
 	TestingIgnoreLogRoom = true
-	pLeader, _, pTicks := noRoomElection(t)
+	pLeader, _, pTicks := noRoomElection(t, false)
 	if pLeader != 3 {
 		t.Fatalf("planted (room ignored): leader %d after %d ticks: want node 3, or the test does not show the election the rule prevents", pLeader, pTicks)
 	}
 	fmt.Printf("log room: leader=2 after %d ticks, node 3 deferred %d elections; planted (room ignored): node 3 led after %d ticks\n", ticks, deferred, pTicks)
 }
 
-func noRoomElection(t *testing.T) (leader NodeID, deferred uint64, ticks int) {
+// TestNoRoomAnywhereStillElects: when every live member lacks the room,
+// each defers for deferralMaxTicks and then campaigns as before the rule:
+// the group elects a leader, not before the bound; planted
+// (TestingDeferForever): none in 400 ticks.
+func TestNoRoomAnywhereStillElects(t *testing.T) {
+	defer func() { TestingDeferForever = false }()
+	leader, deferred, ticks := noRoomElection(t, true)
+	bound := int(10 * testConfig(1, nil).ElectionTicks)
+	if leader == 0 || ticks < bound || deferred == 0 {
+		t.Fatalf("leader %d after %d ticks (%d deferred on node 3): want one, after at least %d ticks of deferral", leader, ticks, deferred, bound)
+	}
+	TestingDeferForever = true
+	pLeader, _, pTicks := noRoomElection(t, true)
+	if pLeader != 0 {
+		t.Fatalf("planted (deferral unbounded): leader %d after %d ticks: the test does not show the wedge", pLeader, pTicks)
+	}
+	fmt.Printf("log room everywhere short: leader=%d after %d ticks (bound %d); planted (deferral unbounded): no leader in %d ticks\n", leader, ticks, bound, pTicks)
+}
+
+func noRoomElection(t *testing.T, bothShort bool) (leader NodeID, deferred uint64, ticks int) {
 	const k, cmdBytes = 40, 1 << 10
 	nw := newNetwork(t, 3)
 	for nw.leader() != 1 {
@@ -57,18 +76,21 @@ func noRoomElection(t *testing.T) (leader NodeID, deferred uint64, ticks int) {
 	n2, n3 := nw.nodes[2], nw.nodes[3]
 	need := n3.reproposalBytes(1 << 40)
 	n3.SetLogRoom(need / 4)
+	if bothShort {
+		n2.SetLogRoom(need / 4)
+	}
 	for ticks = 1; ticks <= 400; ticks++ {
 		// Node 3's timer is the shortest, node 2's the longest.
 		n3.electionTimeout = n3.cfg.ElectionTicks
 		n2.electionTimeout = 2*n2.cfg.ElectionTicks - 1
 		nw.tick(1)
-		if ticks == n3.cfg.LeaseTicks+1 && !TestingIgnoreLogRoom {
+		if ticks == n3.cfg.LeaseTicks+1 && !TestingIgnoreLogRoom && !bothShort {
 			// The restart's lease has run out; node 2 has not campaigned.
 			if err := n3.Campaign(); !errors.Is(err, ErrNoLogRoom) {
 				t.Fatalf("Campaign on node 3 with room for a quarter of its %d bytes: %v, want ErrNoLogRoom", need, err)
 			}
 		}
-		if st := n3.Status(); st.Role != RoleFollower && !TestingIgnoreLogRoom {
+		if st := n3.Status(); st.Role != RoleFollower && !TestingIgnoreLogRoom && !bothShort {
 			t.Fatalf("node 3 became %v with room for a quarter of its re-proposals", st.Role)
 		}
 		if l := nw.leader(); l != 0 && nw.nodes[l].ownCommitted() {
@@ -76,8 +98,8 @@ func noRoomElection(t *testing.T) (leader NodeID, deferred uint64, ticks int) {
 			break
 		}
 	}
-	if leader == 0 {
-		return 0, n3.Status().ElectionsDeferred, ticks
+	if leader == 0 || bothShort {
+		return leader, n3.Status().ElectionsDeferred, ticks
 	}
 	nw.tick(3 * n2.cfg.ElectionTicks)
 	for _, id := range []NodeID{2, 3} {

@@ -250,6 +250,7 @@ type Node struct {
 	// elections it held back (logroom.go).
 	logRoom           int64
 	electionsDeferred uint64
+	deferringSince    int64 // tick of the first deferral since a leader was heard (-1: none)
 	// heard is when a valid message from each sender last arrived (for
 	// observers only: PeerProgress, progress.go; at most heardNodesMax).
 	heard map[NodeID]int64
@@ -288,12 +289,13 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		return nil, fmt.Errorf("paxos: config: DriftTicks %d must be in [0, LeaseTicks)", cfg.DriftTicks)
 	}
 	n := &Node{
-		cfg:     cfg,
-		id:      cfg.ID,
-		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.ID))),
-		role:    RoleFollower,
-		known:   map[NodeID]bool{},
-		logRoom: -1,
+		cfg:            cfg,
+		id:             cfg.ID,
+		rng:            rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.ID))),
+		role:           RoleFollower,
+		known:          map[NodeID]bool{},
+		logRoom:        -1,
+		deferringSince: -1,
 	}
 	n.promised = st.Promised
 	n.maxRound = st.Promised.Round

@@ -85,3 +85,8 @@ var TestingNoStuckCatchupOffer bool
 // a restarted node counts every entry above its applied slot
 // uncommitted, whatever was recorded chosen.
 var TestingIgnoreChosen bool
+
+// TestingDeferForever, when set, plants an unbounded deferral: a node short
+// of log room never campaigns (logroom.go), so a group whose members all
+// lack it elects no leader (TestNoRoomAnywhereStillElects).
+var TestingDeferForever bool
