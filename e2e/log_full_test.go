@@ -15,7 +15,8 @@ import (
 )
 
 // The full-log check: the largest values a tenant may send, into acceptor
-// logs that hold only a few of them, with the leader killed twice. A log
+// logs that hold only a few of them, with the leader killed twice and then
+// every node at once. A log
 // full of entries that are not committed yet must never wedge the cluster
 // (once it did: a leader stalled on its full log stepped none of the acks
 // that would have committed and truncated it, and its successor, whose log
@@ -27,9 +28,11 @@ const (
 	// fullLogValueBytes is each put's value.
 	fullLogValueBytes = 256 << 10
 	fullLogWriters    = 32
-	// fullLogPhaseFor is each of the three load phases (before, between
-	// and after the two leader kills).
+	// fullLogPhaseFor is each of the four load phases (before, between
+	// and after the two leader kills, and after the whole cluster was
+	// killed and restarted).
 	fullLogPhaseFor = 12 * time.Second
+	fullLogPhases   = 4
 	// fullLogPhaseAcksMin is what each phase must acknowledge: a cluster
 	// that wedged acknowledges nothing after the wedge.
 	fullLogPhaseAcksMin = 20
@@ -53,9 +56,11 @@ const (
 
 // TestFullLogStaysLive: three kvnodes with fullLogPMemBytes logs take
 // fullLogWriters concurrent puts of fullLogValueBytes; the leader is killed
-// (and restarted) between phases. Every phase must acknowledge at least
-// fullLogPhaseAcksMin puts (within fullLogPhaseMax), and every
-// acknowledged put reads back.
+// (and restarted) between the first three phases, every node before the
+// last (an outside run: after such a whole-cluster kill the three nodes,
+// each short of log room for its re-proposals, deferred their elections
+// for minutes). Every phase must acknowledge at least fullLogPhaseAcksMin
+// puts (within fullLogPhaseMax), and every acknowledged put reads back.
 func TestFullLogStaysLive(t *testing.T) {
 	c := newSizedLogCluster(t, t.TempDir(), "synod-e2e-fulllog-", 15, "", "", fullLogPMemBytes)
 
@@ -68,7 +73,7 @@ func TestFullLogStaysLive(t *testing.T) {
 	var (
 		next, failed atomic.Int64
 		ackedKeys    sync.Map // key index -> value seed
-		phaseAcks    [3]atomic.Int64
+		phaseAcks    [fullLogPhases]atomic.Int64
 		phase        atomic.Int32
 		stop         atomic.Bool
 		wg           sync.WaitGroup
@@ -97,9 +102,19 @@ func TestFullLogStaysLive(t *testing.T) {
 		}()
 	}
 	kills := 0
-	var phaseSecs [3]float64
-	for p := 0; p < 3; p++ {
-		if p > 0 {
+	var phaseSecs [fullLogPhases]float64
+	for p := 0; p < fullLogPhases; p++ {
+		switch {
+		case p == fullLogPhases-1:
+			for _, nd := range c.nodes {
+				c.kill(nd)
+			}
+			kills++
+			for _, nd := range c.nodes {
+				c.start(nd)
+			}
+			phase.Store(int32(p))
+		case p > 0:
 			l := c.leader()
 			c.kill(l)
 			kills++
@@ -145,9 +160,9 @@ func TestFullLogStaysLive(t *testing.T) {
 			logFull += strings.Count(string(b), "acceptor log full")
 		}
 	}
-	fmt.Printf("full log: log_mib=%d value_kib=%d kills=%d acked=[%d %d %d] phase_s=[%.0f %.0f %.0f] failed=%d log_full_lines=%d lost=%d\n",
-		fullLogPMemBytes>>20, fullLogValueBytes>>10, kills, phaseAcks[0].Load(), phaseAcks[1].Load(), phaseAcks[2].Load(),
-		phaseSecs[0], phaseSecs[1], phaseSecs[2], failed.Load(), logFull, lost)
+	fmt.Printf("full log: log_mib=%d value_kib=%d kills=%d (the last of all nodes) acked=[%d %d %d %d] phase_s=[%.0f %.0f %.0f %.0f] failed=%d log_full_lines=%d lost=%d\n",
+		fullLogPMemBytes>>20, fullLogValueBytes>>10, kills, phaseAcks[0].Load(), phaseAcks[1].Load(), phaseAcks[2].Load(), phaseAcks[3].Load(),
+		phaseSecs[0], phaseSecs[1], phaseSecs[2], phaseSecs[3], failed.Load(), logFull, lost)
 	for p := range phaseAcks {
 		if n := phaseAcks[p].Load(); n < fullLogPhaseAcksMin {
 			t.Errorf("phase %d acknowledged %d puts in %v, fewer than %d: the cluster stopped making progress", p, n, fullLogPhaseMax, fullLogPhaseAcksMin)
