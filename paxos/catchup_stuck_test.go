@@ -22,7 +22,7 @@ func TestStuckCatchupOffersSnapshot(t *testing.T) {
 	if pOK {
 		t.Fatalf("planted (no offer): node 3 caught up in %d ticks: the test does not show the gap", pTicks)
 	}
-	fmt.Printf("stuck catch-up: snapshot offered, caught up after %d ticks; planted (no offer): behind after %d ticks\n", ticks, pTicks)
+	fmt.Printf("stuck catch-up: caught_up_after_ticks=%d (by the snapshot offer); planted (no offer): behind_after_ticks=%d\n", ticks, pTicks)
 }
 
 func stuckCatchup(t *testing.T) (ticks int, caughtUp bool) {
