@@ -197,6 +197,10 @@ type Status struct {
 	// because its entries above the commit index would not fit in the log
 	// room the caller declared (SetLogRoom).
 	ElectionsDeferred uint64
+	// PreCheckRefusals counts the refusals this node's pre-checks received
+	// (a member that heard from a leader lately, holds another's lease,
+	// or committed further: handlePreCheck).
+	PreCheckRefusals uint64
 }
 
 // DurableState is what a node recovers from stable storage when it

@@ -90,7 +90,11 @@ func (n *Node) handlePreCheck(m *Message) {
 }
 
 func (n *Node) handlePreCheckResp(m *Message) {
-	if !n.prechecking || m.Context != n.precheckRound || m.Reject || n.role == RoleLeader {
+	if !n.prechecking || m.Context != n.precheckRound || n.role == RoleLeader {
+		return
+	}
+	if m.Reject {
+		n.precheckRefusals++ // Status.PreCheckRefusals: why this node does not campaign
 		return
 	}
 	n.precheckGrants[m.From] = true

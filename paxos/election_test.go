@@ -17,23 +17,26 @@ import (
 // promises each and restarts its own timer, and nobody leads.
 func TestLaggingNodeDoesNotHoldElections(t *testing.T) {
 	defer func() { TestingPreCheckIgnoresCommit = false }()
-	leader, ticks, campaigns := laggingElection(t)
+	leader, ticks, campaigns, refusals := laggingElection(t)
 	if leader != 2 {
 		t.Fatalf("leader %d after %d ticks (node 3 campaigned %d times), want node 2, which committed furthest", leader, ticks, campaigns)
 	}
+	if refusals == 0 {
+		t.Fatalf("node 3's pre-checks were refused (it never campaigned) but Status.PreCheckRefusals is 0")
+	}
 	TestingPreCheckIgnoresCommit = true
-	pLeader, pTicks, pCampaigns := laggingElection(t)
+	pLeader, pTicks, pCampaigns, _ := laggingElection(t)
 	if pLeader != 0 || pCampaigns < 10 {
 		t.Fatalf("planted (a pre-check that ignores commit): leader %d after %d ticks, node 3 campaigned %d times: want no leader and a campaigning node 3, or the test does not show the livelock", pLeader, pTicks, pCampaigns)
 	}
-	fmt.Printf("lagging candidate: leader=%d after %d ticks, node 3 campaigned %d times; planted (pre-check ignores commit): no leader in %d ticks, node 3 campaigned %d times\n",
-		leader, ticks, campaigns, pTicks, pCampaigns)
+	fmt.Printf("lagging candidate: leader=%d after %d ticks, node 3 campaigned %d times (pre-checks refused %d); planted (pre-check ignores commit): no leader in %d ticks, node 3 campaigned %d times\n",
+		leader, ticks, campaigns, refusals, pTicks, pCampaigns)
 }
 
 // laggingElection runs the scenario of TestLaggingNodeDoesNotHoldElections
 // for at most 400 ticks after the leader dies: the leader then, the ticks
 // it took, and how many times node 3 ran phase 1.
-func laggingElection(t *testing.T) (leader NodeID, ticks, campaigns int) {
+func laggingElection(t *testing.T) (leader NodeID, ticks, campaigns int, refusals uint64) {
 	nw := newNetwork(t, 3)
 	for nw.leader() != 1 {
 		nw.nodes[1].electionElapsed = nw.nodes[1].electionTimeout
@@ -69,10 +72,10 @@ func laggingElection(t *testing.T) (leader NodeID, ticks, campaigns int) {
 			if got := len(nw.cmds(l)); got != k {
 				t.Fatalf("leader %d applied %d commands, want %d", l, got, k)
 			}
-			return l, ticks, campaigns
+			return l, ticks, campaigns, n3.Status().PreCheckRefusals
 		}
 	}
-	return 0, ticks - 1, campaigns
+	return 0, ticks - 1, campaigns, n3.Status().PreCheckRefusals
 }
 
 // TestPrepareBelowCompactionDoesNotCapture: an acceptor that compacted

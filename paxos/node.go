@@ -251,6 +251,7 @@ type Node struct {
 	logRoom           int64
 	electionsDeferred uint64
 	deferringSince    int64 // tick of the first deferral since a leader was heard (-1: none)
+	precheckRefusals  uint64
 	// heard is when a valid message from each sender last arrived (for
 	// observers only: PeerProgress, progress.go; at most heardNodesMax).
 	heard map[NodeID]int64
@@ -757,6 +758,7 @@ func (n *Node) Status() Status {
 		Dropped:   n.dropped,
 
 		ElectionsDeferred: n.electionsDeferred,
+		PreCheckRefusals:  n.precheckRefusals,
 	}
 	if n.role == RoleLeader {
 		st.Ballot = n.lead.ballot

@@ -130,6 +130,9 @@ type loopState struct {
 	// deferredLogAt when one was last logged (deferredLogEvery).
 	deferred      uint64
 	deferredLogAt time.Time
+	// precheckRefusals is the node's PreCheckRefusals at the last
+	// publishStatus (the metric takes the difference).
+	precheckRefusals uint64
 }
 
 // consensusInput handles one input, then (unless a Ready is stalled on a
@@ -308,6 +311,10 @@ func (r *Replica) publishStatus() {
 			r.reads.failPending(r.notLeader(&s))
 		}
 		ls.lastRole = s.Role
+	}
+	if d := s.PreCheckRefusals; d > ls.precheckRefusals {
+		r.metrics.PreCheckRefusals.Add(float64(d - ls.precheckRefusals))
+		ls.precheckRefusals = d
 	}
 	if d := s.ElectionsDeferred; d != ls.deferred {
 		r.metrics.ElectionsDeferred.Add(float64(d - ls.deferred))

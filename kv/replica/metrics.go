@@ -26,6 +26,8 @@ type Metrics struct {
 	ElectionsDeferred prometheus.Counter
 	// LogStalls counts Readys that waited for acceptor-log room.
 	LogStalls prometheus.Counter
+	// PreCheckRefusals counts refusals this node's pre-checks received.
+	PreCheckRefusals prometheus.Counter
 	// AnswerMismatches counts committed commands that named a waiting
 	// writer of this boot but were not its command (never answered; a
 	// non-zero value is a bug).
@@ -107,6 +109,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_side_channel_sent_total", Help: "Consensus messages too large for a datagram, sent over TCP."}),
 		ElectionsDeferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_elections_deferred_total", Help: "Elections this node did not start because the entries it would re-propose as leader do not fit in its acceptor log (it catches up first)."}),
+		PreCheckRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_precheck_refusals_total", Help: "Refusals this node's election pre-checks received: a member had heard from a leader lately, held another's lease, or had committed further (so a lagging node leaves the election to one with less to learn)."}),
 		LogStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_stalls_total", Help: "Times the consensus loop stalled on a full acceptor log: a Ready waited for room, and the loop took only ticks and control meanwhile (admission makes this rare; see kv/replica/accept_admission.go)."}),
 		LogFull: prometheus.NewCounter(prometheus.CounterOpts{
@@ -148,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Stuck = newStuckMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.AnswerMismatches, m.AuthRefused, m.Shed,
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.PreCheckRefusals, m.AnswerMismatches, m.AuthRefused, m.Shed,
 			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage,
 			m.ReadStage, m.Stalls)
 	}
