@@ -135,6 +135,13 @@ func (n *Node) checkPhase1() {
 		}
 	}
 	if ready {
+		if !n.roomForPhase2() {
+			// The values the promises brought would not fit in the log
+			// room: stay a follower, so that a member with room leads
+			// (logroom.go).
+			n.becomeFollower()
+			return
+		}
 		n.becomeLeader()
 	}
 }

@@ -116,3 +116,65 @@ func noRoomElection(t *testing.T, bothShort bool) (leader NodeID, deferred uint6
 	}
 	return leader, n3.Status().ElectionsDeferred, ticks
 }
+
+// TestNoRoomForAdoptedValues: a candidate with nothing above its commit
+// index (so it may campaign) whose phase 1 adopts more uncommitted values
+// from the promises than its declared log room holds does not take the
+// leadership; a member with room does, and the first catches up. Planted
+// (TestingIgnoreLogRoom): it leads.
+func TestNoRoomForAdoptedValues(t *testing.T) {
+	defer func() { TestingIgnoreLogRoom = false }()
+	leader, deferred := adoptedElection(t)
+	if leader != 2 || deferred == 0 {
+		t.Fatalf("leader %d, node 3 deferred %d: want node 2, and node 3 refusing the leadership its promises won", leader, deferred)
+	}
+	TestingIgnoreLogRoom = true
+	if pLeader, _ := adoptedElection(t); pLeader != 3 {
+		t.Fatalf("planted (room ignored): leader %d, want node 3, or the test does not show what the rule prevents", pLeader)
+	}
+	fmt.Printf("log room adopted: leader=2 node3_deferred=%d; planted (room ignored): leader=3\n", deferred)
+}
+
+func adoptedElection(t *testing.T) (leader NodeID, deferred uint64) {
+	const k, cmdBytes = 40, 1 << 10
+	nw := newNetwork(t, 3)
+	for nw.leader() != 1 {
+		nw.nodes[1].electionElapsed = nw.nodes[1].electionTimeout
+		nw.tick(1)
+	}
+	nw.dropNext = func(m Message) bool { return m.To == 3 } // node 3 holds none of them
+	for i := range k {
+		nw.propose(1, fmt.Sprintf("%04d%s", i, strings.Repeat("x", cmdBytes)))
+	}
+	nw.tick(1)
+	nw.crash(1)
+	nw.dropNext = nil
+	n2, n3 := nw.nodes[2], nw.nodes[3]
+	room := int64(k*cmdBytes) / 4
+	if own := n3.reproposalBytes(1 << 40); own > room/4 {
+		t.Fatalf("node 3 holds %d bytes above its commit: the test needs its own entries to fit", own)
+	}
+	n3.SetLogRoom(room)
+	n2.electionTimeout = 1 << 30   // node 2 waits
+	nw.tick(n3.cfg.LeaseTicks + 1) // the restart-free leases run out
+	n3.campaign()                  // as a transfer target would: no pre-check
+	nw.settle()
+	if n3.Status().Role == RoleLeader {
+		return 3, n3.Status().ElectionsDeferred
+	}
+	deferred = n3.Status().ElectionsDeferred
+	n2.electionElapsed, n2.electionTimeout = 0, n2.cfg.ElectionTicks
+	for range 400 {
+		n3.electionElapsed = 0 // node 3 stays quiet
+		nw.tick(1)
+		if l := nw.leader(); l != 0 && nw.nodes[l].ownCommitted() {
+			leader = l
+			break
+		}
+	}
+	nw.tick(3 * n2.cfg.ElectionTicks)
+	if leader != 0 {
+		nw.checkAgree()
+	}
+	return leader, deferred
+}
