@@ -199,7 +199,15 @@ func runNode(cfg *Config) error {
 	}
 	rep.ShareDiskSpace(func() replica.DiskSpace {
 		free, reserve, low, failed := backend.DiskSpace()
-		return replica.DiskSpace{FreeBytes: free, ReserveBytes: reserve, Low: low, ReadFailed: failed}
+		d := replica.DiskSpace{FreeBytes: free, ReserveBytes: reserve, Low: low, ReadFailed: failed}
+		if reserve == 0 {
+			// No reserve: the guard reads nothing, but a snapshot must not
+			// begin to stage on a full disk (kv/replica snapshot_room.go).
+			if _, f, err := space.FilesystemBytes(cfg.DataDir); err == nil {
+				d.StagingFreeBytes, d.StagingFreeKnown = f, true
+			}
+		}
+		return d
 	})
 	var admitter server.Admitter = shaperAdmitter{shaper}
 	if cfg.AccelShaper {

@@ -83,6 +83,12 @@ type DiskSpace struct {
 	// ReadFailed: the node could not read its free space (it counts as
 	// low: a node that cannot tell must not fill its disk).
 	ReadFailed bool
+	// StagingFreeBytes is, on a node without a reserve (ReserveBytes 0,
+	// so FreeBytes is not read), the free space of the store's
+	// filesystem read for this probe, when StagingFreeKnown. Local only:
+	// a report does not carry it (stagingRoom uses it).
+	StagingFreeBytes int64
+	StagingFreeKnown bool
 	// Stuck: the node has made no progress applying or truncating its
 	// log with work waiting (stuck.go); it is no leader to hand over to.
 	// Not about the disk, but carried by the same report.

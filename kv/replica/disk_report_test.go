@@ -253,9 +253,19 @@ func TestSnapshotStagingStopsAtReserve(t *testing.T) {
 	if err := c.nodes[leader].r.stagingRoom(0); !errors.Is(err, errSnapNoSpace) {
 		t.Fatalf("one byte inside the margin: %v", err)
 	}
-	setProbe(func() DiskSpace { return DiskSpace{} }) // reserve off
+	setProbe(func() DiskSpace { return DiskSpace{} }) // reserve off, free space unknown
 	if err := c.nodes[leader].r.stagingRoom(0); err != nil {
 		t.Fatalf("reserve off: %v", err)
+	}
+	// Reserve off, the free space read for staging: the margin alone
+	// (a staging store on a full disk stops the process).
+	setProbe(func() DiskSpace { return DiskSpace{StagingFreeBytes: stagingMarginBytes, StagingFreeKnown: true} })
+	if err := c.nodes[leader].r.stagingRoom(0); err != nil {
+		t.Fatalf("reserve off, at the margin: %v", err)
+	}
+	setProbe(func() DiskSpace { return DiskSpace{StagingFreeBytes: stagingMarginBytes - 1, StagingFreeKnown: true} })
+	if err := c.nodes[leader].r.stagingRoom(0); !errors.Is(err, errSnapNoSpace) {
+		t.Fatalf("reserve off, one byte under the margin: %v", err)
 	}
 	// The disk falls below the reserve once two chunks are staged.
 	armed.Store(true)

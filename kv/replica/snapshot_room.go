@@ -55,6 +55,13 @@ func (r *Replica) stagingRoom(staged uint64) error {
 	case d.Low || (d.ReserveBytes > 0 && d.FreeBytes < d.ReserveBytes+stagingMarginBytes):
 		return fmt.Errorf("%w: %d bytes free, within %d of the reserve of %d (disk_free_min_bytes), with %d bytes staged; the state needs room twice over while it is staged",
 			errSnapNoSpace, d.FreeBytes, stagingMarginBytes, d.ReserveBytes, staged)
+	case d.ReserveBytes == 0 && d.StagingFreeKnown && d.StagingFreeBytes < stagingMarginBytes:
+		// Without a reserve nothing else looks, and a staging store that
+		// meets a full disk stops the process (Pebble's MANIFEST write:
+		// a CI run's node on a full disk was offered a snapshot, began to
+		// stage it and exited).
+		return fmt.Errorf("%w: %d bytes free (no disk reserve set), under the %d a transfer needs to begin, with %d bytes staged",
+			errSnapNoSpace, d.StagingFreeBytes, stagingMarginBytes, staged)
 	}
 	return nil
 }
