@@ -16,6 +16,7 @@ import (
 //
 //	stale-clock          replica.TestingStaleClock
 //	reused-proposal-ids  replica.TestingReusedProposalIDs
+//	no-chosen-notes      replica.TestingNoChosenNotes
 //
 // Production builds have no such file: nothing outside a test binary can
 // turn a planted bug on.
@@ -27,6 +28,8 @@ func init() {
 			replica.TestingStaleClock = true
 		case "reused-proposal-ids":
 			replica.TestingReusedProposalIDs = true
+		case "no-chosen-notes":
+			replica.TestingNoChosenNotes = true
 		default:
 			fmt.Fprintf(os.Stderr, "kvnode: SYNOD_PLANT: unknown planted bug %q\n", name)
 			os.Exit(2)

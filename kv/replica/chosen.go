@@ -52,7 +52,7 @@ type chosenNotes struct {
 func (r *Replica) noteChosen(used, capacity int64) {
 	cl, ok := r.alog.(chosenLog)
 	cn := &r.chosen
-	if !ok || testingNoChosenNotes || capacity <= 0 || (used*100 < capacity*chosenNoteUsedPercent && !r.cfg.chosenNoteAlways) {
+	if !ok || TestingNoChosenNotes || capacity <= 0 || (used*100 < capacity*chosenNoteUsedPercent && !r.cfg.chosenNoteAlways) {
 		return
 	}
 	now := r.cfg.Now()

@@ -14,15 +14,15 @@ import (
 // it accepts a third of its acceptor log, then crashes, restarts knowing
 // most of those records committed (the chosen-through note in the log's
 // header, chosen.go), applies them at once and catches up; planted
-// (testingNoChosenNotes): it restarts with its commit index at its
+// (TestingNoChosenNotes): it restarts with its commit index at its
 // applied slot and every record uncommitted.
 func TestRestartCommitsItsRecords(t *testing.T) {
 	above, committed, line := restartWithNotes(t)
 	if committed < above/2 {
 		t.Fatalf("restarted with %d records above its applied slot, %d of them committed at once: %s", above, committed, line)
 	}
-	testingNoChosenNotes = true
-	defer func() { testingNoChosenNotes = false }()
+	TestingNoChosenNotes = true
+	defer func() { TestingNoChosenNotes = false }()
 	pAbove, pCommitted, pLine := restartWithNotes(t)
 	if pCommitted != 0 {
 		t.Fatalf("planted (no notes): %d of %d records committed at the restart (%s): the test does not show the gap", pCommitted, pAbove, pLine)

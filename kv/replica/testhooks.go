@@ -68,10 +68,10 @@ var testingCatchupsSkipAdmission bool
 // when it stalled (TestStalledLeaderSaysItStepsDown).
 var testingStallHidesStatus bool
 
-// testingNoChosenNotes plants the gap chosen.go closes: no chosen-through
+// TestingNoChosenNotes plants the gap chosen.go closes: no chosen-through
 // slot is noted, so a restart counts every record above its applied slot
 // uncommitted (TestRestartCommitsItsRecords).
-var testingNoChosenNotes bool
+var TestingNoChosenNotes bool
 
 // TestingChosenNoteLastSlot plants a wrong chosen-through note: the last
 // slot the node holds instead of the last it delivered, so a restart
