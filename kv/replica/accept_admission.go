@@ -17,8 +17,9 @@ import (
 // snapshot install both need input the stall refuses (the install waited
 // behind errInstallLater for ever).
 //
-// So an inbound Accept is admitted to paxos only when the log has room for
-// every entry it carries, on top of what the accepts admitted since the
+// So an inbound Accept (or catch-up, cut to the prefix that fits) is
+// admitted to paxos only when the log has room for every entry stepping it
+// would store (storedBytes), on top of what the accepts admitted since the
 // last persisted Ready will take, and still keeps logReservePercent of the
 // log free (limits.go: the room a node needs to lead); otherwise it is
 // dropped before paxos sees it. A dropped message is a lost message, which Paxos tolerates by
@@ -48,15 +49,6 @@ type acceptAdmission struct {
 	// since the last Ready was persisted (they sit in paxos, not yet in
 	// the log's usage).
 	pendingBytes int64
-}
-
-// acceptBytes over-estimates the ring space m's entries take.
-func acceptBytes(m *paxos.Message) int64 {
-	var n int64
-	for i := range m.Entries {
-		n += entryRingBytes(&m.Entries[i])
-	}
-	return n
 }
 
 // entryRingBytes over-estimates the ring space one entry takes.
