@@ -178,11 +178,14 @@ func (n *Node) handleCatchup(m *Message) {
 		if e.Slot != n.commit+1 {
 			break
 		}
-		// The value is chosen. Store it under the sender's ballot, which is
-		// at least the ballot it was chosen under, so a later phase 1 that
-		// sees this entry still finds the chosen value at the top.
-		e.Ballot = m.Ballot
-		if !n.holds(&e) {
+		// The value is chosen. A copy held under the ballot the leader
+		// holds it (chosen_prefix.go) or under the leader's ballot is that
+		// value: nothing to store. Otherwise store it under the sender's
+		// ballot, which is at least the ballot it was chosen under, so a
+		// later phase 1 that sees this entry still finds the chosen value
+		// at the top.
+		if !n.CatchupHolds(&e, m.Ballot) {
+			e.Ballot = m.Ballot
 			n.log.set(e)
 			n.accepted = append(n.accepted, e)
 			n.noteKnown(&e)

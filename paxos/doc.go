@@ -27,9 +27,13 @@
 // accepted entries above that point (in chunks of at most
 // EntriesPerMessageMax) and its commit index; entries at or below it are
 // chosen and are adopted outright, otherwise the highest ballot per slot
-// wins. Holes become EntryNoop. The new leader re-proposes every adopted
-// slot under its own ballot and adds a noop of its own (its first slot
-// under its ballot); reads are served only once that noop is committed.
+// wins. Holes become EntryNoop. The new leader commits at once the run of
+// slots from its commit index whose values a promise reported committed,
+// keeping the copies it holds under the ballot reported so that followers
+// holding them store nothing again (chosen_prefix.go); it re-proposes every
+// other adopted slot under its own ballot and adds a noop of its own (its
+// first slot under its ballot); reads are served only once that noop is
+// committed.
 //
 // Phase 2 is per slot with a pipeline window of inflightSlotsMax slots
 // beyond the commit index. Proposals queue (ProposalQueueMax) and are

@@ -126,9 +126,17 @@ type pendingRead struct {
 	seq   uint64 // heartbeat round that must be confirmed
 }
 
-// becomeLeader ends phase 1: it re-proposes the adopted values (noops in
-// holes) under its ballot, adds a noop of its own and starts phase 2.
+// becomeLeader ends phase 1: it commits the values the promises reported
+// committed from its commit index on (chosen_prefix.go), re-proposes the
+// other adopted values (noops in holes) under its ballot, adds a noop of its
+// own and starts phase 2.
 func (n *Node) becomeLeader() {
+	n.commitChosenPrefix()
+	if !n.isVoter() {
+		// A committed ConfChange in the prefix removed this node.
+		n.becomeFollower()
+		return
+	}
 	c := n.cand
 	l := &leader{
 		ballot:      c.ballot,

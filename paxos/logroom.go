@@ -70,8 +70,9 @@ func (n *Node) roomForPhase2() bool {
 		return true
 	}
 	c := n.cand
-	need := int64(entryBytes(&Entry{Type: EntryNoop}) + n.cfg.RecordOverheadBytes)
-	for s := c.from; s <= c.maxSlot && need <= n.logRoom; s++ {
+	end := c.chosenPrefixEnd()
+	need := int64(entryBytes(&Entry{Type: EntryNoop})+n.cfg.RecordOverheadBytes) + n.chosenPrefixBytes(end)
+	for s := end + 1; s <= c.maxSlot && need <= n.logRoom; s++ {
 		e := Entry{Slot: s, Type: EntryNoop}
 		if v, ok := c.values[s]; ok {
 			e.Type, e.Cmds = v.e.Type, v.e.Cmds

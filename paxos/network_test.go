@@ -35,6 +35,9 @@ type network struct {
 	reads    map[NodeID][]ReadState
 	acks     map[NodeID][]AckEvent
 	sent     int
+	// stored counts the entries each node's Readys gave to persist
+	// (Accepted and OwnAccepted), retransmits of held ones excluded.
+	stored map[NodeID]int
 	// own holds the leaders' own acceptances whose persist has not
 	// completed, for the nodes a test holds them on (ownvote_test.go).
 	own ownPersists
@@ -79,7 +82,7 @@ func newNetwork(t testing.TB, size int) *network {
 	}
 	nw := &network{t: t, ids: ids, nodes: map[NodeID]*Node{}, durable: map[NodeID]*durable{},
 		applied: map[NodeID][]Entry{}, snaps: map[NodeID]*testSnap{}, staged: map[NodeID]*testSnap{}, offers: map[NodeID]*SnapshotOffer{}, cut: map[[2]NodeID]bool{}, down: map[NodeID]bool{},
-		reads: map[NodeID][]ReadState{}, acks: map[NodeID][]AckEvent{}}
+		reads: map[NodeID][]ReadState{}, acks: map[NodeID][]AckEvent{}, stored: map[NodeID]int{}}
 	for _, id := range ids {
 		nw.start(id, testConfig(id, ids))
 	}
@@ -196,6 +199,7 @@ func (nw *network) readyDone(id NodeID, rd Ready) {
 	for _, e := range rd.Accepted {
 		d.accepted[e.Slot] = e
 	}
+	nw.stored[id] += len(rd.Accepted) + len(rd.OwnAccepted)
 	for _, m := range rd.Messages {
 		nw.sent++
 		nw.queue = append(nw.queue, m)

@@ -90,3 +90,10 @@ var TestingIgnoreChosen bool
 // of log room never campaigns (logroom.go), so a group whose members all
 // lack it elects no leader (TestNoRoomAnywhereStillElects).
 var TestingDeferForever bool
+
+// TestingReproposeChosen, when set, plants what chosen_prefix.go removes:
+// a new leader re-proposes under its ballot the values its promises
+// reported committed, storing each again on itself and every acceptor, and
+// a catch-up stores again every value the acceptor holds under another
+// ballot than the leader's.
+var TestingReproposeChosen bool

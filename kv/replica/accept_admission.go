@@ -63,8 +63,9 @@ func entryRingBytes(e *paxos.Entry) int64 {
 // storedBytes over-estimates the ring space of the entries of m that
 // stepping it would store (consensus loop): none at or below the commit
 // index, none the node holds already under the same ballot (a
-// retransmitted Accept; a catch-up, stored under the sender's ballot, of
-// entries the node accepted from that same leader). Counting those would
+// retransmitted Accept; a catch-up of entries the node accepted from that
+// same leader, or holds under the ballot the leader holds them, which is
+// how a new leader commits what its promises reported committed). Counting those would
 // refuse a restarted follower the catch-ups that commit its own records,
 // the only way its log empties. It also returns how many leading entries
 // fit in room, and their bytes.
@@ -77,10 +78,11 @@ func (r *Replica) storedBytes(m *paxos.Message, room int64) (need int64, fit int
 	for i := range m.Entries {
 		e := m.Entries[i]
 		if e.Slot > commit {
+			held := r.node.Holds(&e)
 			if m.Type == paxos.MsgCatchup {
-				e.Ballot = m.Ballot // paxos handleCatchup stores it so
+				held = r.node.CatchupHolds(&e, m.Ballot) // as paxos handleCatchup decides
 			}
-			if !r.node.Holds(&e) {
+			if !held {
 				need += entryRingBytes(&e)
 			}
 		}

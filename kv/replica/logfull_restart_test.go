@@ -18,10 +18,16 @@ import (
 // applied slot, committed but not known to be; meanwhile leadership moved
 // to another node under a new ballot. Node 3 must not campaign (its
 // re-proposals would not fit: Campaign says ErrNoLogRoom) and must catch
-// up: the new leader's catch-ups, stored under its ballot, are admitted
-// only as far as the log has room, the rest wait while what was taken
-// commits, applies and is truncated, and its consensus loop never stalls
-// on the full log. Planted (testingCatchupsSkipAdmission): a catch-up that
+// up without its consensus loop stalling on the full log.
+//
+// The new leader holds those entries under the ballot node 3 accepted them
+// under, so its catch-ups store nothing new on node 3 (paxos
+// chosen_prefix.go). The admission of catch-ups is for those that do store
+// (values node 3 holds under another ballot, or lacks): the second run
+// makes every catch-up store its values again (paxos.TestingReproposeChosen,
+// the behaviour before), and they are admitted only as far as the log has
+// room, the rest waiting while what was taken commits, applies and is
+// truncated. Planted on top (testingCatchupsSkipAdmission): a catch-up that
 // does not fit stalls node 3's loop (here it recovers, as the catch-ups it
 // took before apply and truncate; as a leader re-proposing entries that
 // cannot commit, the e2e node never did).
@@ -30,25 +36,39 @@ func TestRestartedFullLogCatchesUp(t *testing.T) {
 	if !caughtUp || stalls != 0 {
 		t.Fatalf("node 3 caught up %v, its loop stalled %d times on its full log: %s", caughtUp, stalls, line)
 	}
+	paxos.TestingReproposeChosen = true
+	defer func() { paxos.TestingReproposeChosen = false }()
+	cCaughtUp, cStalls, cLine := restartedFullLog(t, 60, 30*time.Second)
+	if !cCaughtUp || cStalls != 0 {
+		t.Fatalf("catch-ups storing copies: node 3 caught up %v, its loop stalled %d times on its full log: %s", cCaughtUp, cStalls, cLine)
+	}
 	testingCatchupsSkipAdmission = true
 	defer func() { testingCatchupsSkipAdmission = false }()
 	_, pStalls, pLine := restartedFullLog(t, 60, 30*time.Second)
 	if pStalls == 0 {
-		t.Fatalf("planted (catch-ups skip admission): node 3's loop never stalled (%s): the test does not show the stall", pLine)
+		t.Fatalf("planted (catch-ups storing copies skip admission): node 3's loop never stalled (%s): the test does not show the stall", pLine)
 	}
-	fmt.Printf("restarted full log: %s stalls=0; planted (catch-ups skip admission): stalls=%d\n", line, pStalls)
+	fmt.Printf("restarted full log: %s stalls=0; catch-ups storing copies: %s stalls=0; planted (and skipping admission): stalls=%d\n", line, cLine, pStalls)
 }
 
 // TestRestartedFullLogIdleCatchesUp: the same, with node 3's log filled to
-// the line admission keeps (75 %) and no write after the restart. No
-// catch-up fits at all and the leader, idle, never compacts past node 3:
-// only the snapshot offer of a catch-up that stood still (paxos
-// catchup_stuck.go) brings it up. Planted (paxos.TestingNoStuckCatchupOffer):
-// it stays behind.
+// the line admission keeps (75 %) and no write after the restart. Its
+// catch-ups store nothing (paxos chosen_prefix.go), so it catches up at
+// once. When they store copies (paxos.TestingReproposeChosen), none fits
+// at all and the leader, idle, never compacts past node 3: only the
+// snapshot offer of a catch-up that stood still (paxos catchup_stuck.go)
+// brings it up. Planted on top (paxos.TestingNoStuckCatchupOffer): it stays
+// behind.
 func TestRestartedFullLogIdleCatchesUp(t *testing.T) {
 	caughtUp, _, line := restartedFullLog(t, 74, 30*time.Second)
 	if !caughtUp {
 		t.Fatalf("node 3 did not catch up: %s", line)
+	}
+	paxos.TestingReproposeChosen = true
+	defer func() { paxos.TestingReproposeChosen = false }()
+	cCaughtUp, _, cLine := restartedFullLog(t, 74, 30*time.Second)
+	if !cCaughtUp || !strings.Contains(cLine, "snapshots_installed=1") {
+		t.Fatalf("catch-ups storing copies: node 3 did not catch up by the stuck catch-up's snapshot: %s", cLine)
 	}
 	paxos.TestingNoStuckCatchupOffer = true
 	defer func() { paxos.TestingNoStuckCatchupOffer = false }()
@@ -56,7 +76,7 @@ func TestRestartedFullLogIdleCatchesUp(t *testing.T) {
 	if pCaughtUp {
 		t.Fatalf("planted (no offer for a stuck catch-up): node 3 caught up (%s): the test does not show the gap", pLine)
 	}
-	fmt.Printf("restarted full log idle: %s; planted (no offer for a stuck catch-up): %s\n", line, pLine)
+	fmt.Printf("restarted full log idle: %s; catch-ups storing copies: %s; planted (and no offer for a stuck catch-up): %s\n", line, cLine, pLine)
 }
 
 // restartedFullLog runs the scenario, node 3's log filled to fillPct of
