@@ -75,13 +75,18 @@ func (n *Node) precheckWon() bool {
 // check: 8 s without a leader while a follower fetching a 314 MB snapshot
 // campaigned from round 3 to 29). Among the voters of any live majority
 // the one that committed furthest is granted by all the others, so an
-// election still ends. A node whose compacted log starts above the asking
-// node's commit refuses too, and offers it a snapshot.
+// election still ends. A node that is not a voter of its latest membership
+// does not refuse a lagging node: it will not campaign itself, and a
+// removed leader that committed its own removal and stepped down was the
+// only node that knew the last slots committed (paxossim: the two members
+// left stood behind it, refused by it, until it compacted). A node whose
+// compacted log starts above the asking node's commit refuses, and offers
+// it a snapshot.
 func (n *Node) handlePreCheck(m *Message) {
 	heard := n.role == RoleLeader ||
 		(n.leader != 0 && n.now-n.lastLeaderTick < int64(n.cfg.ElectionTicks))
 	behind := m.Commit+1 < n.log.first
-	lagging := m.Commit < n.commit && !TestingPreCheckIgnoresCommit
+	lagging := m.Commit < n.commit && n.isVoter() && !TestingPreCheckIgnoresCommit
 	grant := !heard && !n.leaseBlocks(m.From) && !behind && !lagging
 	n.send(Message{Type: MsgPreCheckResp, To: m.From, Context: m.Context, Commit: n.commit, Reject: !grant})
 	if behind {

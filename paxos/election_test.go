@@ -118,3 +118,44 @@ func TestPrepareBelowCompactionDoesNotCapture(t *testing.T) {
 		t.Fatal("node 3 leads without the slots it never saw")
 	}
 }
+
+// TestRemovedNodeGrantsLaggingPreCheck: a leader that commits its own
+// removal steps down knowing slots the remaining members may not know
+// committed; it must not refuse their pre-checks for lagging behind it
+// (election.go, handlePreCheck), or they cannot elect until it compacts. A
+// voter ahead of the asking node still refuses.
+func TestRemovedNodeGrantsLaggingPreCheck(t *testing.T) {
+	nw := newNetwork(t, 3)
+	for nw.leader() != 1 {
+		nw.nodes[1].electionElapsed = nw.nodes[1].electionTimeout
+		nw.tick(1)
+	}
+	if err := nw.nodes[1].ProposeConfChange(ConfChange{Type: ConfRemoveNode, Node: 1}); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	n1 := nw.nodes[1]
+	if n1.isVoter() || n1.role == RoleLeader {
+		t.Fatalf("node 1 after its removal: voter %v, role %v", n1.isVoter(), n1.role)
+	}
+	ask := func(n *Node) bool {
+		n.lastLeaderTick = n.now - int64(n.cfg.ElectionTicks) // heard from no leader
+		n.leader = 0
+		n.msgs = nil
+		n.handlePreCheck(&Message{Type: MsgPreCheck, From: 3, To: n.id, Commit: n.commit - 1})
+		for _, m := range n.msgs {
+			if m.Type == MsgPreCheckResp {
+				return !m.Reject
+			}
+		}
+		t.Fatalf("node %d sent no pre-check answer", n.id)
+		return false
+	}
+	nw.nodes[1].leaseUntil, nw.nodes[2].leaseUntil = 0, 0
+	if !ask(n1) {
+		t.Fatalf("removed node 1 (commit %d) refused a pre-check from a node at %d", n1.commit, n1.commit-1)
+	}
+	if ask(nw.nodes[2]) {
+		t.Fatalf("voter node 2 (commit %d) granted a pre-check from a node at %d", nw.nodes[2].commit, nw.nodes[2].commit-1)
+	}
+}
