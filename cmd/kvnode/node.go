@@ -324,6 +324,11 @@ type nodeStatus struct {
 	// acceptor log with work waiting for 5 s (replica.Stuck); a stuck
 	// leader hands leadership over.
 	Stuck bool `json:"stuck"`
+	// CommitWaitMs: on a leader, how long it has had entries above its
+	// commit index without the index moving (replica.CommitWait): a
+	// leader whose followers cannot take its writes (fetching snapshots,
+	// logs full) is not stuck, but commits nothing.
+	CommitWaitMs float64 `json:"commit_wait_ms"`
 	// Accel: the plane-versus-software commit check (accel = "soft").
 	Accel *accelStatus `json:"accel,omitempty"`
 }
@@ -350,6 +355,7 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			Commit:   uint64(s.Commit), Applied: uint64(s.Applied), LastSlot: uint64(s.LastSlot),
 			LeaseValid: rep.LeaseValidNow(&s), LoopIdleMs: float64(rep.LoopIdle().Microseconds()) / 1000,
 			Durability: rep.Mode(), Removed: rep.Removed(), Stuck: rep.Stuck(),
+			CommitWaitMs: float64(rep.CommitWait().Microseconds()) / 1000,
 		}
 		if res, on := rep.AccelResult(); on {
 			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}

@@ -214,6 +214,7 @@ type Replica struct {
 	// logUsage and logCapacity are the acceptor log's usage at its last
 	// look (for the watch's log line, from any goroutine).
 	watch                 progressWatch
+	commitWait            commitWatch
 	logUsage, logCapacity atomic.Int64
 	// diskProbe reads this node's own disk (ShareDiskSpace; nil: unknown).
 	diskProbe atomic.Pointer[func() DiskSpace]

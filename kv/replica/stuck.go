@@ -179,6 +179,7 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 	w.truncated = truncated
 	w.logStuck.Store(!w.heldSince.IsZero() && now.Sub(w.heldSince) >= stuckAfter)
 
+	r.watchCommit(s, now)
 	why := r.evalStuck(now)
 	if why == "" || s.Role != paxos.RoleLeader || s.Transferring != 0 || r.stalled != nil || now.Before(w.nextTransfer) {
 		// A stalled Ready leaves paxos alone until it is carried out
