@@ -23,12 +23,11 @@ import (
 const commitWaitLogAfter = stuckAfter
 
 // commitWatch is the consensus loop's measure of a standing commit index;
-// sinceNanos is read from any goroutine.
+// since is read from any goroutine.
 type commitWatch struct {
-	commit     paxos.Slot
-	since      time.Time
-	logged     bool
-	sinceNanos atomic.Int64 // since as UnixNano; 0 while nothing waits
+	commit paxos.Slot
+	logged bool
+	since  atomic.Int64 // UnixNano when the commit index last stood with entries above it; 0 while nothing waits
 }
 
 // watchCommit updates the measure from the published status s (consensus
@@ -37,27 +36,23 @@ func (r *Replica) watchCommit(s *paxos.Status, now time.Time) {
 	w := &r.commitWait
 	waiting := s.Role == paxos.RoleLeader && s.LastSlot > s.Commit
 	moved := s.Commit != w.commit
+	since := time.Unix(0, w.since.Load())
 	if w.logged && (!waiting || moved) {
-		r.log.Info().Uint64("commit", uint64(s.Commit)).Dur("after", now.Sub(w.since)).Msg("leader commits again")
+		r.log.Info().Uint64("commit", uint64(s.Commit)).Dur("after", now.Sub(since)).Msg("leader commits again")
 		w.logged = false
 	}
 	switch {
 	case !waiting:
-		w.since = time.Time{}
-	case w.since.IsZero() || moved:
-		w.since = now
-	case !w.logged && now.Sub(w.since) >= commitWaitLogAfter:
+		w.since.Store(0)
+	case w.since.Load() == 0 || moved:
+		w.since.Store(now.UnixNano())
+	case !w.logged && now.Sub(since) >= commitWaitLogAfter:
 		w.logged = true
 		r.log.Warn().Uint64("commit", uint64(s.Commit)).Uint64("last_slot", uint64(s.LastSlot)).
-			Dur("for", now.Sub(w.since)).Str("voters", r.peerCommits()).
+			Dur("for", now.Sub(since)).Str("voters", r.peerCommits()).
 			Msg("leader commits nothing: no quorum takes its accepts (followers behind: fetching a snapshot, or their logs full)")
 	}
 	w.commit = s.Commit
-	if w.since.IsZero() {
-		w.sinceNanos.Store(0)
-	} else {
-		w.sinceNanos.Store(w.since.UnixNano())
-	}
 }
 
 // peerCommits describes what each voter last reported to this leader.
@@ -76,7 +71,7 @@ func (r *Replica) peerCommits() string {
 // commit index without the index moving; 0 when it does not lead or
 // nothing waits. Safe from any goroutine.
 func (r *Replica) CommitWait() time.Duration {
-	since := r.commitWait.sinceNanos.Load()
+	since := r.commitWait.since.Load()
 	if since == 0 {
 		return 0
 	}

@@ -164,9 +164,7 @@ func (q *quorumOracle) committed(c *checker, leader paxos.NodeID, ev *paxos.AckE
 	}
 	cl.waited, cl.votes = true, q.votesNow(cl.slot, true)
 	if b, ok := q.delivered[leader][cl.slot]; ok {
-		if b == cl.ballot || testingJudgeUnconfirmedClaims {
-			q.claim(c, cl)
-		}
+		q.claimIfDelivered(c, cl, b)
 		return
 	}
 	if q.unconfirmed[leader] == nil {
@@ -183,11 +181,18 @@ func (q *quorumOracle) confirm(c *checker, node paxos.NodeID, s paxos.Slot, b pa
 	}
 	q.delivered[node][s] = b
 	for _, cl := range q.unconfirmed[node][s] {
-		if cl.ballot == b || testingJudgeUnconfirmedClaims {
-			q.claim(c, cl)
-		}
+		q.claimIfDelivered(c, cl, b)
 	}
 	delete(q.unconfirmed[node], s)
+}
+
+// claimIfDelivered judges leader claim cl, whose slot its leader
+// delivered under ballot b, if b is the claim's (the leader committed it),
+// and drops it otherwise.
+func (q *quorumOracle) claimIfDelivered(c *checker, cl quorumClaim, b paxos.Ballot) {
+	if cl.ballot == b || testingJudgeUnconfirmedClaims {
+		q.claim(c, cl)
+	}
 }
 
 // testingJudgeUnconfirmedClaims, test only: a leader's commit claim is
