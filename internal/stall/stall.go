@@ -212,7 +212,9 @@ func (d *Detector) Recording() bool { return d.rec != nil }
 // Collector exports synod_stall_traces_total.
 func (d *Detector) Collector() prometheus.Collector { return d.traces }
 
-// Stats are the detector's counters.
+// Stats are the detector's counters. Written, Failed and NoRoom count a
+// snapshot only once its log line is written: a caller that sees the count
+// move finds the line in the log.
 type Stats struct {
 	Stalls  uint64 // Stalled calls
 	Written uint64 // trace files written
@@ -306,9 +308,9 @@ func (d *Detector) snapshot(ev Event, at time.Time) {
 			d.mu.Lock()
 			d.writing = false
 			d.mu.Unlock()
+			ev.fields(d.log.Warn()).Str("trace", "").Str("no_trace", err.Error()).Msg("stall")
 			d.noRoom.Add(1)
 			d.traces.WithLabelValues("no_room").Inc()
-			ev.fields(d.log.Warn()).Str("trace", "").Str("no_trace", err.Error()).Msg("stall")
 			return
 		}
 	}
@@ -317,14 +319,14 @@ func (d *Detector) snapshot(ev Event, at time.Time) {
 	d.writing = false
 	d.mu.Unlock()
 	if err != nil {
+		ev.fields(d.log.Warn()).Str("trace", "").Err(err).Msg("stall")
 		d.failed.Add(1)
 		d.traces.WithLabelValues("failed").Inc()
-		ev.fields(d.log.Warn()).Str("trace", "").Err(err).Msg("stall")
 		return
 	}
+	ev.fields(d.log.Warn()).Str("trace", path).Int64("trace_bytes", n).Msg("stall")
 	d.written.Add(1)
 	d.traces.WithLabelValues("written").Inc()
-	ev.fields(d.log.Warn()).Str("trace", path).Int64("trace_bytes", n).Msg("stall")
 }
 
 // Close stops taking snapshots, waits for one being written and releases

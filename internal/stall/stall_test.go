@@ -523,3 +523,33 @@ func TestStalledNeverWaitsForAnotherStall(t *testing.T) {
 		t.Fatalf("stats %+v; want the stall counted, without a trace", st)
 	}
 }
+
+// slowLog is a log output whose writes take a while, as a log on a busy
+// disk does.
+type slowLog struct{ logBuffer }
+
+func (l *slowLog) Write(p []byte) (int, error) {
+	time.Sleep(100 * time.Millisecond)
+	return l.logBuffer.Write(p)
+}
+
+// TestStatsCountAfterTheLine: Stats' contract, a snapshot is counted only
+// once its line is in the log. With a slow log output, a caller that saw
+// Written move must find the line that names the trace (CI once saw the
+// count before the line, and an empty log).
+func TestStatsCountAfterTheLine(t *testing.T) {
+	var lb slowLog
+	d, err := New(Config{Recorder: true, Dir: t.TempDir()}, zerolog.New(&lb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	d.Stalled(Event{Path: "write", Stage: "persist", Took: 34 * time.Millisecond, Slot: 7})
+	waitWritten(t, d, 1)
+	for _, l := range lb.lines(t) {
+		if l["message"] == "stall" && l["trace"] != "" {
+			return
+		}
+	}
+	t.Fatalf("Written=%d but no line names the trace: %q", d.Stats().Written, lb.buf.String())
+}
