@@ -209,7 +209,10 @@ type DurableState struct {
 	Promised Ballot
 	// Accepted holds the latest accepted entry for each slot above the
 	// snapshot, in slot order. Later writes of the same slot supersede
-	// earlier ones; the caller passes only the winner.
+	// earlier ones; the caller passes only the winner. Those at or below
+	// Applied must hold the values applied there, one for every slot
+	// between the snapshot and Applied: the node keeps them as committed
+	// entries, to serve catch-ups from (a tail kept across restarts).
 	Accepted []Entry
 	// Snapshot, when non-nil, is the latest snapshot the application holds
 	// (its metadata; the application keeps the means to serve the state,

@@ -228,3 +228,7 @@ func getRecordHeader(b []byte) recordHeader {
 		generation: binary.LittleEndian.Uint64(b[48:]),
 	}
 }
+
+// RecordBytes is the ring space a record with a payload of n bytes takes
+// (its header and alignment included): what Space counts for it.
+func RecordBytes(n int) int64 { return recordBytes(n) }

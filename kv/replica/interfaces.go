@@ -39,6 +39,12 @@ type StateMachine interface {
 	// Applied is the highest slot whose commands are in the state (stored
 	// with the data: after a crash it is the last slot that reached disk).
 	Applied() uint64
+	// Installed is the slot of the snapshot the state was last restored
+	// from (0: never). Every slot above it, through Applied, was applied
+	// from this node's own log, so the acceptor log's record of such a
+	// slot is the value applied there (recover_tail.go relies on it); a
+	// state that cannot tell reports Applied.
+	Installed() uint64
 	// Apply applies the commands of one slot, atomically with recording
 	// slot as applied, and returns one result per command. cmds may be
 	// empty (a no-op slot still advances Applied). An error means storage

@@ -105,6 +105,9 @@ type Config struct {
 	// usage (chosen.go): the simulator's logs are large, and its crashes
 	// must exercise the restarts that commit what was noted.
 	chosenNoteAlways bool
+	// recoveredTail, when set (the simulator), is given the committed
+	// tail recovery hands paxos (recover_tail.go), for its oracle.
+	recoveredTail func(tail []paxos.Entry)
 }
 
 func (c *Config) validate() error {
@@ -371,20 +374,31 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 			"(was the state machine directory removed or replaced?); restore the state machine from a snapshot at slot >= %d, "+
 			"or replace this node with a new member", ErrStateBehindLog, applied, tb, tb-1)
 	}
-	promised, accepted, err := alog.Recover(applied)
+	// The records from the tail's floor (recover_tail.go): the committed
+	// tail at or below applied, the accepted entries above it.
+	floor := tailFloor(applied, alog.TruncatedBelow(), paxos.Slot(stm.Installed()), r.members.slot)
+	promised, recovered, err := alog.Recover(floor - 1)
 	if err != nil {
 		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
 	}
-	st := paxos.DurableState{Promised: promised, Accepted: accepted, Applied: applied}
+	tail, accepted := splitTail(recovered, applied)
+	st := paxos.DurableState{Promised: promised, Accepted: append(tail, accepted...), Applied: applied}
 	if cl, ok := alog.(chosenLog); ok {
 		st.Chosen = cl.Chosen() // chosen.go: committed at once, not re-proposed
 		r.chosen.noted = st.Chosen
 	}
 	r.chosen.storeDurable = applied
-	r.logTail.start(max(applied, lastSlot(accepted, nil)))
+	first := applied + 1 // paxos's first slot: the tail's, or above applied
+	if len(tail) > 0 {
+		first = tail[0].Slot
+	}
+	r.logTail.countRecovered(st.Accepted, first-1, ring)
+	if cfg.recoveredTail != nil {
+		cfg.recoveredTail(tail)
+	}
 	r.recoverPendingMembership(accepted)
 	if applied > 0 {
-		st.Snapshot = &paxos.SnapshotMeta{Slot: applied, Members: voters, Learners: learners}
+		st.Snapshot = &paxos.SnapshotMeta{Slot: first - 1, Members: voters, Learners: learners}
 	}
 	node, err := paxos.NewNode(paxos.Config{
 		ID:             cfg.ID,
@@ -421,6 +435,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	s := node.Status()
 	r.status.Store(&s)
 	r.log.Info().Uint64("applied", uint64(applied)).Int("accepted", len(accepted)).
+		Uint64("tail_from", uint64(first)).Int("tail_slots", len(tail)).
 		Uint64("chosen_noted", uint64(st.Chosen)).Uint64("committed", uint64(s.Commit)).
 		Uint64("promised_round", promised.Round).Uint64("promised_node", uint64(promised.Node)).
 		Str("durability", alog.Mode()).Msg("replica recovered")

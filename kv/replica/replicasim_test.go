@@ -143,6 +143,7 @@ type rsimResult struct {
 	leaseChecks                           int
 	persistStalls, ownPersists            int
 	chosenRestarts                        int // restarts that committed noted records at once
+	tailRestarts                          int // restarts that kept a catch-up tail below the applied slot (recover_tail.go)
 	xfer                                  xferCounts
 	violations                            []string
 }
@@ -318,6 +319,10 @@ func (s *rsim) start(n *rsimNode) {
 		CatchUpLogPercent: tailPct,
 		Accel:             ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
 		chosenNoteAlways: true,
+		// The tail recovered as committed must hold the values applied
+		// at its slots (recover_tail.go): the agreement oracle judges it
+		// as if the node applied it again.
+		recoveredTail: func(tail []paxos.Entry) { s.checkAgreement(n, tail) },
 	}, conn, n.log, store)
 	if err != nil {
 		store.Abandon()
@@ -331,6 +336,9 @@ func (s *rsim) start(n *rsimNode) {
 	n.pausedUntil, n.held, n.consensusStallUntil, n.applyLagUntil = 0, nil, 0, 0
 	if st := r.Status(); st.Commit > paxos.Slot(store.Applied()) {
 		s.res.chosenRestarts++ // it committed what its log noted chosen (chosen.go)
+	}
+	if st := r.node.Status(); st.FirstSlot <= paxos.Slot(store.Applied()) {
+		s.res.tailRestarts++ // its log kept a tail below the applied slot
 	}
 	if r.applied.Load() > 0 {
 		r.requestSnapshot() // as Start does
@@ -921,9 +929,12 @@ func TestReplicaSim(t *testing.T) {
 	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d lease_checks=%d violations=%d\n",
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
-	fmt.Printf("replicasim chosen notes: restarts_committing_noted=%d\n", sum.chosenRestarts)
+	fmt.Printf("replicasim chosen notes: restarts_committing_noted=%d restarts_keeping_tail=%d\n", sum.chosenRestarts, sum.tailRestarts)
 	if n >= 100 && sum.chosenRestarts == 0 {
 		t.Error("no restart committed a noted record: the seeds did not exercise the chosen-through notes (chosen.go)")
+	}
+	if n >= 100 && sum.tailRestarts == 0 {
+		t.Error("no restart kept a tail below its applied slot: the seeds did not exercise recover_tail.go")
 	}
 	x := sum.xfer
 	fmt.Printf("replicasim snapshot transfers: started=%d installed=%d failed=%d stale=%d crashes_at_chunk=%d\n",
@@ -948,7 +959,7 @@ func TestReplicaSim(t *testing.T) {
 
 type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
-	persistStalls, ownPersists, chosenRestarts                int
+	persistStalls, ownPersists, chosenRestarts, tailRestarts  int
 	xfer                                                      xferCounts
 	failed                                                    []rsimResult
 }
@@ -1008,6 +1019,7 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.persistStalls += r.persistStalls
 		sum.ownPersists += r.ownPersists
 		sum.chosenRestarts += r.chosenRestarts
+		sum.tailRestarts += r.tailRestarts
 		sum.lagged += r.lagged
 		sum.leaseChecks += r.leaseChecks
 		sum.xfer.add(r.xfer)

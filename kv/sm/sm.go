@@ -169,21 +169,33 @@ type SM struct {
 
 	usage usageTable // every tenant's stored keys and bytes (usage.go)
 
+	installed atomic.Uint64 // Installed
+
 	garbage       atomic.Uint64                      // values deleted or replaced since Open or Compact
 	compactMu     sync.Mutex                         // one Compact at a time
 	compactCancel atomic.Pointer[context.CancelFunc] // the running Compact's (stopCompaction)
 }
 
 var (
-	metaPrefix       = []byte{0, 0, 0, 0}
-	appliedKey       = []byte("\x00\x00\x00\x00applied")
-	restoringKey     = []byte("\x00\x00\x00\x00restoring")
+	metaPrefix   = []byte{0, 0, 0, 0}
+	appliedKey   = []byte("\x00\x00\x00\x00applied")
+	restoringKey = []byte("\x00\x00\x00\x00restoring")
+	// installedKey holds the slot of the snapshot this state was last
+	// restored from (Installed). Like restoringKey it belongs to this
+	// directory alone: never streamed, refused in a stream.
+	installedKey     = []byte("\x00\x00\x00\x00installed")
 	clientsKeyPrefix = []byte("\x00\x00\x00\x00c")
 	tombsKeyPrefix   = []byte("\x00\x00\x00\x00e")
 	// keyspaceEnd sorts after every key the SM can hold: a 4-byte tenant
 	// prefix plus at most KeyBytesMax bytes of user key.
 	keyspaceEnd = bytes.Repeat([]byte{0xff}, 4+proto.KeyBytesMax+1)
 )
+
+// localKey reports whether key is one of this directory's own keys, which
+// no snapshot stream carries: a restore in progress, the installed slot.
+func localKey(key []byte) bool {
+	return bytes.Equal(key, restoringKey) || bytes.Equal(key, installedKey)
+}
 
 // Open opens (or creates) the state machine in dir. It refuses a directory
 // whose last Restore did not finish (ErrRestoreUnfinish).
@@ -246,6 +258,9 @@ func (s *SM) load() error {
 		applied = binary.BigEndian.Uint64(v)
 	}
 	s.applied.Store(applied)
+	if err := s.loadInstalled(applied); err != nil {
+		return err
+	}
 	clients, err := loadClients(s.db)
 	if err != nil {
 		return err
@@ -291,6 +306,43 @@ func (s *SM) ClientStats() ClientStats {
 	}
 	return st
 }
+
+// loadInstalled reads the installed slot. A state written before it was
+// recorded may have been restored from a snapshot at any slot up to its
+// applied one: it gets the applied slot, the bound that is always safe,
+// and keeps it (written with the next flush; a new state gets 0 so).
+func (s *SM) loadInstalled(applied uint64) error {
+	v, ok, err := s.getRaw(installedKey)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		s.installed.Store(applied)
+		if err := s.db.Set(installedKey, binary.BigEndian.AppendUint64(nil, applied), pebble.NoSync); err != nil {
+			return fmt.Errorf("sm: recording the installed slot: %w", err)
+		}
+		return nil
+	}
+	if len(v) != 8 {
+		return fmt.Errorf("sm: installed key holds %d bytes, want 8", len(v))
+	}
+	got := binary.BigEndian.Uint64(v)
+	if got > applied {
+		return fmt.Errorf("sm: installed slot %d above the applied slot %d", got, applied)
+	}
+	s.installed.Store(got)
+	return nil
+}
+
+// Installed is the slot of the snapshot this state was last restored from
+// (Restore, InstallStaged, or a staged copy Open swapped in); 0 when it
+// never was. Its contract, which the consensus log's recovery relies on
+// (kv/replica recover_tail.go): every slot above it and at or below
+// Applied was applied from the node's own log, so a record the log holds
+// for such a slot is the value applied there; at or below it, the log may
+// hold records of values that were never chosen. A state written before
+// the slot was recorded reports the applied slot it was opened with.
+func (s *SM) Installed() uint64 { return s.installed.Load() }
 
 // Applied returns the last applied slot (0 before the first Apply).
 func (s *SM) Applied() uint64 { return s.applied.Load() }

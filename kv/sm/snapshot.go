@@ -78,7 +78,7 @@ func writeSnapshot(w io.Writer, snap *pebble.Snapshot, slot uint64) error {
 	}
 	defer it.Close()
 	for it.First(); it.Valid(); it.Next() {
-		if bytes.Equal(it.Key(), restoringKey) {
+		if localKey(it.Key()) {
 			continue
 		}
 		v, err := it.ValueAndErr()
@@ -393,7 +393,7 @@ func (sr *streamReader) record() (key, val []byte, err error) {
 	if val, err = readField(sr.tr, snapValueBytesMax); err != nil {
 		return nil, nil, badSnapshot("value: %v", err)
 	}
-	if bytes.Compare(key, keyspaceEnd) >= 0 || bytes.Equal(key, restoringKey) {
+	if bytes.Compare(key, keyspaceEnd) >= 0 || localKey(key) {
 		return nil, nil, badSnapshot("key %x outside the keyspace", key)
 	}
 	sr.count++

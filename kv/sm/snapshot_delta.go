@@ -246,7 +246,7 @@ func computeDigest(db *pebble.DB, stop func() bool) ([]deltaRange, error) {
 			return nil, errStageAborted
 		}
 		key := it.Key()
-		if bytes.Equal(key, restoringKey) {
+		if localKey(key) {
 			continue
 		}
 		val, err := it.ValueAndErr()
@@ -332,7 +332,7 @@ func writeDelta(w io.Writer, snap *pebble.Snapshot, slot uint64, rs []deltaRange
 		end := rangeEnd(rs, i)
 		n := 0
 		for it.SeekGE(rs[i].start); it.Valid() && bytes.Compare(it.Key(), end) < 0; it.Next() {
-			if bytes.Equal(it.Key(), restoringKey) {
+			if localKey(it.Key()) {
 				continue
 			}
 			v, err := it.ValueAndErr()

@@ -27,7 +27,7 @@ func rawState(t *testing.T, s *SM) map[string]string {
 	defer it.Close()
 	m := map[string]string{}
 	for it.First(); it.Valid(); it.Next() {
-		if !bytes.Equal(it.Key(), restoringKey) {
+		if !localKey(it.Key()) {
 			m[string(it.Key())] = string(it.Value())
 		}
 	}
@@ -128,6 +128,11 @@ func (p *deltaPair) install(t *testing.T, st *Stager, stream []byte, slot uint64
 		t.Fatal(err)
 	}
 	sameState(t, rawState(t, p.fetcher), rawState(t, p.server))
+	// The kept ranges came from the fetcher's own state, its installed
+	// slot among them: the copy must say it was installed at slot.
+	if got, _, err := p.fetcher.getRaw(installedKey); err != nil || p.fetcher.Installed() != slot || binary.BigEndian.Uint64(got) != slot {
+		t.Fatalf("installed %d (key %x, %v) after a delta at slot %d", p.fetcher.Installed(), got, err, slot)
+	}
 }
 
 func smallRanges(t *testing.T, bytes int) {

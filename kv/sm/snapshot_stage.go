@@ -236,6 +236,13 @@ func (st *Stager) Finish() (uint64, error) {
 		err = checkApplied(st.db, st.slot)
 	}
 	if err == nil {
+		// The copy is the state after st.slot, taken from a snapshot:
+		// Installed's contract.
+		if serr := st.db.Set(installedKey, binary.BigEndian.AppendUint64(nil, st.slot), pebble.NoSync); serr != nil {
+			err = fmt.Errorf("sm: staging: recording the installed slot: %w", serr)
+		}
+	}
+	if err == nil {
 		if ferr := st.db.Flush(); ferr != nil {
 			err = fmt.Errorf("sm: staging: flushing: %w", ferr)
 		}
