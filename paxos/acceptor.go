@@ -134,8 +134,9 @@ func (n *Node) handleAccept(m *Message) {
 			break
 		}
 		if e.Slot > n.commit && !n.holds(&e) {
+			rec := n.markHeld(e, false)
 			n.log.set(e)
-			n.accepted = append(n.accepted, e)
+			n.accepted = append(n.accepted, rec)
 			n.noteKnown(&e)
 		}
 		if first == 0 {
@@ -186,8 +187,9 @@ func (n *Node) handleCatchup(m *Message) {
 		// at the top.
 		if !n.CatchupHolds(&e, m.Ballot) {
 			e.Ballot = m.Ballot
+			rec := n.markHeld(e, false)
 			n.log.set(e)
-			n.accepted = append(n.accepted, e)
+			n.accepted = append(n.accepted, rec)
 			n.noteKnown(&e)
 		}
 		n.advanceCommit()

@@ -55,6 +55,13 @@ type Entry struct {
 	// or a single encoded ConfChange (EntryConfChange). The state machine
 	// never retains them beyond Advance: callers copy what they keep.
 	Cmds [][]byte
+	// Held, on an entry of Ready.Accepted or Ready.OwnAccepted, is the
+	// ballot under which this node already stored the same value at this
+	// slot (durably, or earlier in the same Accepted): the caller may
+	// store the new ballot alone, naming Held, instead of the commands
+	// again (reballot.go). Zero otherwise. Never sent: messages and
+	// recovered entries carry none.
+	Held Ballot
 }
 
 // ConfChangeType is the kind of membership change.

@@ -45,6 +45,8 @@ func (c *candidate) add(n *Node, e *Entry, chosen bool) {
 	c.maxSlot = max(c.maxSlot, e.Slot)
 }
 
+// sameValue reports whether a and b hold the same value: type and
+// commands (the ballot aside).
 func sameValue(a, b *Entry) bool {
 	if a.Type != b.Type || len(a.Cmds) != len(b.Cmds) {
 		return false

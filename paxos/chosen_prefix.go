@@ -50,8 +50,9 @@ func (n *Node) commitChosenPrefix() {
 		e := c.values[s].e
 		if !n.holds(&e) {
 			e.Ballot = c.ballot
+			rec := n.markHeld(e, false)
 			n.log.set(e)
-			n.accepted = append(n.accepted, e)
+			n.accepted = append(n.accepted, rec)
 			n.noteKnown(&e)
 		}
 		n.advanceCommit()
@@ -65,7 +66,7 @@ func (n *Node) chosenPrefixBytes(end Slot) int64 {
 	var need int64
 	for s := n.cand.from; s <= end; s++ {
 		if e := n.cand.values[s].e; !n.holds(&e) {
-			need += int64(entryBytes(&e) + n.cfg.RecordOverheadBytes)
+			need += n.storeBytes(&e)
 		}
 	}
 	return need

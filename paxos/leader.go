@@ -196,8 +196,9 @@ func (n *Node) syncPeers() {
 // ownvote.go).
 func (n *Node) leaderAccept(e Entry) {
 	l := n.lead
+	rec := n.markHeld(e, true)
 	n.log.set(e)
-	n.holdOwn(e)
+	n.holdOwn(rec)
 	n.noteKnown(&e)
 	if e.Type == EntryConfChange {
 		l.ccSlots = append(l.ccSlots, e.Slot)

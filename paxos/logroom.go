@@ -77,7 +77,7 @@ func (n *Node) roomForPhase2() bool {
 		if v, ok := c.values[s]; ok {
 			e.Type, e.Cmds = v.e.Type, v.e.Cmds
 		}
-		need += int64(entryBytes(&e) + n.cfg.RecordOverheadBytes)
+		need += n.storeBytes(&e)
 	}
 	if need <= n.logRoom {
 		return true
@@ -104,7 +104,7 @@ func (n *Node) reproposalBytes(limit int64) int64 {
 	var need int64
 	for s := n.commit + 1; s <= n.log.last() && need <= limit; s++ {
 		if e := n.log.get(s); e != nil {
-			need += int64(entryBytes(e) + n.cfg.RecordOverheadBytes)
+			need += n.storeBytes(e) // its own value: a re-ballot (reballot.go)
 		}
 	}
 	return need

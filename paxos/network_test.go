@@ -38,6 +38,9 @@ type network struct {
 	// stored counts the entries each node's Readys gave to persist
 	// (Accepted and OwnAccepted), retransmits of held ones excluded.
 	stored map[NodeID]int
+	// reballots counts the stored entries that were re-ballots (Held:
+	// reballot.go); store checks each names the record it replaces.
+	reballots map[NodeID]int
 	// own holds the leaders' own acceptances whose persist has not
 	// completed, for the nodes a test holds them on (ownvote_test.go).
 	own ownPersists
@@ -176,6 +179,24 @@ func (nw *network) isolate(id NodeID) {
 
 func (nw *network) heal() { nw.cut = map[[2]NodeID]bool{} }
 
+// store makes e durable on id. A re-ballot (Held) must name the entry
+// stored at its slot, with the same value, as a runtime's log needs it to.
+func (nw *network) store(id NodeID, e Entry) {
+	d := nw.durable[id]
+	if !e.Held.IsZero() {
+		base, ok := d.accepted[e.Slot]
+		if !ok || base.Ballot != e.Held || !sameValue(&base, &e) {
+			nw.t.Fatalf("node %d: re-ballot of slot %d under %v names %v; stored: %v %+v", id, e.Slot, e.Ballot, e.Held, ok, base)
+		}
+		if nw.reballots == nil {
+			nw.reballots = map[NodeID]int{}
+		}
+		nw.reballots[id]++
+		e.Held = Ballot{}
+	}
+	d.accepted[e.Slot] = e
+}
+
 // handleReady processes one node's Ready by the contract.
 func (nw *network) handleReady(id NodeID) bool {
 	n := nw.nodes[id]
@@ -197,7 +218,7 @@ func (nw *network) readyDone(id NodeID, rd Ready) {
 		d.promised = *rd.Promised
 	}
 	for _, e := range rd.Accepted {
-		d.accepted[e.Slot] = e
+		nw.store(id, e)
 	}
 	nw.stored[id] += len(rd.Accepted) + len(rd.OwnAccepted)
 	for _, m := range rd.Messages {

@@ -43,7 +43,7 @@ func (nw *network) writeOwn(id NodeID, es []Entry) {
 		if old, ok := d.accepted[e.Slot]; ok && e.Ballot.Less(old.Ballot) {
 			continue
 		}
-		d.accepted[e.Slot] = e
+		nw.store(id, e)
 	}
 	if n := nw.nodes[id]; n != nil && !nw.down[id] {
 		n.OwnAcceptedDurable(es[0].Ballot, es[0].Slot, es[len(es)-1].Slot)

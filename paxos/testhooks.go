@@ -97,3 +97,14 @@ var TestingDeferForever bool
 // a catch-up stores again every value the acceptor holds under another
 // ballot than the leader's.
 var TestingReproposeChosen bool
+
+// TestingNoReballot (tests only) hands out every re-stored value whole
+// (no Held) and counts it whole for log room: the behaviour before
+// re-ballot records (reballot.go).
+var TestingNoReballot bool
+
+// TestingReballotAnyBase (tests only) is a planted bug: a re-ballot names
+// the log's entry whether or not it was stored (a leader's own acceptance
+// still in flight among them), so a re-ballot can reach the log before
+// the record it names.
+var TestingReballotAnyBase bool

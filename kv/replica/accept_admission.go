@@ -82,7 +82,11 @@ func (r *Replica) storedBytes(m *paxos.Message, room int64) (need int64, fit int
 			if m.Type == paxos.MsgCatchup {
 				held = r.node.CatchupHolds(&e, m.Ballot) // as paxos handleCatchup decides
 			}
-			if !held {
+			switch {
+			case held:
+			case r.node.HoldsValue(&e):
+				need += reballotRingBytes // paxos reballot.go
+			default:
 				need += entryRingBytes(&e)
 			}
 		}

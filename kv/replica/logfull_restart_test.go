@@ -16,16 +16,19 @@ import (
 // of a log's worth of entries while its apply loop is stalled, then
 // crashes: restarted, it finds every one of those records above its
 // applied slot, committed but not known to be; meanwhile leadership moved
-// to another node under a new ballot. Node 3 must not campaign (its
-// re-proposals would not fit: Campaign says ErrNoLogRoom) and must catch
-// up without its consensus loop stalling on the full log.
+// to another node under a new ballot. Node 3 must catch up without its
+// consensus loop stalling on the full log. (Its own re-proposals, as
+// leader, would be re-ballots, a record header each: paxos reballot.go;
+// stored whole, as before re-ballots, they would not fit, and Campaign
+// says ErrNoLogRoom: the second run checks that.)
 //
 // The new leader holds those entries under the ballot node 3 accepted them
 // under, so its catch-ups store nothing new on node 3 (paxos
 // chosen_prefix.go). The admission of catch-ups is for those that do store
 // (values node 3 holds under another ballot, or lacks): the second run
-// makes every catch-up store its values again (paxos.TestingReproposeChosen,
-// the behaviour before), and they are admitted only as far as the log has
+// makes every catch-up store its values again, whole
+// (paxos.TestingReproposeChosen and TestingNoReballot, the behaviour
+// before both), and they are admitted only as far as the log has
 // room, the rest waiting while what was taken commits, applies and is
 // truncated. Planted on top (testingCatchupsSkipAdmission): a catch-up that
 // does not fit stalls node 3's loop (here it recovers, as the catch-ups it
@@ -36,8 +39,8 @@ func TestRestartedFullLogCatchesUp(t *testing.T) {
 	if !caughtUp || stalls != 0 {
 		t.Fatalf("node 3 caught up %v, its loop stalled %d times on its full log: %s", caughtUp, stalls, line)
 	}
-	paxos.TestingReproposeChosen = true
-	defer func() { paxos.TestingReproposeChosen = false }()
+	paxos.TestingReproposeChosen, paxos.TestingNoReballot = true, true
+	defer func() { paxos.TestingReproposeChosen, paxos.TestingNoReballot = false, false }()
 	cCaughtUp, cStalls, cLine := restartedFullLog(t, 60, 30*time.Second)
 	if !cCaughtUp || cStalls != 0 {
 		t.Fatalf("catch-ups storing copies: node 3 caught up %v, its loop stalled %d times on its full log: %s", cCaughtUp, cStalls, cLine)
@@ -54,7 +57,8 @@ func TestRestartedFullLogCatchesUp(t *testing.T) {
 // TestRestartedFullLogIdleCatchesUp: the same, with node 3's log filled to
 // the line admission keeps (75 %) and no write after the restart. Its
 // catch-ups store nothing (paxos chosen_prefix.go), so it catches up at
-// once. When they store copies (paxos.TestingReproposeChosen), none fits
+// once. When they store copies, whole (paxos.TestingReproposeChosen and
+// TestingNoReballot), none fits
 // at all and the leader, idle, never compacts past node 3: only the
 // snapshot offer of a catch-up that stood still (paxos catchup_stuck.go)
 // brings it up. Planted on top (paxos.TestingNoStuckCatchupOffer): it stays
@@ -64,8 +68,8 @@ func TestRestartedFullLogIdleCatchesUp(t *testing.T) {
 	if !caughtUp {
 		t.Fatalf("node 3 did not catch up: %s", line)
 	}
-	paxos.TestingReproposeChosen = true
-	defer func() { paxos.TestingReproposeChosen = false }()
+	paxos.TestingReproposeChosen, paxos.TestingNoReballot = true, true
+	defer func() { paxos.TestingReproposeChosen, paxos.TestingNoReballot = false, false }()
 	cCaughtUp, _, cLine := restartedFullLog(t, 74, 30*time.Second)
 	if !cCaughtUp || !strings.Contains(cLine, "snapshots_installed=1") {
 		t.Fatalf("catch-ups storing copies: node 3 did not catch up by the stuck catch-up's snapshot: %s", cLine)
@@ -138,10 +142,13 @@ func restartedFullLog(t *testing.T, fillPct int64, wait time.Duration) (caughtUp
 	if st.LastSlot <= st.Commit+paxos.Slot(keys/2) {
 		t.Fatalf("%s: the restart did not leave node 3 with its records uncommitted", line)
 	}
-	campaign := make(chan error, 1)
-	r3.controlC <- func() { campaign <- r3.node.Campaign() }
-	if err := <-campaign; !errors.Is(err, paxos.ErrNoLogRoom) {
-		t.Fatalf("%s: Campaign on node 3: %v, want ErrNoLogRoom", line, err)
+	if paxos.TestingNoReballot {
+		// Its re-proposals, stored whole, do not fit: it defers.
+		campaign := make(chan error, 1)
+		r3.controlC <- func() { campaign <- r3.node.Campaign() }
+		if err := <-campaign; !errors.Is(err, paxos.ErrNoLogRoom) {
+			t.Fatalf("%s: Campaign on node 3: %v, want ErrNoLogRoom", line, err)
+		}
 	}
 	target := c.nodes[leader].r.Applied()
 	deadline := time.Now().Add(wait)

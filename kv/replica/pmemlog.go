@@ -10,7 +10,10 @@ import (
 )
 
 // PMemLog adapts a pmem.Log to AcceptorLog: one RecordEntry per accepted
-// entry, its payload the paxos.AppendEntry encoding.
+// entry, its payload the paxos.AppendEntry encoding, or, for an entry
+// whose value the log holds already under another ballot (Entry.Held,
+// paxos reballot.go), a re-ballot: the new ballot alone (reballot
+// payload, below).
 type PMemLog struct {
 	l   *pmem.Log
 	buf []pmem.Record
@@ -48,7 +51,7 @@ func (p *PMemLog) Append(entries []paxos.Entry) error {
 				Type:    pmem.RecordEntry,
 				Slot:    uint64(e.Slot),
 				Ballot:  pmem.Ballot{Round: e.Ballot.Round, Node: uint64(e.Ballot.Node)},
-				Payload: paxos.AppendEntry(nil, e),
+				Payload: entryPayload(e),
 			})
 		}
 		if err := p.l.Append(p.buf); err != nil {
@@ -67,13 +70,32 @@ func (p *PMemLog) Append(entries []paxos.Entry) error {
 func (p *PMemLog) Persist() error { return p.l.Persist() }
 
 // Recover implements AcceptorLog: the last record of each slot above
-// applied wins.
+// applied wins; a re-ballot gives the value of the slot's record it names
+// a new ballot, and is an error when the log holds no such record (which
+// Append's order rules out: the named record came first in the ring); one
+// older than the slot's record so far changes nothing.
 func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error) {
 	pb := p.l.Promised()
 	promised := paxos.Ballot{Round: pb.Round, Node: paxos.NodeID(pb.Node)}
 	latest := map[paxos.Slot]paxos.Entry{}
 	err := p.l.Iterate(uint64(applied)+1, func(rec pmem.Record) error {
 		if rec.Type != pmem.RecordEntry {
+			return nil
+		}
+		if rb, ok := decodeReballot(rec.Payload); ok {
+			if uint64(rb.Slot) != rec.Slot {
+				return fmt.Errorf("record of slot %d holds a re-ballot of slot %d", rec.Slot, rb.Slot)
+			}
+			base, held := latest[rb.Slot]
+			if held && rb.Ballot.Less(base.Ballot) {
+				return nil // a later ballot was recorded first (the accel fast path appends beside the loop): it stands
+			}
+			if !held || base.Ballot != rb.Held || base.Type != rb.Type {
+				return fmt.Errorf("the re-ballot of slot %d under %v names ballot %v, but the log holds %v for the slot (held %v, type %d)",
+					rb.Slot, rb.Ballot, rb.Held, base.Ballot, held, base.Type)
+			}
+			base.Ballot = rb.Ballot
+			latest[rb.Slot] = base
 			return nil
 		}
 		// The payload aliases the region: decode a copy.

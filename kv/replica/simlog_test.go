@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -57,7 +58,11 @@ func (l *simLog) Append(es []paxos.Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range es {
-		l.volatile = append(l.volatile, cloneEntry(e))
+		c := cloneEntry(e)
+		if !e.Held.IsZero() {
+			c.Cmds = nil // a re-ballot: the ballot alone, as PMemLog stores it
+		}
+		l.volatile = append(l.volatile, c)
 	}
 	return nil
 }
@@ -85,9 +90,24 @@ func (l *simLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error
 	defer l.mu.Unlock()
 	latest := map[paxos.Slot]paxos.Entry{}
 	for _, e := range l.durable {
-		if e.Slot > applied && e.Slot >= l.truncated {
-			latest[e.Slot] = cloneEntry(e)
+		if e.Slot <= applied || e.Slot < l.truncated {
+			continue
 		}
+		if !e.Held.IsZero() {
+			// A re-ballot: as PMemLog.Recover, the slot's value under
+			// the ballot it names, or an error.
+			base, ok := latest[e.Slot]
+			if ok && e.Ballot.Less(base.Ballot) {
+				continue // as PMemLog: a later ballot stands
+			}
+			if !ok || base.Ballot != e.Held || base.Type != e.Type {
+				return l.promised, nil, fmt.Errorf("simlog: the re-ballot of slot %d under %v names %v, the log holds %v (held %v)", e.Slot, e.Ballot, e.Held, base.Ballot, ok)
+			}
+			base.Ballot = e.Ballot
+			latest[e.Slot] = base
+			continue
+		}
+		latest[e.Slot] = cloneEntry(e)
 	}
 	out := make([]paxos.Entry, 0, len(latest))
 	for _, e := range latest {

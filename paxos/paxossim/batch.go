@@ -32,12 +32,12 @@ func (s *Summary) Detail() string {
 	return fmt.Sprintf("kinds=%s crashes=%d (mid-Ready %d, all-at-once %d) partitions=%d one-way=%d conf-changes=%d fresh-nodes=%d "+
 		"pauses=%d compactions=%d snapshot-installs=%d transfers=%d (failed %d, stale %d, crash after staging %d) reads=%d "+
 		"own-writes=%d (slow %d, out of order %d, superseded %d, lost %d, survived %d, crashes after send %d, with a write in flight %d) "+
-		"msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
+		"re-ballots=%d msgs sent=%d dropped=%d duplicated=%d delayed=%d blocked=%d",
 		s.Covered, c.Crashes, c.MidReadyCrashes, c.TotalCrashes, c.Partitions, c.OneWays, c.ConfChanges, c.FreshNodes,
 		c.Pauses, c.Compactions, c.SnapshotsInstalled, c.TransfersStarted, c.TransfersFailed, c.TransfersStale, c.StagedCrashes,
 		c.LeaseOrBarrierReads,
 		c.OwnWrites, c.OwnWritesSlow, c.OwnWritesReordered, c.OwnWritesSuperseded, c.OwnWritesLost, c.OwnWritesSurvived, c.CrashesAfterSend, c.CrashesInFlight,
-		s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
+		c.Reballots, s.Net.sent, s.Net.dropped, s.Net.duplicated, s.Net.delayed, s.Net.blocked)
 }
 
 // String is the one summary line the test prints.

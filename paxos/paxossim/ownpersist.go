@@ -118,9 +118,16 @@ func (s *sim) ownWritesDue(sn *simNode) {
 func (s *sim) writeOwn(sn *simNode, w *ownWrite) {
 	for i := range w.entries {
 		e := &w.entries[i]
-		if !sn.store.persistOwn(e) {
+		stored, why := sn.store.persistOwn(e)
+		if why != "" {
+			s.chk.violate("node %d: durability: %s", sn.id, why)
+		}
+		if !stored {
 			s.result.Counts.OwnWritesSuperseded++
 			continue
+		}
+		if !e.Held.IsZero() {
+			s.result.Counts.Reballots++
 		}
 		s.chk.accepted(sn.id, e)
 	}
@@ -163,11 +170,12 @@ func (s *sim) loseOwnWrites(sn *simNode) {
 }
 
 // persistOwn records e as durable unless the slot holds a later
-// acceptance; it reports whether it did.
-func (st *durableStore) persistOwn(e *paxos.Entry) bool {
+// acceptance; it reports whether it did, and names a re-ballot without
+// its base (resolve).
+func (st *durableStore) persistOwn(e *paxos.Entry) (stored bool, why string) {
 	if old, ok := st.accepted[e.Slot]; ok && e.Ballot.Less(old.Ballot) {
-		return false
+		return false, ""
 	}
-	st.accepted[e.Slot] = cloneEntry(*e)
-	return true
+	st.accepted[e.Slot], why = st.resolve(*e)
+	return true, why
 }

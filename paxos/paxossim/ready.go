@@ -51,7 +51,11 @@ func (s *sim) handleReady(sn *simNode, rd *paxos.Ready) {
 			s.chk.violate("node %d: accepted slot %d under ballot %v below its durable promise %v", sn.id, e.Slot, e.Ballot, sn.store.promised)
 		}
 	}
-	sn.store.persist(rd)
+	bad, reballots := sn.store.persist(rd)
+	for _, why := range bad {
+		s.chk.violate("node %d: durability: %s", sn.id, why)
+	}
+	s.result.Counts.Reballots += reballots
 	for i := range rd.Accepted {
 		s.chk.accepted(sn.id, &rd.Accepted[i])
 	}

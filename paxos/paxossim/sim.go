@@ -139,10 +139,14 @@ type Counts struct {
 	// fresh nodes started in Join mode; leadership hand-overs started and
 	// completed (leadership.go).
 	Learners, Promotions, Joins, Transfers, TransfersDone int
+	// Re-ballots stored: values stored again under a new ballot as the
+	// ballot alone (paxos reballot.go).
+	Reballots int
 }
 
 func (c *Counts) add(o Counts) {
 	c.Learners += o.Learners
+	c.Reballots += o.Reballots
 	c.Promotions += o.Promotions
 	c.Joins += o.Joins
 	c.Transfers += o.Transfers

@@ -1,6 +1,7 @@
 package paxossim
 
 import (
+	"fmt"
 	"slices"
 
 	"synod/paxos"
@@ -13,6 +14,11 @@ import (
 type durableStore struct {
 	promised paxos.Ballot
 	accepted map[paxos.Slot]paxos.Entry
+	// truncated is the highest slot truncate dropped: a runtime's log
+	// never reads back a record at or below it (a re-ballot that lands
+	// there after the truncation names a record that is gone, and is
+	// never read either).
+	truncated paxos.Slot
 
 	// The application's durable copy. With appDurableEveryApply the whole
 	// state machine is durable after every applied entry (like a store
@@ -31,18 +37,58 @@ func newDurableStore() *durableStore {
 }
 
 // persist records the durable part of a Ready. Entries are deep-copied:
-// the node may reuse their memory after Advance.
-func (s *durableStore) persist(rd *paxos.Ready) {
+// the node may reuse their memory after Advance. It returns the
+// re-ballots that named no stored base (resolve), and how many it stored.
+func (s *durableStore) persist(rd *paxos.Ready) (bad []string, reballots int) {
 	if rd.Promised != nil {
 		s.promised = *rd.Promised
 	}
 	for _, e := range rd.Accepted {
-		s.accepted[e.Slot] = cloneEntry(e)
+		if !e.Held.IsZero() {
+			reballots++
+		}
+		var why string
+		if s.accepted[e.Slot], why = s.resolve(e); why != "" {
+			bad = append(bad, why)
+		}
 	}
+	return bad, reballots
+}
+
+// resolve is e as the store keeps it. An entry with Held is a re-ballot
+// (paxos reballot.go): a runtime stores the new ballot alone and reads the
+// value back from the record it stored under Held, so the store takes the
+// value from the entry it holds at the slot, which must be that one, with
+// the same value; why names a re-ballot without its base (the value is
+// then the node's, so that one oracle reports it, not several).
+func (s *durableStore) resolve(e paxos.Entry) (out paxos.Entry, why string) {
+	if e.Held.IsZero() {
+		return cloneEntry(e), ""
+	}
+	base, ok := s.accepted[e.Slot]
+	if !ok && e.Slot <= s.truncated {
+		// Truncated: never read back (durableState skips it too).
+		e.Held = paxos.Ballot{}
+		return cloneEntry(e), ""
+	}
+	if !ok || base.Ballot != e.Held || base.Type != e.Type || !sameCmds(base.Cmds, e.Cmds) {
+		held := e.Held
+		e.Held = paxos.Ballot{}
+		return cloneEntry(e), fmt.Sprintf("slot %d: a re-ballot under %v names %v, the store holds the slot: %v, under %v, same value: %v",
+			e.Slot, e.Ballot, held, ok, base.Ballot, ok && base.Type == e.Type && sameCmds(base.Cmds, e.Cmds))
+	}
+	out = cloneEntry(base)
+	out.Ballot = e.Ballot
+	return out, ""
+}
+
+func sameCmds(a, b [][]byte) bool {
+	return slices.EqualFunc(a, b, func(x, y []byte) bool { return string(x) == string(y) })
 }
 
 // truncate drops accepted entries at or below slot, which a snapshot covers.
 func (s *durableStore) truncate(slot paxos.Slot) {
+	s.truncated = max(s.truncated, slot)
 	for k := range s.accepted {
 		if k <= slot {
 			delete(s.accepted, k)

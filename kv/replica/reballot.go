@@ -1,0 +1,56 @@
+package replica
+
+import (
+	"encoding/binary"
+
+	"synod/paxos"
+	"synod/pmem"
+)
+
+// Re-ballot records in the acceptor log (paxos reballot.go): a value
+// stored again under a new ballot is recorded as the new ballot alone,
+// naming the ballot of the record that holds the value. The payload:
+//
+//	slot u64 | ballot round u64 | ballot node u64 | 0xB0 | type u8 | held round u64 | held node u64
+//
+// (little-endian, 42 bytes: one 128-byte ring record, against 256 KiB for
+// the value again). Its first 25 bytes are laid out as an entry's, and
+// 0xB0 sits where an entry has its type: a binary that predates
+// re-ballots fails to decode the record ("unknown entry type 176") and
+// refuses to recover the log, rather than skip it and forget the ballot.
+const (
+	reballotMarker       = 0xB0
+	reballotPayloadBytes = 8 + 16 + 1 + 1 + 16
+)
+
+// reballotRingBytes is the ring space of a re-ballot record: admission
+// counts it for an entry whose value the node holds (paxos HoldsValue).
+var reballotRingBytes = pmem.RecordBytes(reballotPayloadBytes)
+
+// entryPayload is the record payload for e: a re-ballot when e.Held is
+// set, the entry's encoding otherwise.
+func entryPayload(e *paxos.Entry) []byte {
+	if e.Held.IsZero() {
+		return paxos.AppendEntry(nil, e)
+	}
+	b := make([]byte, 0, reballotPayloadBytes)
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.Slot))
+	b = binary.LittleEndian.AppendUint64(b, e.Ballot.Round)
+	b = binary.LittleEndian.AppendUint64(b, uint64(e.Ballot.Node))
+	b = append(b, reballotMarker, byte(e.Type))
+	b = binary.LittleEndian.AppendUint64(b, e.Held.Round)
+	return binary.LittleEndian.AppendUint64(b, uint64(e.Held.Node))
+}
+
+// decodeReballot decodes a re-ballot payload: the entry without commands,
+// with Held set; ok false when b is not one (an entry's encoding).
+func decodeReballot(b []byte) (e paxos.Entry, ok bool) {
+	if len(b) != reballotPayloadBytes || b[24] != reballotMarker {
+		return paxos.Entry{}, false
+	}
+	e.Slot = paxos.Slot(binary.LittleEndian.Uint64(b[0:]))
+	e.Ballot = paxos.Ballot{Round: binary.LittleEndian.Uint64(b[8:]), Node: paxos.NodeID(binary.LittleEndian.Uint64(b[16:]))}
+	e.Type = paxos.EntryType(b[25])
+	e.Held = paxos.Ballot{Round: binary.LittleEndian.Uint64(b[26:]), Node: paxos.NodeID(binary.LittleEndian.Uint64(b[34:]))}
+	return e, !e.Held.IsZero()
+}
