@@ -342,15 +342,7 @@ func TestClientTableDeterminism(t *testing.T) {
 		t.Fatalf("the run did not evict and forget: %+v", st)
 	}
 	snap := func(s *SM) []byte {
-		rc, _, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, _ := snapshotBytes(t, s)
 		return b
 	}
 	sa, sb, sc := snap(a), snap(b), snap(c)

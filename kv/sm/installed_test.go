@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -34,15 +33,7 @@ func TestInstalledSlot(t *testing.T) {
 	}
 
 	stream := func(s *SM) []byte {
-		rc, _, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, _ := snapshotBytes(t, s)
 		return b
 	}
 	dstDir := t.TempDir()

@@ -15,6 +15,21 @@ import (
 	"synod/tenants"
 )
 
+// snapshotBytes reads a whole snapshot stream of s and its slot.
+func snapshotBytes(t *testing.T, s *SM) ([]byte, uint64) {
+	t.Helper()
+	rc, slot, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, slot
+}
+
 func openT(t *testing.T, dir string) *SM {
 	t.Helper()
 	s, err := Open(dir, Options{})

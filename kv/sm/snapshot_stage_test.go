@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,16 +23,7 @@ func stageSource(t *testing.T, n, valBytes int) ([]byte, uint64) {
 		a.apply(tenants.ID(1+i%2), &proto.Request{Op: proto.OpPut, ClientID: 7, Key: []byte(fmt.Sprintf("new-%04d", i)),
 			Value: bytes.Repeat([]byte{byte(i)}, valBytes)})
 	}
-	rc, slot, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	stream, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stream, slot
+	return snapshotBytes(t, src)
 }
 
 // oldState gives the SM at dir k applied writes of keys "old-*".

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"reflect"
 	"testing"
 
@@ -21,16 +20,7 @@ func snapshotStream(t *testing.T) ([]byte, uint64) {
 	a.apply(1, put("a", "1"))
 	a.apply(1, put("b", "22"))
 	a.apply(2, put("c", "333"))
-	rc, slot, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, slot
+	return snapshotBytes(t, s)
 }
 
 func TestVerifySnapshot(t *testing.T) {
