@@ -86,17 +86,7 @@ func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, erro
 			if uint64(rb.Slot) != rec.Slot {
 				return fmt.Errorf("record of slot %d holds a re-ballot of slot %d", rec.Slot, rb.Slot)
 			}
-			base, held := latest[rb.Slot]
-			if held && rb.Ballot.Less(base.Ballot) {
-				return nil // a later ballot was recorded first (the accel fast path appends beside the loop): it stands
-			}
-			if !held || base.Ballot != rb.Held || base.Type != rb.Type {
-				return fmt.Errorf("the re-ballot of slot %d under %v names ballot %v, but the log holds %v for the slot (held %v, type %d)",
-					rb.Slot, rb.Ballot, rb.Held, base.Ballot, held, base.Type)
-			}
-			base.Ballot = rb.Ballot
-			latest[rb.Slot] = base
-			return nil
+			return resolveReballot(latest, rb)
 		}
 		// The payload aliases the region: decode a copy.
 		e, err := paxos.UnmarshalEntry(append([]byte(nil), rec.Payload...))

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"synod/paxos"
 	"synod/pmem"
@@ -53,4 +54,25 @@ func decodeReballot(b []byte) (e paxos.Entry, ok bool) {
 	e.Type = paxos.EntryType(b[25])
 	e.Held = paxos.Ballot{Round: binary.LittleEndian.Uint64(b[26:]), Node: paxos.NodeID(binary.LittleEndian.Uint64(b[34:]))}
 	return e, !e.Held.IsZero()
+}
+
+// resolveReballot applies re-ballot rb to latest, the last record of each
+// slot read so far in log order: the value of the slot's record under
+// rb.Held takes rb's ballot. A record under a later ballot than rb's
+// stands (the accel fast path appends beside the consensus loop, so a
+// later ballot can be recorded first); a re-ballot naming a record the
+// log does not hold is an error (Append's order rules it out: the named
+// record came first).
+func resolveReballot(latest map[paxos.Slot]paxos.Entry, rb paxos.Entry) error {
+	base, held := latest[rb.Slot]
+	if held && rb.Ballot.Less(base.Ballot) {
+		return nil
+	}
+	if !held || base.Ballot != rb.Held || base.Type != rb.Type {
+		return fmt.Errorf("the re-ballot of slot %d under %v names ballot %v, but the log holds %v for the slot (held %v, type %d)",
+			rb.Slot, rb.Ballot, rb.Held, base.Ballot, held, base.Type)
+	}
+	base.Ballot = rb.Ballot
+	latest[rb.Slot] = base
+	return nil
 }

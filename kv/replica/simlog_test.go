@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"fmt"
 	"slices"
 	"sync"
 
@@ -94,17 +93,10 @@ func (l *simLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, error
 			continue
 		}
 		if !e.Held.IsZero() {
-			// A re-ballot: as PMemLog.Recover, the slot's value under
-			// the ballot it names, or an error.
-			base, ok := latest[e.Slot]
-			if ok && e.Ballot.Less(base.Ballot) {
-				continue // as PMemLog: a later ballot stands
+			// A re-ballot, resolved as PMemLog.Recover does.
+			if err := resolveReballot(latest, e); err != nil {
+				return l.promised, nil, err
 			}
-			if !ok || base.Ballot != e.Held || base.Type != e.Type {
-				return l.promised, nil, fmt.Errorf("simlog: the re-ballot of slot %d under %v names %v, the log holds %v (held %v)", e.Slot, e.Ballot, e.Held, base.Ballot, ok)
-			}
-			base.Ballot = e.Ballot
-			latest[e.Slot] = base
 			continue
 		}
 		latest[e.Slot] = cloneEntry(e)
