@@ -470,7 +470,14 @@ type nodeStatus struct {
 	LeaseValid bool      `json:"lease_valid"`
 	Durability string    `json:"durability"`
 	Stuck      bool      `json:"stuck"`
-	Accel      *struct {
+	// The rest is shown when a wait fails (no leader): why none leads.
+	LastSlot          uint64  `json:"last_slot"`
+	FirstSlot         uint64  `json:"first_slot"`
+	LoopIdleMs        float64 `json:"loop_idle_ms"`
+	CommitWaitMs      float64 `json:"commit_wait_ms"`
+	ElectionsDeferred uint64  `json:"elections_deferred"`
+	PreCheckRefusals  uint64  `json:"precheck_refusals"`
+	Accel             *struct {
 		Commits    int    `json:"commits"`
 		Mismatches int    `json:"mismatches"`
 		HandUps    uint64 `json:"handups"`
@@ -540,6 +547,12 @@ func (c *cluster) leader(except ...*node) *node {
 			}
 		}
 		time.Sleep(statusPollEvery)
+	}
+	for _, nd := range c.nodes {
+		if nd.running() {
+			st, err := c.status(nd)
+			c.t.Logf("node %d when no leader appeared: %+v (err %v)", nd.id, st, err)
+		}
 	}
 	c.t.Fatalf("no leader within %v", leaderTimeout)
 	return nil

@@ -329,6 +329,15 @@ type nodeStatus struct {
 	// leader whose followers cannot take its writes (fetching snapshots,
 	// logs full) is not stuck, but commits nothing.
 	CommitWaitMs float64 `json:"commit_wait_ms"`
+	// FirstSlot is the lowest slot still held in the paxos log (the
+	// catch-up tail starts there; a follower behind it needs a snapshot).
+	FirstSlot uint64 `json:"first_slot"`
+	// ElectionsDeferred and PreCheckRefusals say why a follower that
+	// hears no leader does not lead: elections it did not start because
+	// what it would re-propose does not fit in its log, and pre-checks
+	// the others refused (paxos.Status).
+	ElectionsDeferred uint64 `json:"elections_deferred"`
+	PreCheckRefusals  uint64 `json:"precheck_refusals"`
 	// Accel: the plane-versus-software commit check (accel = "soft").
 	Accel *accelStatus `json:"accel,omitempty"`
 }
@@ -356,6 +365,7 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 			LeaseValid: rep.LeaseValidNow(&s), LoopIdleMs: float64(rep.LoopIdle().Microseconds()) / 1000,
 			Durability: rep.Mode(), Removed: rep.Removed(), Stuck: rep.Stuck(),
 			CommitWaitMs: float64(rep.CommitWait().Microseconds()) / 1000,
+			FirstSlot:    uint64(s.FirstSlot), ElectionsDeferred: s.ElectionsDeferred, PreCheckRefusals: s.PreCheckRefusals,
 		}
 		if res, on := rep.AccelResult(); on {
 			ns.Accel = &accelStatus{Commits: res.Commits, Mismatches: res.Mismatches, HandUps: res.HandUps, First: res.First}

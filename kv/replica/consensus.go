@@ -78,9 +78,16 @@ func (r *Replica) consensusLoop() {
 // (persistReady) and with it the heartbeats; writes instead queue in
 // proposeC or the tenant scheduler, whose bounds answer THROTTLED past
 // them. A node that does not lead takes them at once, to refuse them.
+// Nor does a leader take writes while its own acceptances wait for room
+// (own_backlog.go): new ones would only queue behind them, and its paxos
+// log would hold their values in memory meanwhile.
 func (r *Replica) holdProposals() bool {
 	if s := r.status.Load(); s == nil || s.Role != paxos.RoleLeader {
 		return false
+	}
+	if len(r.ownBacklog.entries) > 0 {
+		r.snapshotForRoom()
+		return true
 	}
 	used, capacity := r.alog.Usage()
 	if capacity > 0 && used >= admitBytesMax(capacity) {
@@ -192,6 +199,7 @@ func (r *Replica) consensusInput(in consensusInput) {
 		if st := r.status.Load(); st != nil {
 			r.watchProgress(st) // stuck.go: a stuck leader hands over
 		}
+		r.drainOwnBacklog() // own entries that waited for room (own_backlog.go)
 	case inInbound:
 		m := in.msg
 		r.stepInbound(m)

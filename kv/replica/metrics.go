@@ -26,6 +26,9 @@ type Metrics struct {
 	ElectionsDeferred prometheus.Counter
 	// LogStalls counts Readys that waited for acceptor-log room.
 	LogStalls prometheus.Counter
+	// OwnWaits counts the leader's own acceptances that waited for
+	// acceptor-log room (own_backlog.go).
+	OwnWaits prometheus.Counter
 	// PreCheckRefusals counts refusals this node's pre-checks received.
 	PreCheckRefusals prometheus.Counter
 	// AnswerMismatches counts committed commands that named a waiting
@@ -113,6 +116,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_precheck_refusals_total", Help: "Refusals this node's election pre-checks received: a member had heard from a leader lately, held another's lease, or had committed further (so a lagging node leaves the election to one with less to learn)."}),
 		LogStalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_stalls_total", Help: "Times the consensus loop stalled on a full acceptor log: a Ready waited for room, and the loop took only ticks and control meanwhile (admission makes this rare; see kv/replica/accept_admission.go)."}),
+		OwnWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "synod_log_full_own_waits_total", Help: "The leader's own acceptances that did not fit in the acceptor log and waited for room; the Ready went on without them, and the leader's vote for them counted once they were stored (kv/replica/own_backlog.go)."}),
 		LogFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_log_full_total", Help: "Appends refused because the acceptor log was full."}),
 		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
@@ -152,7 +157,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Stuck = newStuckMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.PreCheckRefusals, m.AnswerMismatches, m.AuthRefused, m.Shed,
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.OwnWaits, m.PreCheckRefusals, m.AnswerMismatches, m.AuthRefused, m.Shed,
 			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage,
 			m.ReadStage, m.Stalls)
 	}

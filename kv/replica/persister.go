@@ -88,14 +88,13 @@ func (o *ownWrites) queue(rg ownRange) bool {
 }
 
 // coveredBySync records that a Persist the consensus loop made covered
-// every queued run and rg (nil for none): they are durable. It returns
-// them.
-func (o *ownWrites) coveredBySync(rg *ownRange) []ownRange {
+// every queued run and rgs: they are durable. It returns them.
+func (o *ownWrites) coveredBySync(rgs ...ownRange) []ownRange {
 	o.mu.Lock()
 	covered := o.queued
 	o.queued = nil
-	if rg != nil {
-		covered = addRange(covered, *rg)
+	for _, rg := range rgs {
+		covered = addRange(covered, rg)
 	}
 	for _, c := range covered {
 		o.done = addRange(o.done, c)
@@ -170,10 +169,9 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 		accepted = r.accel.fast.notPersisted(accepted) // the fast path persisted these
 	}
 	own := rd.OwnAccepted
-	var rg *ownRange
-	if len(own) > 0 {
-		rg = &ownRange{b: own[0].Ballot, first: own[0].Slot, last: own[len(own)-1].Slot}
-	}
+	// An answered acceptance supersedes a waiting own entry of its slot
+	// (own_backlog.go).
+	r.ownBacklog.supersede(rd.Accepted)
 	if len(accepted)+len(own) > 0 {
 		start := r.cfg.Now()
 		used0, _ := r.alog.Usage()
@@ -181,17 +179,26 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 		if len(accepted) > 0 {
 			err = r.alog.Append(accepted)
 		}
-		if err == nil && len(own) > 0 {
-			// After the answered ones: in Ready order.
-			err = r.alog.Append(own)
+		var (
+			ranges  []ownRange
+			ownLast paxos.Slot
+		)
+		if err == nil {
+			// After the answered ones: in Ready order. What does not fit
+			// waits in the backlog; the Ready goes on (own_backlog.go).
+			ranges, ownLast, err = r.appendOwn(own)
 		}
 		if err == nil {
 			used1, capacity := r.alog.Usage()
-			r.logTail.appended(used1-used0, lastSlot(accepted, own), capacity)
+			r.logTail.appended(used1-used0, max(ownLast, lastSlot(accepted, nil)), capacity)
 		}
 		sync := len(accepted) > 0
-		if err == nil && !sync && rg != nil && !r.own.queue(*rg) {
-			sync = true // the persister's queue is full
+		unqueued := ranges
+		if err == nil && !sync {
+			for len(unqueued) > 0 && r.own.queue(unqueued[0]) {
+				unqueued = unqueued[1:]
+			}
+			sync = len(unqueued) > 0 // the persister's queue is full
 		}
 		if err == nil && sync {
 			r.persistDelay()
@@ -213,10 +220,15 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 		}
 		if sync {
 			// That Persist covered every own write appended before it.
-			if covered := r.own.coveredBySync(rg); r.accel != nil && len(covered) > 0 {
+			if covered := r.own.coveredBySync(unqueued...); r.accel != nil && len(covered) > 0 {
 				r.accel.ownDurable(covered)
 			}
 		}
+	}
+	if len(rd.Accepted) > 0 {
+		// What superseded waiting own entries is durable now (persisted
+		// above, or by the accel fast path).
+		r.releaseSuperseded()
 	}
 	if len(rd.Accepted)+len(own) > 0 {
 		r.checkLogUsage()

@@ -38,7 +38,7 @@ func TestOwnWritesQueue(t *testing.T) {
 		t.Fatal("nothing pending")
 	}
 	rg := ownRange{b: paxos.Ballot{Round: 999, Node: 1}, first: 500, last: 500}
-	covered := o.coveredBySync(&rg)
+	covered := o.coveredBySync(rg)
 	if len(covered) != ownRangesMax+1 || covered[len(covered)-1] != rg || o.pending() {
 		t.Fatalf("coveredBySync: %d runs, last %v, pending %v", len(covered), covered[len(covered)-1], o.pending())
 	}

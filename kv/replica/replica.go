@@ -242,9 +242,11 @@ type Replica struct {
 	stalled    *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
 	logTail    logTail      // consensus loop only: log bytes appended above a slot (log_tail.go)
 	// own is the persister's queue of the leader's own writes
-	// (persister.go); applyBacklog holds what the apply queue had no room
+	// (persister.go), ownBacklog the own writes the log had no room for
+	// yet; applyBacklog holds what the apply queue had no room
 	// for (apply_backlog.go; consensus loop only).
 	own          ownWrites
+	ownBacklog   ownBacklog // consensus loop only (own_backlog.go)
 	applyBacklog applyBacklog
 	// nextUsageSnap is the earliest time log usage may request another
 	// snapshot (consensus loop only).

@@ -97,6 +97,7 @@ type rsimNode struct {
 	consensusStallUntil int64        // a slow persist: the consensus loop is blocked
 	persistStallUntil   int64        // a slow own-write persist: the persister is blocked (persister.go)
 	applyLagUntil       int64        // the apply loop lags (after a leader change)
+	logFullUntil        int64        // the acceptor log refuses appends as full (own_backlog.go, the Ready stall)
 	lastTick            int64
 	lastPlaneTick       int64
 	lastRole            paxos.Role
@@ -142,6 +143,8 @@ type rsimResult struct {
 	ops, pauses, restarts, stalls, lagged int
 	leaseChecks                           int
 	persistStalls, ownPersists            int
+	logFulls                              int // full-log faults injected
+	ownWaits, readyStalls                 int // own acceptances that waited for room; Readys that stalled
 	chosenRestarts                        int // restarts that committed noted records at once
 	tailRestarts                          int // restarts that kept a catch-up tail below the applied slot (recover_tail.go)
 	xfer                                  xferCounts
@@ -283,10 +286,24 @@ func runReplicaSim(seed uint64, root string) rsimResult {
 				pending = append(pending, fmt.Sprintf("client %d: %v", c.idx, c.op.in))
 			}
 		}
+		for _, n := range s.nodes {
+			if !s.up(n) {
+				pending = append(pending, fmt.Sprintf("node %d down", n.id))
+				continue
+			}
+			st := n.r.node.Status()
+			pending = append(pending, fmt.Sprintf("node %d: role=%v ballot=%v commit=%d applied=%d last=%d stalled=%v own_waiting=%d",
+				n.id, st.Role, st.Ballot, st.Commit, st.Applied, st.LastSlot, n.r.stalled != nil, len(n.r.ownBacklog.entries)))
+		}
 		s.violate("liveness: operations still pending %dms after faults healed: %s", (s.now-rsimFaultMicros)/1000, strings.Join(pending, "; "))
 	}
 	if res := porcupine.CheckOperationsTimeout(kvmodel.Model, s.history, 60*time.Second); res != porcupine.Ok {
 		s.violate("history of %d operations is not linearizable (porcupine: %v)", len(s.history), res)
+	}
+	for _, n := range s.nodes {
+		if s.up(n) {
+			s.countLogFull(n)
+		}
 	}
 	return s.res
 }
@@ -352,6 +369,7 @@ func (s *rsim) stop(n *rsimNode, crash bool) {
 		return
 	}
 	s.dropTransfer(n)
+	s.countLogFull(n)
 	if crash {
 		n.r.stopped.Store(true)
 		close(n.r.stop)
@@ -363,6 +381,13 @@ func (s *rsim) stop(n *rsimNode, crash bool) {
 		n.store.Close()
 	}
 	n.r, n.store, n.held = nil, nil, nil
+}
+
+// countLogFull adds n's full-log counters to the run's (before it stops,
+// and at the end of the run).
+func (s *rsim) countLogFull(n *rsimNode) {
+	s.res.ownWaits += int(counterValue(n.r.metrics.OwnWaits))
+	s.res.readyStalls += int(counterValue(n.r.metrics.LogStalls))
 }
 
 func (s *rsim) up(n *rsimNode) bool     { return n.r != nil }
@@ -405,6 +430,12 @@ func (s *rsim) faultStep() {
 			n.persistStallUntil = s.now + s.between(int64(rsimElectionTicks)*1000, int64(3*rsimElectionTicks)*1000)
 			s.res.persistStalls++
 		}
+	case x < 290: // a full acceptor log: appends refused until the fault ends
+		n := s.pickNode(true)
+		if n != nil && n.logFullUntil <= s.now {
+			n.logFullUntil = s.now + s.between(int64(rsimElectionTicks)*500, int64(4*rsimElectionTicks)*1000)
+			s.res.logFulls++
+		}
 	case x < 330: // partition one node away
 		if len(s.blocked) == 0 {
 			n := s.nodes[r.IntN(len(s.nodes))]
@@ -421,6 +452,7 @@ func (s *rsim) faultStep() {
 		clear(s.blocked)
 	}
 	for _, n := range s.nodes {
+		n.log.refuseAppends(n.logFullUntil > s.now)
 		if !s.up(n) && s.now >= n.downUntil {
 			s.start(n)
 		}
@@ -452,7 +484,8 @@ func (s *rsim) healAll() {
 		if !s.up(n) {
 			s.start(n)
 		}
-		n.pausedUntil, n.consensusStallUntil, n.applyLagUntil = 0, 0, 0
+		n.pausedUntil, n.consensusStallUntil, n.applyLagUntil, n.logFullUntil = 0, 0, 0, 0
+		n.log.refuseAppends(false)
 	}
 }
 
@@ -929,6 +962,7 @@ func TestReplicaSim(t *testing.T) {
 	fmt.Printf("replicasim: seeds=%d ops=%d pauses=%d restarts=%d stalls=%d apply_lags=%d lease_checks=%d violations=%d\n",
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
+	fmt.Printf("replicasim full logs: faults=%d own_waits=%d ready_stalls=%d\n", sum.logFulls, sum.ownWaits, sum.readyStalls)
 	fmt.Printf("replicasim chosen notes: restarts_committing_noted=%d restarts_keeping_tail=%d\n", sum.chosenRestarts, sum.tailRestarts)
 	if n >= 100 && sum.chosenRestarts == 0 {
 		t.Error("no restart committed a noted record: the seeds did not exercise the chosen-through notes (chosen.go)")
@@ -949,6 +983,9 @@ func TestReplicaSim(t *testing.T) {
 	if sum.ownPersists == 0 {
 		t.Error("the persister never ran: the leader's own writes were not exercised")
 	}
+	if n >= 100 && (sum.ownWaits == 0 || sum.readyStalls == 0) {
+		t.Errorf("full logs: %d own acceptances waited, %d Readys stalled: the seeds did not exercise own_backlog.go and the stall", sum.ownWaits, sum.readyStalls)
+	}
 	if sum.pauses == 0 || sum.restarts == 0 {
 		t.Errorf("the seeds paused %d and restarted %d times: the fault schedule did not run", sum.pauses, sum.restarts)
 	}
@@ -960,6 +997,7 @@ func TestReplicaSim(t *testing.T) {
 type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
 	persistStalls, ownPersists, chosenRestarts, tailRestarts  int
+	logFulls, ownWaits, readyStalls                           int
 	xfer                                                      xferCounts
 	failed                                                    []rsimResult
 }
@@ -1018,6 +1056,9 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.stalls += r.stalls
 		sum.persistStalls += r.persistStalls
 		sum.ownPersists += r.ownPersists
+		sum.logFulls += r.logFulls
+		sum.ownWaits += r.ownWaits
+		sum.readyStalls += r.readyStalls
 		sum.chosenRestarts += r.chosenRestarts
 		sum.tailRestarts += r.tailRestarts
 		sum.lagged += r.lagged
@@ -1056,6 +1097,7 @@ func TestReplicaSimCatchesPlantedBugs(t *testing.T) {
 		{"reused-proposal-ids", &TestingReusedProposalIDs},
 		{"stale-clock", &TestingStaleClock},
 		{"chosen-note-last-slot", &TestingChosenNoteLastSlot},
+		{"own-wait-votes-early", &TestingOwnWaitVotesEarly},
 	} {
 		t.Run(bug.name, func(t *testing.T) {
 			*bug.hook = true

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -21,6 +22,7 @@ type simLog struct {
 	truncated paxos.Slot // entries below it are gone (1: nothing truncated)
 	bytes     int64      // durable entry bytes, for Usage
 	capacity  int64
+	refuse    bool // refuseAppends
 }
 
 func newSimLog(capacity int64) *simLog { return &simLog{truncated: 1, capacity: capacity} }
@@ -53,9 +55,20 @@ func (l *simLog) Chosen() paxos.Slot {
 	return l.chosen
 }
 
+// refuseAppends makes the log refuse every append as full while on (the
+// simulator's full-log fault), as a full ring does: nothing is appended.
+func (l *simLog) refuseAppends(on bool) {
+	l.mu.Lock()
+	l.refuse = on
+	l.mu.Unlock()
+}
+
 func (l *simLog) Append(es []paxos.Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.refuse {
+		return fmt.Errorf("%w: the simulator's full-log fault", ErrLogFull)
+	}
 	for _, e := range es {
 		c := cloneEntry(e)
 		if !e.Held.IsZero() {

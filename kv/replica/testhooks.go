@@ -63,6 +63,18 @@ var testingNoSideEviction bool
 // (TestRestartedFullLogCatchesUp).
 var testingCatchupsSkipAdmission bool
 
+// testingNoOwnBacklog plants the wedge own_backlog.go removes: a leader's
+// own acceptances that do not fit in the acceptor log stall the whole
+// Ready (TestOwnEntriesWaitForRoom; TestStalledLeaderSaysItStepsDown uses
+// it to make a leader stall).
+var testingNoOwnBacklog bool
+
+// TestingOwnWaitVotesEarly plants the bug own_backlog.go must not have: an
+// own acceptance that waits for log room is reported durable at once, so
+// the leader's vote counts for a value it has not stored (the replica
+// simulator's planted bugs).
+var TestingOwnWaitVotesEarly bool
+
 // testingStallHidesStatus plants the bug publishStatus's call in the
 // stalled branch removes: a node stalled on a full log keeps the status of
 // when it stalled (TestStalledLeaderSaysItStepsDown).

@@ -1,0 +1,69 @@
+package replica
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/paxos"
+)
+
+// TestOwnEntriesWaitForRoom: a leader whose acceptor log refuses its own
+// acceptance keeps leading (its Ready does not stall: the Accepts leave,
+// the followers' answers are stepped, heartbeats go on), and once the log
+// has room again the waiting entry is stored, the leader's vote counts and
+// the write is answered. Planted (testingNoOwnBacklog, the old stall): the
+// Ready stalls and the leader steps down (the wedge of own_backlog.go,
+// where no node had room to un-stall).
+func TestOwnEntriesWaitForRoom(t *testing.T) {
+	line, kept := ownBacklogRun(t)
+	if !kept {
+		t.Fatalf("own entries with no room: %s, want the leader to keep leading without a stall and answer the write", line)
+	}
+	testingNoOwnBacklog = true
+	defer func() { testingNoOwnBacklog = false }()
+	pLine, pKept := ownBacklogRun(t)
+	if pKept {
+		t.Fatalf("planted (no backlog): %s: the leader did not stall, the test does not show the wedge", pLine)
+	}
+	fmt.Printf("own backlog: %s; planted (own entries stall the Ready): %s\n", line, pLine)
+}
+
+func ownBacklogRun(t *testing.T) (line string, kept bool) {
+	var full [4]atomic.Bool
+	c := newTestClusterWith(t, func(c *testCluster) {
+		c.wrapLog = func(id paxos.NodeID, l AcceptorLog) AcceptorLog {
+			return switchedFullLog{AcceptorLog: l, full: &full[id]}
+		}
+	})
+	c.put("before", "1")
+	l := c.leader()
+	r := c.nodes[l].r
+	full[l].Store(true)
+	done := make(chan proto.Status, 1)
+	go func() { done <- c.do(l, putReq("waits", "1"), 20*time.Second).Status }()
+	// Long enough for check quorum to depose a stalled leader, well short
+	// of the stuck detector's hand-over (stuck.go).
+	time.Sleep(time.Duration(6*c.election()) * time.Millisecond)
+	stalls, role := counterValue(r.metrics.LogStalls), r.Status().Role
+	select {
+	case st := <-done:
+		full[l].Store(false)
+		return fmt.Sprintf("answered %v while the log had no room", st), false
+	default:
+	}
+	full[l].Store(false)
+	start := time.Now()
+	var st proto.Status
+	select {
+	case st = <-done:
+	case <-time.After(20 * time.Second):
+		return fmt.Sprintf("stalls=%v role_while_full=%v: no answer 20s after the log had room", stalls, role), false
+	}
+	after := r.Status()
+	line = fmt.Sprintf("stalls=%v role_while_full=%v write=%v answered_after_room=%v leader_after=%d",
+		stalls, role, st, time.Since(start).Round(time.Millisecond), after.Leader)
+	return line, stalls == 0 && role == paxos.RoleLeader && st == proto.StatusOK && after.Leader == l
+}
