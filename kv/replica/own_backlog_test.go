@@ -18,7 +18,14 @@ import (
 // Ready stalls and the leader steps down (the wedge of own_backlog.go,
 // where no node had room to un-stall).
 func TestOwnEntriesWaitForRoom(t *testing.T) {
+	// Up to three tries: on a loaded CI machine the leader may lose a
+	// term for reasons of its own (a starved tick), which fails the
+	// write; a stall (the bug) fails every try.
 	line, kept := ownBacklogRun(t)
+	for try := 1; try < 3 && !kept; try++ {
+		t.Logf("try %d: %s", try, line)
+		line, kept = ownBacklogRun(t)
+	}
 	if !kept {
 		t.Fatalf("own entries with no room: %s, want the leader to keep leading without a stall and answer the write", line)
 	}
