@@ -2,7 +2,6 @@ package replica
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,12 +38,7 @@ func TestOwnEntriesWaitForRoom(t *testing.T) {
 }
 
 func ownBacklogRun(t *testing.T) (line string, kept bool) {
-	var full [4]atomic.Bool
-	c := newTestClusterWith(t, func(c *testCluster) {
-		c.wrapLog = func(id paxos.NodeID, l AcceptorLog) AcceptorLog {
-			return switchedFullLog{AcceptorLog: l, full: &full[id]}
-		}
-	})
+	c, full := newSwitchedFullCluster(t)
 	c.put("before", "1")
 	l := c.leader()
 	r := c.nodes[l].r

@@ -52,13 +52,20 @@ func TestStalledLeaderSaysItStepsDown(t *testing.T) {
 	fmt.Printf("stalled leader: %s; planted (status hidden while stalled): %s\n", line, pLine)
 }
 
-func stalledLeaderStatus(t *testing.T) (stepped bool, line string) {
-	var full [4]atomic.Bool
+// newSwitchedFullCluster starts a test cluster whose node id's acceptor
+// log refuses every append as full while full[id] is set.
+func newSwitchedFullCluster(t *testing.T) (*testCluster, *[4]atomic.Bool) {
+	full := new([4]atomic.Bool)
 	c := newTestClusterWith(t, func(c *testCluster) {
 		c.wrapLog = func(id paxos.NodeID, l AcceptorLog) AcceptorLog {
 			return switchedFullLog{AcceptorLog: l, full: &full[id]}
 		}
 	})
+	return c, full
+}
+
+func stalledLeaderStatus(t *testing.T) (stepped bool, line string) {
+	c, full := newSwitchedFullCluster(t)
 	c.put("before", "1")
 	l := c.leader()
 	full[l].Store(true)
