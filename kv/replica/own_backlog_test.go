@@ -68,3 +68,31 @@ func ownBacklogRun(t *testing.T) (line string, kept bool) {
 		stalls, role, st, time.Since(start).Round(time.Millisecond), after.Leader)
 	return line, stalls == 0 && role == paxos.RoleLeader && st == proto.StatusOK && after.Leader == l
 }
+
+// TestTailGivesWayToOwnBacklog: compaction keeps a catch-up tail of
+// committed slots (CatchUpLogPercent of the log), but not while the
+// node's own acceptances wait for room: then it compacts through the
+// snapshot's slot. Planted (testingTailKeptForBacklog): the tail stays.
+func TestTailGivesWayToOwnBacklog(t *testing.T) {
+	floors := func() (idle, waiting paxos.Slot) {
+		const capacity = 1 << 20
+		r := &Replica{alog: newSimLog(capacity), cfg: Config{CatchUpLogPercent: 40, SnapshotEverySlots: 1 << 20}}
+		for s := paxos.Slot(1); s <= 100; s++ {
+			r.logTail.appended(8<<10, s, capacity) // 800 KiB of committed entries
+		}
+		idle = r.catchUpFloor(100)
+		r.ownBacklog.entries = []paxos.Entry{{Slot: 101}}
+		return idle, r.catchUpFloor(100)
+	}
+	idle, waiting := floors()
+	if idle >= 100 || waiting != 100 {
+		t.Fatalf("compaction through %d with no backlog (want a tail below 100), through %d with one (want 100)", idle, waiting)
+	}
+	testingTailKeptForBacklog = true
+	defer func() { testingTailKeptForBacklog = false }()
+	_, pWaiting := floors()
+	if pWaiting == 100 {
+		t.Fatal("planted (tail kept): compaction still went through 100: the test does not show the tail")
+	}
+	fmt.Printf("tail and backlog: compacts_through=%d with no backlog, %d with own entries waiting; planted (tail kept): %d\n", idle, waiting, pWaiting)
+}

@@ -84,8 +84,13 @@ func (r *Replica) retainFloor(slot paxos.Slot) paxos.Slot {
 // serves the same laggards (a leader-only tail, tried first, was lost
 // whenever leadership moved). A follower farther behind is served a
 // snapshot (consensus loop).
+//
+// No tail is kept while this node's own acceptances wait for room
+// (own_backlog.go): a leader that cannot store them commits nothing, and
+// a tail kept for laggards (40% of the log by default) beside the old
+// records of its uncommitted slots can leave no room at all.
 func (r *Replica) catchUpFloor(slot paxos.Slot) paxos.Slot {
-	if testingNoCatchUpTail {
+	if testingNoCatchUpTail || (len(r.ownBacklog.entries) > 0 && !testingTailKeptForBacklog) {
 		return slot
 	}
 	floor := slot

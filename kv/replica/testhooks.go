@@ -69,6 +69,11 @@ var testingCatchupsSkipAdmission bool
 // it to make a leader stall).
 var testingNoOwnBacklog bool
 
+// testingTailKeptForBacklog plants the gap catchUpFloor closes: the
+// catch-up tail is kept while the leader's own acceptances wait for room
+// (TestTailGivesWayToOwnBacklog).
+var testingTailKeptForBacklog bool
+
 // TestingOwnWaitVotesEarly plants the bug own_backlog.go must not have: an
 // own acceptance that waits for log room is reported durable at once, so
 // the leader's vote counts for a value it has not stored (the replica
