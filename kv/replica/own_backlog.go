@@ -51,7 +51,6 @@ import (
 // Entry headers; the commands are those paxos's log holds anyway.
 type ownBacklog struct {
 	entries []paxos.Entry
-	bytes   int64 // their ring bytes (entryRingBytes)
 	// released are ranges of dropped entries to report to paxos once the
 	// acceptance that superseded them is durable.
 	released []ownRange
@@ -109,7 +108,6 @@ func (r *Replica) appendOwn(own []paxos.Entry) (ranges []ownRange, last paxos.Sl
 					return ranges, last, err // the replica stops
 				}
 				if ok {
-					b.bytes -= entryRingBytes(&e)
 					continue
 				}
 				full = true
@@ -162,10 +160,25 @@ func (r *Replica) appendOwn(own []paxos.Entry) (ranges []ownRange, last paxos.Sl
 		// A copy of the Entry: paxos owns the Ready's slices after
 		// Advance (the commands themselves are never written again).
 		b.entries = append(b.entries, e)
-		b.bytes += entryRingBytes(&e)
 	}
 	r.noteBacklog()
 	return ranges, last, nil
+}
+
+// remove drops the waiting entries whose slot match selects and returns
+// them as single-slot ranges, for a release report.
+func (b *ownBacklog) remove(match func(paxos.Slot) bool) (dropped []ownRange) {
+	kept := b.entries[:0]
+	for _, e := range b.entries {
+		if match(e.Slot) {
+			dropped = append(dropped, ownRange{b: e.Ballot, first: e.Slot, last: e.Slot})
+			continue
+		}
+		kept = append(kept, e)
+	}
+	clear(b.entries[len(kept):]) // drop command references
+	b.entries = kept
+	return dropped
 }
 
 // supersedeOwn drops the waiting entries of the slots own (this Ready's
@@ -177,16 +190,7 @@ func (b *ownBacklog) supersedeOwn(own []paxos.Entry) {
 		return
 	}
 	first, last := own[0].Slot, own[len(own)-1].Slot // contiguous (paxos Ready.OwnAccepted)
-	kept := b.entries[:0]
-	for _, e := range b.entries {
-		if e.Slot >= first && e.Slot <= last {
-			b.bytes -= entryRingBytes(&e)
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(b.entries[len(kept):])
-	b.entries = kept
+	b.remove(func(s paxos.Slot) bool { return s >= first && s <= last })
 }
 
 // supersede drops the waiting entries of the slots acc (a Ready's answered
@@ -200,35 +204,13 @@ func (b *ownBacklog) supersede(acc []paxos.Entry) {
 	for i := range acc {
 		slots[acc[i].Slot] = true
 	}
-	kept := b.entries[:0]
-	for _, e := range b.entries {
-		if slots[e.Slot] {
-			b.bytes -= entryRingBytes(&e)
-			b.released = append(b.released, ownRange{b: e.Ballot, first: e.Slot, last: e.Slot})
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(b.entries[len(kept):])
-	b.entries = kept
+	b.released = append(b.released, b.remove(func(s paxos.Slot) bool { return slots[s] })...)
 }
 
 // dropBelow drops the waiting entries below the log's truncation point
 // (compacted: a snapshot covers them) and reports their release at once.
 func (b *ownBacklog) dropBelow(truncated paxos.Slot, r *Replica) {
-	kept := b.entries[:0]
-	var rel []ownRange
-	for _, e := range b.entries {
-		if e.Slot < truncated {
-			b.bytes -= entryRingBytes(&e)
-			rel = append(rel, ownRange{b: e.Ballot, first: e.Slot, last: e.Slot})
-			continue
-		}
-		kept = append(kept, e)
-	}
-	clear(b.entries[len(kept):])
-	b.entries = kept
-	if len(rel) > 0 {
+	if rel := b.remove(func(s paxos.Slot) bool { return s < truncated }); len(rel) > 0 {
 		r.own.finish(rel)
 	}
 }
@@ -266,18 +248,14 @@ func (r *Replica) drainOwnBacklog() {
 // queueOwn hands appended runs to the persister; when its queue is full
 // the consensus loop persists them itself.
 func (r *Replica) queueOwn(ranges []ownRange) {
-	for i, rg := range ranges {
-		if !r.own.queue(rg) {
-			r.persistDelay()
-			if err := r.alog.Persist(); err != nil {
-				r.die(err)
-				return
-			}
-			covered := r.own.coveredBySync(ranges[i:]...)
-			if r.accel != nil && len(covered) > 0 {
-				r.accel.ownDurable(covered)
-			}
+	if unqueued := r.own.queueAll(ranges); len(unqueued) > 0 {
+		r.persistDelay()
+		if err := r.alog.Persist(); err != nil {
+			r.die(err)
 			return
+		}
+		if covered := r.own.coveredBySync(unqueued...); r.accel != nil && len(covered) > 0 {
+			r.accel.ownDurable(covered)
 		}
 	}
 }
@@ -290,7 +268,11 @@ func (r *Replica) noteBacklog() {
 		b.logged = true
 		r.snapshotForRoom() // compaction makes the room
 		r.metrics.LogFull.Inc()
-		r.log.Warn().Int("entries", len(b.entries)).Int64("bytes", b.bytes).
+		var bytes int64
+		for i := range b.entries {
+			bytes += entryRingBytes(&b.entries[i])
+		}
+		r.log.Warn().Int("entries", len(b.entries)).Int64("bytes", bytes).
 			Msg("acceptor log full: this leader's own acceptances wait for room (its vote counts once they are stored)")
 	case len(b.entries) == 0 && b.logged:
 		b.logged = false

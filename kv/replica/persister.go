@@ -87,6 +87,15 @@ func (o *ownWrites) queue(rg ownRange) bool {
 	return ok
 }
 
+// queueAll queues rgs in order until the queue is full, and returns
+// those it did not queue.
+func (o *ownWrites) queueAll(rgs []ownRange) (unqueued []ownRange) {
+	for len(rgs) > 0 && o.queue(rgs[0]) {
+		rgs = rgs[1:]
+	}
+	return rgs
+}
+
 // coveredBySync records that a Persist the consensus loop made covered
 // every queued run and rgs: they are durable. It returns them.
 func (o *ownWrites) coveredBySync(rgs ...ownRange) []ownRange {
@@ -195,9 +204,7 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 		sync := len(accepted) > 0
 		unqueued := ranges
 		if err == nil && !sync {
-			for len(unqueued) > 0 && r.own.queue(unqueued[0]) {
-				unqueued = unqueued[1:]
-			}
+			unqueued = r.own.queueAll(ranges)
 			sync = len(unqueued) > 0 // the persister's queue is full
 		}
 		if err == nil && sync {
