@@ -2,6 +2,7 @@ package pmem
 
 import (
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,19 +23,25 @@ func TestAppendWhilePersistRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
+	// The first ring flush (not a meta update) waits inside its barrier
+	// until release; later ones pass. (It once offered itself only if the
+	// test was already waiting: a persist that reached its barrier first
+	// went through, and the test waited on entered for ever.)
+	var held atomic.Bool
 	persistHook = func(r *region, off, n int64) {
-		if off >= headerBytes { // a ring flush, not a meta update
-			select {
-			case entered <- struct{}{}:
-				<-release
-			default:
-			}
+		if off >= headerBytes && held.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-release
 		}
 	}
 	defer func() { persistHook = nil }()
 	done := make(chan error, 1)
 	go func() { done <- l.Persist() }()
-	<-entered // the first persist is inside its barrier
+	select {
+	case <-entered: // the first persist is inside its barrier
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Persist never reached its barrier")
+	}
 	appended := make(chan error, 1)
 	go func() {
 		err := l.Append(rec(2))
