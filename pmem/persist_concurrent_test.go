@@ -99,19 +99,21 @@ func TestCloseWaitsForPersist(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool // the first ring flush waits, as above
 	persistHook = func(r *region, off, n int64) {
-		if off >= headerBytes {
-			select {
-			case entered <- struct{}{}:
-				<-release
-			default:
-			}
+		if off >= headerBytes && held.CompareAndSwap(false, true) {
+			entered <- struct{}{}
+			<-release
 		}
 	}
 	defer func() { persistHook = nil }()
 	done := make(chan error, 1)
 	go func() { done <- l.Persist() }()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Persist never reached its barrier")
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	select {
