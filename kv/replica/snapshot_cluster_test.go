@@ -394,6 +394,7 @@ func shortLagCatchUp(t *testing.T, every uint64, planted bool) (kept bool, insta
 	stopped := uint64(c.nodes[f].r.Applied())
 	c.stop(f)
 	before := counterValue(lr.metrics.Snapshots)
+	firstBefore := lr.Status().FirstSlot
 	// Write up to the snapshot's slot, then wait for its flush without
 	// writing more: more writes during a slow flush would make the next
 	// snapshot, far past the tail.
@@ -408,8 +409,14 @@ func shortLagCatchUp(t *testing.T, every uint64, planted bool) (kept bool, insta
 		time.Sleep(5 * time.Millisecond)
 	}
 	lag = snapSlot() - stopped
-	// Compaction follows the snapshot's flush on the consensus loop.
-	time.Sleep(100 * time.Millisecond)
+	// Compaction follows the snapshot's flush on the consensus loop (the
+	// counter moves before it is queued there): wait for the log's first
+	// slot to move, which it does with the tail and without; if it never
+	// does, the check below judges the log as it stands.
+	deadline = time.Now().Add(compactionWait)
+	for lr.Status().FirstSlot == firstBefore && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	kept = uint64(lr.Status().FirstSlot) <= stopped+1
 	c.start(f)
 	c.waitApplied(f, lr.Applied())
