@@ -37,6 +37,9 @@ import (
 // choice in the real loop too), message delays, drops, duplicates and
 // partitions, pauses (a node takes no steps while its inputs queue, then
 // resumes in a seed-chosen order of its owed ticks and queued inputs),
+// which input a node's apply loop takes and when a compaction's Pebble
+// flush completes (the step that takes it waits for the flush, so real
+// time never decides; TestReplicaSimIsDeterministic runs seeds twice),
 // consensus-loop stalls longer than the election timeout (a slow persist),
 // apply-loop lag right after a leader change, single and whole-cluster
 // crashes with log replay (PMem keeps only what was persisted: simLog;
@@ -717,15 +720,43 @@ func (s *rsim) applyStep(n *rsimNode) {
 	if n.applyLagUntil > s.now {
 		return
 	}
-	select {
-	case it := <-r.applyC:
+	// The seed chooses the input, as consensusStep does: not select
+	// (which picks at random among ready cases), nor how fast Pebble's
+	// background flush runs (a compaction's flush completes at a step the
+	// seed chooses, which waits for it then).
+	const (
+		applyEntries = iota
+		applySnapshot
+		applyFlushed
+	)
+	var kinds []int
+	if len(r.applyC) > 0 {
+		kinds = append(kinds, applyEntries)
+	}
+	if len(r.snapNow) > 0 {
+		kinds = append(kinds, applySnapshot)
+	}
+	if r.apply.flushing != nil {
+		kinds = append(kinds, applyFlushed)
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	if testingRsimApplyBySelect {
+		s.applyBySelect(n)
+		return
+	}
+	switch kinds[s.rng.IntN(len(kinds))] {
+	case applyEntries:
+		it := <-r.applyC
 		s.checkAgreement(n, it.entries)
 		r.applyInput(it)
-	case <-r.snapNow:
+	case applySnapshot:
+		<-r.snapNow
 		r.snapshotNow()
-	case <-r.apply.flushing:
+	case applyFlushed:
+		<-r.apply.flushing
 		r.flushed()
-	default:
 	}
 }
 
@@ -1072,8 +1103,11 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 }
 
 // rsimPlantedSeedsMax bounds a planted-bug run (it stops at the first
-// failing seed).
-const rsimPlantedSeedsMax = 300
+// failing seed, so the bound costs time only when a plant goes
+// unnoticed). CI runs caught reused-proposal-ids at 6-108 seeds (before
+// the simulator was made deterministic, each run a different draw), so
+// 300 left about one run in a hundred without a catch.
+const rsimPlantedSeedsMax = 1500
 
 // TestReplicaSimCatchesPlantedBugs turns on each planted runtime bug and
 // requires the replica simulator's oracles (porcupine, answer identity,
@@ -1095,7 +1129,7 @@ func TestReplicaSimCatchesPlantedBugs(t *testing.T) {
 		// seeds caps the search (0: rsimPlantedSeedsMax). An early
 		// vote needs a full log, a crash before the backlog drains and a
 		// quorum without the others' copy: about 1.6% of seeds (16 of
-		// 1000), so 300 would miss it about once in 125 runs.
+		// 1000).
 		seeds int
 	}{
 		{"read-before-applied", &TestingReadBeforeApplied, 0},
