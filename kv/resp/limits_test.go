@@ -377,6 +377,13 @@ func TestReadAheadBoundedByRequestBytes(t *testing.T) {
 			}
 		}
 	}()
+	// Wait until the reader holds something (a fixed sleep failed the
+	// test when the writer had not run yet), then give it time to read
+	// further than its budget if it would.
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.host.Stats().RequestBytes == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	time.Sleep(300 * time.Millisecond)
 	held := ts.host.Stats().RequestBytes
 	if held == 0 || held > cfg.RequestBytesPerConnMax {
