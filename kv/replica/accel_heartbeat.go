@@ -58,6 +58,10 @@ var errBadAccelFrame = errors.New("replica: malformed accel frame")
 // paxos message (by its first byte).
 func isAccelFrame(b []byte) bool { return len(b) > 0 && b[0] == accelFrameMagic }
 
+// accelFrameToEnd is where an accel frame's destination (u64, after the
+// magic, kind, cluster and sender) ends: appendAccelFrame's layout.
+const accelFrameToEnd = 2 + 8 + 8 + 8
+
 func appendAccelFrame(buf []byte, f *accelFrame) []byte {
 	buf = append(buf, accelFrameMagic, f.kind)
 	buf = binary.LittleEndian.AppendUint64(buf, f.cluster)

@@ -218,6 +218,25 @@ func (a *Auth) open(b []byte, channel byte) ([]byte, paxos.NodeID, error) {
 	return b[authHeaderBytes : len(b)-authTagBytes], h.sender, nil
 }
 
+// replayed reports whether fresh would refuse h now, without admitting
+// it: its sender's incarnation is older, or its counter below the window
+// or already seen.
+func (a *Auth) replayed(h sealedHeader) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.windows[windowKey{h.sender, h.channel}]
+	switch {
+	case w == nil || h.incarnation > w.incarnation:
+		return false
+	case h.incarnation < w.incarnation || h.counter+authReplayWindow <= w.top:
+		return true
+	case h.counter > w.top:
+		return false
+	default:
+		return w.seen&(uint64(1)<<(w.top-h.counter)) != 0
+	}
+}
+
 // fresh admits (sender, incarnation, counter) once, within the window.
 func (a *Auth) fresh(h sealedHeader) bool {
 	a.mu.Lock()
@@ -319,6 +338,12 @@ func (a *Auth) openFrameHead(head []byte, channel byte, lengthMax int) (sealedLe
 	}
 	if !a.verify(h.sender, head[:4+authHeaderBytes], binary.LittleEndian.Uint64(head[4+authHeaderBytes:])) {
 		return 0, a.reject(ErrAuthFailed)
+	}
+	if a.replayed(h) && !testingSideProvenAtHead {
+		// A copy of a head this node already took: refused before the
+		// connection is given time or buffer for a body (the body's
+		// check would refuse it too, 30 s later).
+		return 0, a.reject(errAuthReplay)
 	}
 	if n > lengthMax {
 		return 0, a.reject(fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, n))

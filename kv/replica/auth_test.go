@@ -149,7 +149,7 @@ func TestAuthRotation(t *testing.T) {
 // peer's frames arrive.
 func TestSideChannelRefusesUnauthenticatedBeforeBuffering(t *testing.T) {
 	got := make(chan []byte, 4)
-	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) { got <- p }, zerolog.Nop())
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- p; return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestSideChannelRefusesUnauthenticatedBeforeBuffering(t *testing.T) {
 		t.Fatalf("the heap grew by %d bytes for forged frames", grew)
 	}
 
-	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) {}, zerolog.Nop())
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

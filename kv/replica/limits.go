@@ -122,7 +122,12 @@ const (
 	// every side-channel connection of a node (two of the largest); a
 	// receiver waits for room before reading a body.
 	sideBufferedBytesMax = 2 * sideFrameBytesMax
-	// sideBudgetUnitBytes is the grain of that budget.
+	// sideProbationBytesMax bounds the bodies buffered at once for the
+	// first frames of connections not yet proven (sidechannel.go,
+	// sideConn): one of the largest. So a node buffers at most
+	// sideBufferedBytesMax + sideProbationBytesMax of side-channel bodies.
+	sideProbationBytesMax = sideFrameBytesMax
+	// sideBudgetUnitBytes is the grain of those budgets.
 	sideBudgetUnitBytes = 64 << 10
 	// sideBodyTimeout bounds how long an authenticated frame's body may
 	// take to arrive (a slow sender cannot hold the budget).

@@ -30,7 +30,10 @@ import (
 // sideFrameBytesMax. Without authentication (in-process tests) a frame is
 // a 4-byte little-endian length and the message.
 
-var errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
+var (
+	errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
+	errSideMisaddressed  = errors.New("replica: side-channel connection's first frame is addressed to another node (a replay of another node's traffic?)")
+)
 
 // sideChannel is the TCP transport for large messages.
 type sideChannel struct {
@@ -38,8 +41,14 @@ type sideChannel struct {
 	log     zerolog.Logger
 	auth    *Auth          // nil: frames are not sealed (tests)
 	refused func()         // counts a connection refused by authentication (may be nil)
-	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies
-	deliver func(b []byte) // called by receivers with a frame they own
+	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies (proven connections)
+	// probation is the same for unproven connections' first frames
+	// (sideProbationBytesMax): what they hold never delays a proven peer.
+	probation chan struct{}
+	// deliver is called by receivers with a frame they own; it reports
+	// whether the frame's message was addressed to this node (a frame
+	// that was not proves nothing: a replay of another node's traffic).
+	deliver func(b []byte) bool
 	// serveSnapshot, when set, is handed a connection that opens with
 	// snapshotConnMagic (a snapshot transfer, snapshot_wire.go) instead
 	// of side-channel frames; it runs on the connection's goroutine,
@@ -60,12 +69,21 @@ type sideChannel struct {
 }
 
 // sideConn is an accepted connection's standing. A connection is unproven
-// until its first frame head authenticates: unproven ones must send that
-// head within sideHeadTimeout, and when the table is full the oldest of
-// them is closed to make room for a new connection. So connections that
-// send nothing (or garbage slowly) can hold no slot a peer needs: before,
+// until its first whole frame authenticated, was fresh, and carried a
+// message addressed to this node: unproven ones must send that frame's
+// head within sideHeadTimeout and its body within sideHeadTimeout more,
+// their bodies wait in the probation budget (never in the one proven peers
+// use), and when the table is full the oldest of them is closed to make
+// room for a new connection. So connections that send nothing, garbage, or
+// replayed traffic can hold no slot and no buffer a peer needs: before,
 // 64 idle connections from anyone refused every peer's new connection,
-// and a large write, which travels here, stalled every write behind it.
+// and later (an outside attacker again) connections that replayed the
+// head of a captured frame counted as proven at its head, held their slot
+// and the body budget for sideBodyTimeout, and kept the cluster without a
+// leader for 27 s while they lasted. A head whose counter the receiver
+// already saw is now refused before anything else (Auth.openFrameHead); a
+// head copied from a frame sent to another node passes that check, but
+// its frame, if the attacker sends it whole, is addressed elsewhere.
 type sideConn struct {
 	seq    uint64
 	proven atomic.Bool
@@ -80,7 +98,7 @@ type sidePeer struct {
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
 // (id -> TCP address); senders start with start.
-func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth, deliver func([]byte), log zerolog.Logger) (*sideChannel, error) {
+func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth, deliver func([]byte) bool, log zerolog.Logger) (*sideChannel, error) {
 	ln, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
@@ -89,7 +107,8 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		ln:       ln,
 		log:      log,
 		auth:     auth,
-		budget:   make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
+		budget:    make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
+		probation: make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
 		deliver:  deliver,
 		peers:    make(map[paxos.NodeID]*sidePeer, len(peers)),
 		stop:     make(chan struct{}),
@@ -229,8 +248,19 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 			sc.proven.Store(true) // no authentication: nothing to prove
 			c.SetReadDeadline(time.Time{})
 		}
+		if err == nil && s.auth != nil && !sc.proven.Load() {
+			// The first frame proves the connection only if it is for
+			// this node.
+			if !s.deliver(b) {
+				err = s.auth.reject(errSideMisaddressed)
+			} else {
+				sc.proven.Store(true)
+				continue
+			}
+		}
 		if err != nil {
-			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) {
+			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) ||
+				errors.Is(err, errAuthReplay) || errors.Is(err, errSideMisaddressed) {
 				if s.refused != nil {
 					s.refused()
 				}
@@ -249,10 +279,14 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 
 // readSealedFrame reads one authenticated frame: its head is checked
 // before the body is read, and the body waits for room in the node's
-// buffered-bytes budget (released once the frame was handed on).
+// buffered-bytes budget (released once the frame was handed on): the
+// proven connections' budget, or the probation budget for an unproven
+// connection's first frame, whose body must then come within
+// sideHeadTimeout.
 func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]byte, error) {
 	var head [sideFrameHeadBytes]byte
-	if sc.proven.Load() {
+	proven := sc.proven.Load()
+	if proven {
 		c.SetReadDeadline(time.Time{}) // a proven peer may idle
 	}
 	if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -262,22 +296,27 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 	if err != nil {
 		return nil, err
 	}
-	sc.proven.Store(true)
+	pool, bodyTimeout := s.budget, sideBodyTimeout
+	if testingSideProvenAtHead {
+		sc.proven.Store(true)
+	} else if !proven {
+		pool, bodyTimeout = s.probation, sideHeadTimeout
+	}
 	units := (n + sideBudgetUnitBytes - 1) / sideBudgetUnitBytes
 	for i := 0; i < units; i++ {
 		select {
-		case s.budget <- struct{}{}:
+		case pool <- struct{}{}:
 		case <-s.stop:
 			return nil, net.ErrClosed
 		}
 	}
 	defer func() {
 		for i := 0; i < units; i++ {
-			<-s.budget
+			<-pool
 		}
 	}()
-	// An authenticated sender gets sideBodyTimeout to send the body.
-	c.SetReadDeadline(time.Now().Add(sideBodyTimeout))
+	// An authenticated head gets bodyTimeout for its body.
+	c.SetReadDeadline(time.Now().Add(bodyTimeout))
 	sealed := make([]byte, n)
 	copy(sealed, head[4:4+authHeaderBytes])
 	if _, err := io.ReadFull(r, sealed[authHeaderBytes:]); err != nil {

@@ -53,7 +53,7 @@ func TestSideChannelReconnects(t *testing.T) {
 	ln.Close() // the peer is down for now
 
 	got := make(chan []byte, 16)
-	a, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, nil, func([]byte) {}, zerolog.Nop())
+	a, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, nil, func([]byte) bool { return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestSideChannelReconnects(t *testing.T) {
 	a.send(2, []byte("lost: peer down"))
 	time.Sleep(50 * time.Millisecond)
 
-	b, err := newSideChannel(addr, nil, nil, func(p []byte) { got <- p }, zerolog.Nop())
+	b, err := newSideChannel(addr, nil, nil, func(p []byte) bool { got <- p; return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSideChannelIdleConnsDoNotLockOutPeers(t *testing.T) {
 func sideDeliveredPastIdleConns(t *testing.T) bool {
 	t.Helper()
 	got := make(chan []byte, 4)
-	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) { got <- p }, zerolog.Nop())
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- p; return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func sideDeliveredPastIdleConns(t *testing.T) bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) {}, zerolog.Nop())
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

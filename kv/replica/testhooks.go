@@ -95,3 +95,10 @@ var TestingNoChosenNotes bool
 // commits entries that were never chosen (the replica simulator must
 // catch it: TestReplicaSimCatchesPlantedBugs).
 var TestingChosenNoteLastSlot bool
+
+// testingSideProvenAtHead, when set, plants the side channel's admission
+// before 2026-12-05: a connection was proven by its first frame head
+// (replayed or not, addressed here or not), which the head check did not
+// hold against the replay window, and its body took the proven peers'
+// budget for sideBodyTimeout (sidechannel.go, sideConn).
+var testingSideProvenAtHead bool

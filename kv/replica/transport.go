@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"encoding/binary"
 	"errors"
 	"net/netip"
 
@@ -66,42 +67,49 @@ func (r *Replica) receiveLoop() {
 }
 
 // deliverSide receives a side-channel frame (it owns b).
-func (r *Replica) deliverSide(b []byte) { r.deliver(b, true) }
+func (r *Replica) deliverSide(b []byte) bool { return r.deliver(b, true) }
 
 // deliver decodes one message and queues it. Datagrams are dropped when the
 // queue is full (as a socket buffer would); side-channel messages wait,
-// because they are large and costly to resend.
-func (r *Replica) deliver(b []byte, wait bool) {
+// because they are large and costly to resend. It reports whether b held
+// a message addressed to this node (queued, answered by the accel fast
+// path, or dropped by an injected fault or a full queue alike).
+func (r *Replica) deliver(b []byte, wait bool) bool {
 	if isAccelFrame(b) {
+		if len(b) < accelFrameToEnd || paxos.NodeID(binary.LittleEndian.Uint64(b[accelFrameToEnd-8:accelFrameToEnd])) != r.cfg.ID {
+			r.metrics.InboundDropped.Inc()
+			return false
+		}
 		if r.accel != nil {
 			r.accel.frame(b)
 		} // without accel: ignored (a peer with accel sends them)
-		return
+		return true
 	}
 	m, err := paxos.UnmarshalMessage(b)
-	if err != nil {
+	if err != nil || m.To != r.cfg.ID {
 		r.metrics.InboundDropped.Inc()
-		return
+		return false
 	}
-	if m.To != r.cfg.ID || r.faults.drop(m.From) {
+	if r.faults.drop(m.From) {
 		r.metrics.InboundDropped.Inc()
-		return
+		return true
 	}
 	if r.accel != nil && r.accel.received(&m, !wait) {
-		return // the accept fast path answered it and queued its mirror
+		return true // the accept fast path answered it and queued its mirror
 	}
 	if wait {
 		select {
 		case r.inbound <- m:
 		case <-r.stop:
 		}
-		return
+		return true
 	}
 	select {
 	case r.inbound <- m:
 	default:
 		r.metrics.InboundDropped.Inc()
 	}
+	return true
 }
 
 // sendLoop writes encoded messages as datagrams, or over the side channel

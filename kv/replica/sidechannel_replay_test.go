@@ -1,0 +1,191 @@
+package replica
+
+import (
+	"fmt"
+
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/paxos"
+)
+
+// sideReplayWait bounds how long TestSideChannelReplayedHeads waits for a
+// peer's frame past the attacker's connections: past the unproven
+// connections' deadlines (sideHeadTimeout for a head, as long again for
+// its body), well short of the sideBodyTimeout a proven connection's body
+// is given.
+const sideReplayWait = 2*sideHeadTimeout + 2*time.Second
+
+// TestSideChannelReplayedHeads: an attacker who captured side-channel
+// traffic between members (found by an outside attacker: 40-75
+// connections that each sent the head of a captured frame and nothing
+// more kept a cluster without a leader for 27 s). Three checks:
+//   - a copy of a head the receiver already took is refused at once (the
+//     connection closes, the refusal is counted), not given a slot and 30 s
+//     of body budget;
+//   - a whole frame copied from traffic to another node proves nothing:
+//     its connection closes at its first frame;
+//   - a table full of connections holding fresh heads (copied from
+//     traffic to other nodes) and no body delays a peer's frame by at most
+//     the unproven deadlines, never by sideBodyTimeout.
+//
+// The planted twin (testingSideProvenAtHead, the old admission) fails all
+// three.
+func TestSideChannelReplayedHeads(t *testing.T) {
+	for _, planted := range []bool{false, true} {
+		testingSideProvenAtHead = planted
+		closed, refused := sideReplayedHeadClosed(t)
+		misaddressedClosed := sideMisaddressedFrameClosed(t)
+		delivered := sideDeliveredPastReplayedHeads(t)
+		testingSideProvenAtHead = false
+		fmt.Printf("side channel replays: planted=%v replayed_head_closed=%v refused=%d misaddressed_frame_closed=%v peer_delivered_past_held_heads=%v\n",
+			planted, closed, refused, misaddressedClosed, delivered)
+		good := closed && refused > 0 && misaddressedClosed && delivered
+		if !planted && !good {
+			t.Errorf("replayed head closed=%v (refusals %d), misaddressed frame closed=%v, a peer's frame delivered within %v past held heads=%v: want all",
+				closed, refused, misaddressedClosed, sideReplayWait, delivered)
+		}
+		if planted && (closed || misaddressedClosed || delivered) {
+			t.Errorf("planted (proven at head): replayed head closed=%v, misaddressed frame closed=%v, delivered=%v: the checks do not tell the old admission apart",
+				closed, misaddressedClosed, delivered)
+		}
+	}
+}
+
+// sideReceiver starts node 2's side channel; got receives what it
+// delivers, which it reports addressed here unless it starts with "elsewhere".
+func sideReceiver(t *testing.T) (*sideChannel, chan []byte) {
+	t.Helper()
+	got := make(chan []byte, 16)
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool {
+		if string(p[:min(len(p), 9)]) == "elsewhere" {
+			return false
+		}
+		select {
+		case got <- p:
+		default: // nobody reads any more: the receiver must not block on close
+		}
+		return true
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx.start()
+	t.Cleanup(rx.close)
+	return rx, got
+}
+
+// closedWithin reports whether the peer closed c within d (a read that
+// returns EOF or a reset, not the read deadline).
+func closedWithin(c net.Conn, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+// sideReplayedHeadClosed sends node 1's frame to node 2 whole, then its
+// head alone on a new connection: reports whether node 2 closed that
+// connection within a second, and how many refusals it counted.
+func sideReplayedHeadClosed(t *testing.T) (closed bool, refused uint64) {
+	rx, got := sideReceiver(t)
+	addr := rx.ln.Addr().String()
+	frame := mustAuth(t, 9, 1, secretA).sealSide([]byte("for node 2"))
+	c1, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if _, err := c1.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the original frame was not delivered")
+	}
+	before := rx.auth.Rejected()
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.Write(frame[:sideFrameHeadBytes]); err != nil {
+		t.Fatal(err)
+	}
+	closed = closedWithin(c2, time.Second)
+	return closed, rx.auth.Rejected() - before
+}
+
+// sideMisaddressedFrameClosed sends node 2 a whole fresh frame of node 1
+// whose message is addressed to another node (as copied from traffic to
+// node 3) and reports whether node 2 closed the connection within a
+// second.
+func sideMisaddressedFrameClosed(t *testing.T) bool {
+	rx, _ := sideReceiver(t)
+	c, err := net.Dial("tcp", rx.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(mustAuth(t, 9, 1, secretA).sealSide([]byte("elsewhere: for node 3"))); err != nil {
+		t.Fatal(err)
+	}
+	return closedWithin(c, time.Second)
+}
+
+// sideDeliveredPastReplayedHeads fills node 2's table with connections
+// that each sent the head of a fresh, large frame of node 3 (as copied
+// from node 3's traffic to node 1) and no body, then reports whether node
+// 1's frame reaches node 2 within sideReplayWait.
+func sideDeliveredPastReplayedHeads(t *testing.T) bool {
+	rx, got := sideReceiver(t)
+	addr := rx.ln.Addr().String()
+	thief := mustAuth(t, 9, 3, secretA)
+	big := make([]byte, 1<<20)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range sideConnsMax {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if _, err := c.Write(thief.sealSide(big)[:sideFrameHeadBytes]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); rx.conns.Load() < sideConnsMax; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver holds %d connections, want %d", rx.conns.Load(), sideConnsMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.start()
+	defer tx.close()
+	until := time.After(sideReplayWait)
+	for {
+		tx.send(2, []byte("from a peer"))
+		select {
+		case <-got:
+			return true
+		case <-until:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
