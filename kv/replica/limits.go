@@ -122,10 +122,10 @@ const (
 	// every side-channel connection of a node (two of the largest); a
 	// receiver waits for room before reading a body.
 	sideBufferedBytesMax = 2 * sideFrameBytesMax
-	// sideProbationBytesMax bounds the bodies buffered at once for the
-	// first frames of connections not yet proven (sidechannel.go,
-	// sideConn): one of the largest. So a node buffers at most
-	// sideBufferedBytesMax + sideProbationBytesMax of side-channel bodies.
+	// sideProbationBytesMax bounds, within sideBufferedBytesMax, the
+	// bodies buffered at once for the first frames of connections not yet
+	// proven (sidechannel.go, sideConn): one of the largest, so proven
+	// peers always have the other.
 	sideProbationBytesMax = sideFrameBytesMax
 	// sideBudgetUnitBytes is the grain of those budgets.
 	sideBudgetUnitBytes = 64 << 10

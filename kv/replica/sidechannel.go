@@ -25,7 +25,8 @@ import (
 // authenticated before a byte of its body is read or buffered, the body
 // is then checked with the whole tag and the replay window, and any
 // failure closes the connection. The bytes buffered for bodies across
-// all connections are bounded by sideBufferedBytesMax (a receiver waits
+// all connections are bounded by sideBufferedBytesMax, and those of
+// unproven ones by sideProbationBytesMax within it (a receiver waits
 // for room before it reads a body: TCP back-pressure), a body by
 // sideFrameBytesMax. Without authentication (in-process tests) a frame is
 // a 4-byte little-endian length and the message.
@@ -39,11 +40,12 @@ var (
 type sideChannel struct {
 	ln      net.Listener
 	log     zerolog.Logger
-	auth    *Auth          // nil: frames are not sealed (tests)
-	refused func()         // counts a connection refused by authentication (may be nil)
-	budget  chan struct{}  // one token per sideBudgetUnitBytes of buffered bodies (proven connections)
-	// probation is the same for unproven connections' first frames
-	// (sideProbationBytesMax): what they hold never delays a proven peer.
+	auth    *Auth         // nil: frames are not sealed (tests)
+	refused func()        // counts a connection refused by authentication (may be nil)
+	budget  chan struct{} // one token per sideBudgetUnitBytes of buffered bodies (proven connections)
+	// probation bounds the share of budget unproven connections' first
+	// frames may hold together (sideProbationBytesMax): what they hold
+	// leaves proven peers the rest.
 	probation chan struct{}
 	// deliver is called by receivers with a frame they own; it reports
 	// whether the frame's message was addressed to this node (a frame
@@ -72,8 +74,8 @@ type sideChannel struct {
 // until its first whole frame authenticated, was fresh, and carried a
 // message addressed to this node: unproven ones must send that frame's
 // head within sideHeadTimeout and its body within sideHeadTimeout more,
-// their bodies wait in the probation budget (never in the one proven peers
-// use), and when the table is full the oldest of them is closed to make
+// together their bodies may hold only the probation share of the body
+// budget (the rest is the proven peers'), and when the table is full the oldest of them is closed to make
 // room for a new connection. So connections that send nothing, garbage, or
 // replayed traffic can hold no slot and no buffer a peer needs: before,
 // 64 idle connections from anyone refused every peer's new connection,
@@ -104,15 +106,15 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
 	}
 	s := &sideChannel{
-		ln:       ln,
-		log:      log,
-		auth:     auth,
+		ln:        ln,
+		log:       log,
+		auth:      auth,
 		budget:    make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
 		probation: make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
-		deliver:  deliver,
-		peers:    make(map[paxos.NodeID]*sidePeer, len(peers)),
-		stop:     make(chan struct{}),
-		accepted: make(map[net.Conn]*sideConn),
+		deliver:   deliver,
+		peers:     make(map[paxos.NodeID]*sidePeer, len(peers)),
+		stop:      make(chan struct{}),
+		accepted:  make(map[net.Conn]*sideConn),
 	}
 	for id, addr := range peers {
 		s.peers[id] = newSidePeer(id, addr)
@@ -296,25 +298,36 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 	if err != nil {
 		return nil, err
 	}
-	pool, bodyTimeout := s.budget, sideBodyTimeout
+	// An unproven connection's body takes room in the probation budget
+	// first, so that together they hold at most its share of the budget.
+	pools, bodyTimeout := []chan struct{}{s.budget}, sideBodyTimeout
 	if testingSideProvenAtHead {
 		sc.proven.Store(true)
 	} else if !proven {
-		pool, bodyTimeout = s.probation, sideHeadTimeout
+		pools, bodyTimeout = []chan struct{}{s.probation, s.budget}, sideHeadTimeout
 	}
 	units := (n + sideBudgetUnitBytes - 1) / sideBudgetUnitBytes
-	for i := 0; i < units; i++ {
-		select {
-		case pool <- struct{}{}:
-		case <-s.stop:
-			return nil, net.ErrClosed
-		}
-	}
+	var taken []chan struct{}
 	defer func() {
-		for i := 0; i < units; i++ {
-			<-pool
+		for _, pool := range taken {
+			for i := 0; i < units; i++ {
+				<-pool
+			}
 		}
 	}()
+	for _, pool := range pools {
+		for i := 0; i < units; i++ {
+			select {
+			case pool <- struct{}{}:
+			case <-s.stop:
+				for ; i > 0; i-- {
+					<-pool
+				}
+				return nil, net.ErrClosed
+			}
+		}
+		taken = append(taken, pool)
+	}
 	// An authenticated head gets bodyTimeout for its body.
 	c.SetReadDeadline(time.Now().Add(bodyTimeout))
 	sealed := make([]byte, n)
