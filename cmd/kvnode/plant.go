@@ -17,6 +17,7 @@ import (
 //	stale-clock          replica.TestingStaleClock
 //	reused-proposal-ids  replica.TestingReusedProposalIDs
 //	no-chosen-notes      replica.TestingNoChosenNotes
+//	no-auth-floors       replica.TestingNoAuthFloors
 //
 // Production builds have no such file: nothing outside a test binary can
 // turn a planted bug on.
@@ -30,6 +31,8 @@ func init() {
 			replica.TestingReusedProposalIDs = true
 		case "no-chosen-notes":
 			replica.TestingNoChosenNotes = true
+		case "no-auth-floors":
+			replica.TestingNoAuthFloors = true
 		default:
 			fmt.Fprintf(os.Stderr, "kvnode: SYNOD_PLANT: unknown planted bug %q\n", name)
 			os.Exit(2)

@@ -159,6 +159,13 @@ func (a *Auth) SealDatagram(payload []byte) []byte {
 	return a.seal(make([]byte, 0, len(payload)+authOverheadBytes), authChannelDatagram, payload)
 }
 
+// OpenDatagram authenticates a sealed datagram and returns its payload
+// (aliasing b) and sender, as the receive loop does (exported for tools and
+// tests that speak the consensus protocol).
+func (a *Auth) OpenDatagram(b []byte) ([]byte, paxos.NodeID, error) {
+	return a.open(b, authChannelDatagram)
+}
+
 // sealedHeader is a parsed header (not yet authenticated).
 type sealedHeader struct {
 	channel     byte
