@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -449,4 +450,23 @@ func TestUnreadGetsStallOnlyTheirTenant(t *testing.T) {
 		t.Fatalf("the other tenant waited %v while one tenant's answers went unread", worst)
 	}
 	t.Logf("other tenant's slowest GET: %v", worst)
+}
+
+// TestClientNameErrors: a client name over clientNameBytesMax is refused
+// as too long (an outside tester's 1 MB name of plain letters was told it
+// had special characters), one with a space as Redis words it, and the
+// bound itself is accepted.
+func TestClientNameErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name []byte
+		want string
+	}{
+		{bytes.Repeat([]byte("n"), clientNameBytesMax), ""},
+		{bytes.Repeat([]byte("n"), clientNameBytesMax+1), "ERR Client names are at most 64 bytes (got 65)"},
+		{[]byte("a b"), "ERR Client names cannot contain spaces, newlines or special characters."},
+	} {
+		if got := nameErr(tc.name, "Client names"); got != tc.want {
+			t.Errorf("name of %d bytes: %q, want %q", len(tc.name), got, tc.want)
+		}
+	}
 }

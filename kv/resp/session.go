@@ -146,8 +146,8 @@ func parseHello(args [][]byte, w *reply) (helloArgs, bool) {
 				w.errSyntax()
 				return h, false
 			}
-			if !validName(args[i+1]) {
-				w.err("ERR Client names cannot contain spaces, newlines or special characters.")
+			if e := nameErr(args[i+1], "Client names"); e != "" {
+				w.err(e)
 				return h, false
 			}
 			h.setName, h.name = true, args[i+1]
@@ -160,16 +160,20 @@ func parseHello(args [][]byte, w *reply) (helloArgs, bool) {
 	return h, true
 }
 
-func validName(b []byte) bool {
+// nameErr is the error for a client name or library field that is not
+// valid ("" for a valid one): longer than clientNameBytesMax, or with a
+// byte outside '!'..'~' (Redis's rule). what names it as Redis's messages
+// do ("Client names", "lib-name and lib-ver").
+func nameErr(b []byte, what string) string {
 	if len(b) > clientNameBytesMax {
-		return false
+		return fmt.Sprintf("ERR %s are at most %d bytes (got %d)", what, clientNameBytesMax, len(b))
 	}
 	for _, c := range b {
 		if c < '!' || c > '~' {
-			return false
+			return "ERR " + what + " cannot contain spaces, newlines or special characters."
 		}
 	}
-	return true
+	return ""
 }
 
 // hello applies a parsed HELLO and answers it.
@@ -305,8 +309,8 @@ func cmdClient(x *exec) {
 	case sub == "ID" && len(args) == 2:
 		x.w.int(int64(c.id))
 	case sub == "SETNAME" && len(args) == 3:
-		if !validName(args[2]) {
-			x.w.err("ERR Client names cannot contain spaces, newlines or special characters.")
+		if e := nameErr(args[2], "Client names"); e != "" {
+			x.w.err(e)
 			return
 		}
 		c.name = string(args[2])
@@ -319,8 +323,8 @@ func cmdClient(x *exec) {
 		}
 	case sub == "SETINFO" && len(args) == 4:
 		v := string(args[3])
-		if !validName(args[3]) && v != "" {
-			x.w.err("ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.")
+		if e := nameErr(args[3], "lib-name and lib-ver"); e != "" && v != "" {
+			x.w.err(e)
 			return
 		}
 		switch upper(args[2]) {
