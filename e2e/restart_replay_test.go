@@ -53,14 +53,14 @@ func restartReplayRefused(t *testing.T, planted bool) int {
 	}
 	c.leader()
 	sender, receiver := c.nodes[0], c.nodes[1]
-	// The receiver's floors file is written every second: let it record
+	// The receiver's floors file is written every 100 ms: let it record
 	// the sender's traffic.
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(time.Second)
 	if err := sender.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	defer sender.cmd.Process.Signal(syscall.SIGCONT)
-	time.Sleep(300 * time.Millisecond) // its packets in flight land
+	time.Sleep(500 * time.Millisecond) // its packets in flight land, the receiver records them
 	c.kill(receiver)
 	floors := readFloors(t, c, receiver)
 	var last replica.AuthFloor

@@ -164,6 +164,11 @@ func (s *sideChannel) close() {
 
 func (s *sideChannel) acceptLoop() {
 	defer s.wg.Done()
+	// Refusals of a full table are logged at most once per
+	// authRejectLogPeriod, with their count (an attacker's connection
+	// flood wrote 7,295 lines in minutes).
+	var refusedSince uint64
+	var nextLog time.Time
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -177,7 +182,13 @@ func (s *sideChannel) acceptLoop() {
 			continue
 		}
 		if s.conns.Load() >= sideConnsMax && !s.evictUnproven() {
-			s.log.Warn().Str("remote", c.RemoteAddr().String()).Msg("side channel: too many connections, refusing")
+			refusedSince++
+			if now := time.Now(); now.After(nextLog) {
+				nextLog = now.Add(authRejectLogPeriod)
+				s.log.Warn().Str("remote", c.RemoteAddr().String()).Uint64("refused", refusedSince).
+					Msg("side channel: too many connections, refusing")
+				refusedSince = 0
+			}
 			c.Close()
 			continue
 		}
