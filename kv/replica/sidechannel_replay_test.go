@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"synod/paxos"
 )
 
 // sideReplayWait bounds how long TestSideChannelReplayedHeads waits for a
@@ -176,21 +174,5 @@ func sideDeliveredPastReplayedHeads(t *testing.T) bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx.start()
-	defer tx.close()
-	until := time.After(sideReplayWait)
-	for {
-		tx.send(2, []byte("from a peer"))
-		select {
-		case <-got:
-			return true
-		case <-until:
-			return false
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return sidePeerDelivers(t, addr, got, sideReplayWait)
 }

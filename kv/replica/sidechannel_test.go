@@ -159,13 +159,21 @@ func sideDeliveredPastIdleConns(t *testing.T) bool {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return sidePeerDelivers(t, addr, got, sideHeadTimeout-time.Second)
+}
+
+// sidePeerDelivers starts node 1's side channel towards node 2 at addr
+// and reports whether one of its frames reaches got within wait (it sends
+// again every 50 ms: a connection refused on the way is retried).
+func sidePeerDelivers(t *testing.T, addr string, got <-chan []byte, wait time.Duration) bool {
+	t.Helper()
 	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	tx.start()
 	defer tx.close()
-	until := time.After(sideHeadTimeout - time.Second)
+	until := time.After(wait)
 	for {
 		tx.send(2, []byte("from a peer"))
 		select {
