@@ -138,11 +138,11 @@ func (s *rsim) startTransfer(n *rsimNode) {
 		return
 	}
 	req, err := decodeSnapFrame(f.request())
-	wantKind := byte(snapFrameRequest)
+	wantKind := byte(snapFrameAddressedRequest)
 	if f.digest != nil {
-		wantKind = snapFrameDeltaRequest
+		wantKind = snapFrameAddressedDeltaRequest
 	}
-	if err != nil || req.kind != wantKind || req.from != n.id || req.id != f.id {
+	if err != nil || req.kind != wantKind || req.from != n.id || req.to != from.id || req.id != f.id {
 		s.violate("node %d: its request frame does not decode: %+v %v", n.id, req, err)
 	}
 	sv, err := from.r.serveBegin(n.id, req.id, req.digest)

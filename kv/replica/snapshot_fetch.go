@@ -119,9 +119,9 @@ func (r *Replica) fetchBegin(offer paxos.SnapshotOffer) (*snapFetch, error) {
 // request is the request frame's payload.
 func (f *snapFetch) request() []byte {
 	if f.digest != nil {
-		return appendSnapDeltaRequest(nil, f.id, f.r.cfg.ID, uint64(f.r.Status().Commit), f.digest)
+		return appendSnapDeltaRequest(nil, f.id, f.r.cfg.ID, f.from, uint64(f.r.Status().Commit), f.digest)
 	}
-	return appendSnapRequest(nil, f.id, f.r.cfg.ID, uint64(f.r.Status().Commit))
+	return appendSnapRequest(nil, f.id, f.r.cfg.ID, f.from, uint64(f.r.Status().Commit))
 }
 
 // onFrame takes one frame from the server; done once the end frame arrived

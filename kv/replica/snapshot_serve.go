@@ -213,8 +213,11 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	req, err := decodeSnapFrame(b)
-	if err == nil && req.kind != snapFrameRequest && req.kind != snapFrameDeltaRequest {
+	if err == nil && !isSnapRequest(req.kind) {
 		err = fmt.Errorf("%w: kind %d before a request", errSnapFrame, req.kind)
+	}
+	if err == nil && req.to != 0 && req.to != r.cfg.ID && !testingSnapRequestUnaddressed {
+		err = fmt.Errorf("%w: request to node %d", errSnapMisaddressed, req.to)
 	}
 	if err == nil && r.cfg.Auth != nil && req.from != sc.peer {
 		err = fmt.Errorf("%w: request names node %d, sealed by %d", errSnapFrame, req.from, sc.peer)
@@ -270,7 +273,8 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 // snapConnRefused logs a transfer connection refused before it began
 // (authentication failures count with the side channel's).
 func (r *Replica) snapConnRefused(c net.Conn, err error) {
-	if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) || errors.Is(err, errAuthReplay) {
+	if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) || errors.Is(err, errAuthReplay) ||
+		errors.Is(err, errSnapMisaddressed) {
 		r.metrics.AuthRefused.Inc()
 		if r.cfg.Auth.shouldLog(time.Now()) {
 			r.log.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Msg("refusing a snapshot transfer connection that failed authentication")

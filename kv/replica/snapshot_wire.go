@@ -38,8 +38,10 @@ import (
 // Frame payloads (little endian; every transfer id is the fetcher's):
 //
 //	kind u8 | version u8 = 1 | transfer id u64 | by kind:
-//	  request: from u64 | commit u64            (the fetcher; its commit index)
-//	  delta request: from u64 | commit u64 | digest (at most sm.DeltaDigestBytesMax)
+//	  request (7): from u64 | to u64 | commit u64  (the fetcher, the server, the fetcher's commit index)
+//	  delta request (8): from u64 | to u64 | commit u64 | digest (at most sm.DeltaDigestBytesMax)
+//	  request of an earlier version (1): from u64 | commit u64
+//	  delta request of an earlier version (6): from u64 | commit u64 | digest
 //	  header:  snapshot metadata (paxos.AppendSnapshotMeta)
 //	  chunk:   seq u64 | data (at most snapshotChunkBytesMax)
 //	  end:     chunks u64 | bytes u64
@@ -111,6 +113,17 @@ const (
 	// earlier version refuses the frame: the fetcher then asks for a whole
 	// stream next time).
 	snapFrameDeltaRequest = 6
+	// snapFrameAddressedRequest and snapFrameAddressedDeltaRequest are
+	// the requests this version sends: they name the server, which
+	// refuses a request addressed to another node. The seal does not
+	// name the receiver and a sender's counter runs across its receivers,
+	// so without the name a request captured on its way to one member
+	// could be replayed to another, which would serve its whole store.
+	// A server still takes the two unaddressed kinds from a node of an
+	// earlier version (during a rolling upgrade); a node of this version
+	// never sends them.
+	snapFrameAddressedRequest      = 7
+	snapFrameAddressedDeltaRequest = 8
 
 	snapFrameVersion   = 1
 	snapFrameHeadBytes = 1 + 1 + 8
@@ -127,6 +140,9 @@ var (
 	errSnapFrame   = errors.New("replica: malformed snapshot transfer frame")
 	errSnapRefused = errors.New("replica: snapshot transfer refused")
 	errSnapStale   = errors.New("replica: snapshot transfer stale")
+	// errSnapMisaddressed refuses a request that names another server (a
+	// replay of a request captured on its way to another member).
+	errSnapMisaddressed = errors.New("replica: snapshot request addressed to another node (a replay of another node's traffic?)")
 )
 
 // snapFrame is one decoded transfer frame.
@@ -134,6 +150,7 @@ type snapFrame struct {
 	kind   byte
 	id     uint64
 	from   paxos.NodeID // request
+	to     paxos.NodeID // request (0: an unaddressed request of an earlier version)
 	commit uint64       // request
 	digest []byte       // delta request (aliases the decoded buffer)
 	meta   paxos.SnapshotMeta
@@ -148,17 +165,31 @@ func appendSnapHead(b []byte, kind byte, id uint64) []byte {
 	return binary.LittleEndian.AppendUint64(b, id)
 }
 
-func appendSnapRequest(b []byte, id uint64, from paxos.NodeID, commit uint64) []byte {
-	b = appendSnapHead(b, snapFrameRequest, id)
+// appendSnapRequest encodes from's request to node to for a whole stream.
+func appendSnapRequest(b []byte, id uint64, from, to paxos.NodeID, commit uint64) []byte {
+	b = appendSnapHead(b, snapFrameAddressedRequest, id)
 	b = binary.LittleEndian.AppendUint64(b, uint64(from))
+	b = binary.LittleEndian.AppendUint64(b, uint64(to))
 	return binary.LittleEndian.AppendUint64(b, commit)
 }
 
-func appendSnapDeltaRequest(b []byte, id uint64, from paxos.NodeID, commit uint64, digest []byte) []byte {
-	b = appendSnapHead(b, snapFrameDeltaRequest, id)
+// appendSnapDeltaRequest encodes from's request to node to for a delta
+// stream against digest.
+func appendSnapDeltaRequest(b []byte, id uint64, from, to paxos.NodeID, commit uint64, digest []byte) []byte {
+	b = appendSnapHead(b, snapFrameAddressedDeltaRequest, id)
 	b = binary.LittleEndian.AppendUint64(b, uint64(from))
+	b = binary.LittleEndian.AppendUint64(b, uint64(to))
 	b = binary.LittleEndian.AppendUint64(b, commit)
 	return append(b, digest...)
+}
+
+// isSnapRequest reports whether kind is one of the four request kinds.
+func isSnapRequest(kind byte) bool {
+	switch kind {
+	case snapFrameRequest, snapFrameDeltaRequest, snapFrameAddressedRequest, snapFrameAddressedDeltaRequest:
+		return true
+	}
+	return false
 }
 
 func appendSnapHeader(b []byte, id uint64, meta *paxos.SnapshotMeta) []byte {
@@ -205,6 +236,16 @@ func decodeSnapFrame(b []byte) (snapFrame, error) {
 			return f, fmt.Errorf("%w: delta request of %d bytes", errSnapFrame, len(rest))
 		}
 		f.from, f.commit, f.digest = paxos.NodeID(u64(0)), u64(1), rest[16:]
+	case snapFrameAddressedRequest:
+		if len(rest) != 24 {
+			return f, fmt.Errorf("%w: request of %d bytes", errSnapFrame, len(rest))
+		}
+		f.from, f.to, f.commit = paxos.NodeID(u64(0)), paxos.NodeID(u64(1)), u64(2)
+	case snapFrameAddressedDeltaRequest:
+		if len(rest) <= 24 || len(rest)-24 > sm.DeltaDigestBytesMax {
+			return f, fmt.Errorf("%w: delta request of %d bytes", errSnapFrame, len(rest))
+		}
+		f.from, f.to, f.commit, f.digest = paxos.NodeID(u64(0)), paxos.NodeID(u64(1)), u64(2), rest[24:]
 	case snapFrameHeader:
 		m, err := paxos.UnmarshalSnapshotMeta(rest)
 		if err != nil {

@@ -3,6 +3,7 @@ package replica
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net"
 	"reflect"
@@ -13,16 +14,33 @@ import (
 	"synod/paxos"
 )
 
+// appendSnapRequestUnaddressed and appendSnapDeltaRequestUnaddressed
+// encode the requests of an earlier version, which name no server.
+func appendSnapRequestUnaddressed(b []byte, id uint64, from paxos.NodeID, commit uint64) []byte {
+	b = appendSnapHead(b, snapFrameRequest, id)
+	b = binary.LittleEndian.AppendUint64(b, uint64(from))
+	return binary.LittleEndian.AppendUint64(b, commit)
+}
+
+func appendSnapDeltaRequestUnaddressed(b []byte, id uint64, from paxos.NodeID, commit uint64, digest []byte) []byte {
+	b = appendSnapHead(b, snapFrameDeltaRequest, id)
+	b = binary.LittleEndian.AppendUint64(b, uint64(from))
+	b = binary.LittleEndian.AppendUint64(b, commit)
+	return append(b, digest...)
+}
+
 func sampleSnapFrames() [][]byte {
 	meta := paxos.SnapshotMeta{Slot: 42, Members: []paxos.NodeID{1, 2, 3}}
 	return [][]byte{
-		appendSnapRequest(nil, 7, 2, 99),
+		appendSnapRequestUnaddressed(nil, 7, 2, 99),
 		appendSnapHeader(nil, 7, &meta),
 		appendSnapChunk(nil, 7, 1, []byte("state bytes")),
 		appendSnapChunk(nil, 7, 2, nil),
 		appendSnapEnd(nil, 7, 2, 11),
 		appendSnapRefuse(nil, 7, snapRefuseBusy),
-		appendSnapDeltaRequest(nil, 7, 2, 99, []byte("digest")),
+		appendSnapDeltaRequestUnaddressed(nil, 7, 2, 99, []byte("digest")),
+		appendSnapRequest(nil, 7, 2, 3, 99),
+		appendSnapDeltaRequest(nil, 7, 2, 3, 99, []byte("digest")),
 	}
 }
 
@@ -40,6 +58,8 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 		{kind: snapFrameEnd, id: 7, seq: 2, bytes: 11},
 		{kind: snapFrameRefuse, id: 7, reason: snapRefuseBusy},
 		{kind: snapFrameDeltaRequest, id: 7, from: 2, commit: 99, digest: []byte("digest")},
+		{kind: snapFrameAddressedRequest, id: 7, from: 2, to: 3, commit: 99},
+		{kind: snapFrameAddressedDeltaRequest, id: 7, from: 2, to: 3, commit: 99, digest: []byte("digest")},
 	}
 	for i, b := range sampleSnapFrames() {
 		got, err := decodeSnapFrame(b)
@@ -48,11 +68,12 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 		}
 		for n := range b {
 			if f, err := decodeSnapFrame(b[:n]); err == nil && !(f.kind == snapFrameChunk && n >= snapFrameHeadBytes+8) &&
-				!(f.kind == snapFrameDeltaRequest && n > snapFrameHeadBytes+16) {
+				!(f.kind == snapFrameDeltaRequest && n > snapFrameHeadBytes+16) &&
+				!(f.kind == snapFrameAddressedDeltaRequest && n > snapFrameHeadBytes+24) {
 				t.Fatalf("frame %d: a prefix of %d/%d bytes decoded: %+v", i, n, len(b), f)
 			}
 		}
-		if got.kind != snapFrameChunk && got.kind != snapFrameDeltaRequest {
+		if got.kind != snapFrameChunk && got.kind != snapFrameDeltaRequest && got.kind != snapFrameAddressedDeltaRequest {
 			if _, err := decodeSnapFrame(append(bytes.Clone(b), 0)); err == nil {
 				t.Fatalf("frame %d: a trailing byte was accepted", i)
 			}
@@ -70,11 +91,16 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 	if _, err := decodeSnapFrame(huge); !errors.Is(err, errSnapFrame) {
 		t.Fatalf("an oversized chunk decoded: %v", err)
 	}
-	if _, err := decodeSnapFrame(appendSnapDeltaRequest(nil, 1, 2, 3, make([]byte, sm.DeltaDigestBytesMax+1))); !errors.Is(err, errSnapFrame) {
-		t.Fatalf("an oversized digest decoded: %v", err)
-	}
-	if _, err := decodeSnapFrame(appendSnapDeltaRequest(nil, 1, 2, 3, make([]byte, sm.DeltaDigestBytesMax))); err != nil {
-		t.Fatalf("a digest of the largest size: %v", err)
+	for _, enc := range []func(digest []byte) []byte{
+		func(d []byte) []byte { return appendSnapDeltaRequestUnaddressed(nil, 1, 2, 3, d) },
+		func(d []byte) []byte { return appendSnapDeltaRequest(nil, 1, 2, 3, 4, d) },
+	} {
+		if _, err := decodeSnapFrame(enc(make([]byte, sm.DeltaDigestBytesMax+1))); !errors.Is(err, errSnapFrame) {
+			t.Fatalf("an oversized digest decoded: %v", err)
+		}
+		if _, err := decodeSnapFrame(enc(make([]byte, sm.DeltaDigestBytesMax))); err != nil {
+			t.Fatalf("a digest of the largest size: %v", err)
+		}
 	}
 }
 
@@ -92,7 +118,11 @@ func FuzzDecodeSnapFrame(f *testing.F) {
 		var again []byte
 		switch fr.kind {
 		case snapFrameRequest:
-			again = appendSnapRequest(nil, fr.id, fr.from, fr.commit)
+			again = appendSnapRequestUnaddressed(nil, fr.id, fr.from, fr.commit)
+		case snapFrameAddressedRequest:
+			again = appendSnapRequest(nil, fr.id, fr.from, fr.to, fr.commit)
+		case snapFrameAddressedDeltaRequest:
+			again = appendSnapDeltaRequest(nil, fr.id, fr.from, fr.to, fr.commit, fr.digest)
 		case snapFrameHeader:
 			again = appendSnapHeader(nil, fr.id, &fr.meta)
 		case snapFrameChunk:
@@ -102,7 +132,7 @@ func FuzzDecodeSnapFrame(f *testing.F) {
 		case snapFrameRefuse:
 			again = appendSnapRefuse(nil, fr.id, fr.reason)
 		case snapFrameDeltaRequest:
-			again = appendSnapDeltaRequest(nil, fr.id, fr.from, fr.commit, fr.digest)
+			again = appendSnapDeltaRequestUnaddressed(nil, fr.id, fr.from, fr.commit, fr.digest)
 		}
 		if !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding changed the frame: %x -> %x", b, again)

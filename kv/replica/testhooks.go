@@ -102,3 +102,10 @@ var TestingChosenNoteLastSlot bool
 // hold against the replay window, and its body took the proven peers'
 // budget for sideBodyTimeout (sidechannel.go, sideConn).
 var testingSideProvenAtHead bool
+
+// testingSnapRequestUnaddressed, when true, makes a snapshot server ignore
+// the server a request names (snapshot_serve.go), as before requests
+// named one: TestSnapRequestReplayedToAnotherMember shows its check
+// catches a request captured on its way to one member and replayed to
+// another.
+var testingSnapRequestUnaddressed bool
