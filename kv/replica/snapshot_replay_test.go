@@ -14,88 +14,134 @@ import (
 // node 1 sent to node 2, captured on the way and replayed to node 3, is
 // refused there (the request names its server; the seal does not, and
 // node 3 never saw that counter), and counted as an authentication
-// refusal, while node 2 served it. With the check planted away
-// (testingSnapRequestUnaddressed) node 3 serves the replay: the whole
-// store, to whoever holds a copy of another member's request.
+// refusal, while node 2 served it. The unaddressed requests of the
+// version before are refused too, whole and delta (one could be such a
+// replay). With the check planted away (testingSnapRequestUnaddressed)
+// node 3 serves the replay: the whole store, to whoever holds a copy of
+// another member's request.
 func TestSnapRequestReplayedToAnotherMember(t *testing.T) {
 	for _, planted := range []bool{false, true} {
 		testingSnapRequestUnaddressed = planted
-		servedTo2, servedTo3, refused := snapRequestReplay(t)
+		res := snapRequestReplay(t, planted)
 		testingSnapRequestUnaddressed = false
-		fmt.Printf("snapshot request replay: planted=%v served_to_addressee=%v replay_to_other_served=%v refused_counted=%v\n",
-			planted, servedTo2, servedTo3, refused)
-		if !servedTo2 {
+		fmt.Printf("snapshot request replay: planted=%v served_to_addressee=%v replay_to_other_served=%v refused_counted=%v unaddressed_served=%v\n",
+			planted, res.servedTo2, res.servedTo3, res.refused, res.unaddressedServed)
+		if !res.servedTo2 {
 			t.Fatalf("planted=%v: node 2 did not serve the request addressed to it", planted)
 		}
-		if !planted && (servedTo3 || !refused) {
-			t.Errorf("a request to node 2 replayed to node 3: served=%v refusal counted=%v; want refused and counted", servedTo3, refused)
+		if !planted && (res.servedTo3 || !res.refused || res.unaddressedServed != 0) {
+			t.Errorf("a request to node 2 replayed to node 3: served=%v refusal counted=%v; unaddressed requests served: %d of 2; want refused, counted, 0",
+				res.servedTo3, res.refused, res.unaddressedServed)
 		}
-		if planted && !servedTo3 {
+		if planted && !res.servedTo3 {
 			t.Errorf("planted (requests unaddressed): node 3 refused the replay; the check does not tell the bug apart")
 		}
 	}
 }
 
+type snapReplayResult struct {
+	servedTo2, servedTo3, refused bool
+	unaddressedServed             int
+}
+
 // snapRequestReplay starts an authenticated cluster, has a member 1
 // (sealing as node 1) ask node 2 for a snapshot, replays the same sealed
 // bytes to node 3, and reports whether each answered with a snapshot
-// header and whether node 3 counted a refusal.
-func snapRequestReplay(t *testing.T) (servedTo2, servedTo3, refused bool) {
+// header and whether node 3 counted a refusal; unless planted, it then
+// sends node 3 the two unaddressed request kinds, freshly sealed, and
+// counts those served.
+func snapRequestReplay(t *testing.T, planted bool) (res snapReplayResult) {
 	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
 	for i := range 30 {
 		c.put(fmt.Sprintf("k%d", i), "v")
 	}
-	addr := func(id paxos.NodeID) string {
-		for _, p := range c.peers {
-			if p.ID == id {
-				return p.ConsensusAddr.String()
-			}
-		}
-		t.Fatalf("no node %d", id)
-		return ""
-	}
+	// A second sealer for node 1: its incarnation is newer than the real
+	// node 1's, so nodes 2 and 3 refuse the real one's transfer frames
+	// from here on; this cluster makes no transfer of its own.
 	one := mustAuth(t, 9, 1, secretA)
-	var magic [4]byte
-	binary.LittleEndian.PutUint32(magic[:], snapshotConnMagic)
-
-	// The request on its way to node 2: sealed once, its bytes kept.
-	c2, err := net.DialTimeout("tcp", addr(2), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2, sc2 := snapDial(t, c, 2, one)
 	defer c2.Close()
-	if _, err := c2.Write(magic[:]); err != nil {
-		t.Fatal(err)
-	}
-	sc2 := newSnapConn(c2, nil, one)
 	if err := sc2.write(appendSnapRequest(nil, 77, 1, 2, 0)); err != nil {
 		t.Fatal(err)
 	}
 	captured := append([]byte(nil), sc2.wbuf...)
-	servedTo2 = snapAnswerIsHeader(sc2)
+	res.servedTo2 = snapAnswerIsHeader(sc2)
 
 	before := counterValue(c.nodes[3].r.metrics.AuthRefused)
-	c3, err := net.DialTimeout("tcp", addr(3), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c3, sc3 := snapDial(t, c, 3, one)
 	defer c3.Close()
-	if _, err := c3.Write(append(magic[:], captured...)); err != nil {
+	if _, err := c3.Write(captured); err != nil {
 		t.Fatal(err)
 	}
-	servedTo3 = snapAnswerIsHeader(newSnapConn(c3, nil, one))
+	res.servedTo3 = snapAnswerIsHeader(sc3)
+	if planted {
+		return res
+	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if refused = counterValue(c.nodes[3].r.metrics.AuthRefused) > before; refused {
+		if res.refused = counterValue(c.nodes[3].r.metrics.AuthRefused) > before; res.refused {
 			break
 		}
 	}
-	return servedTo2, servedTo3, refused
+	for _, req := range [][]byte{
+		appendSnapRequestUnaddressed(nil, 78, 1, 0),
+		appendSnapDeltaRequestUnaddressed(nil, 79, 1, 0, []byte("digest")),
+	} {
+		conn, sc := snapDial(t, c, 3, one)
+		if err := sc.write(req); err != nil {
+			t.Fatal(err)
+		}
+		if snapAnswerIsHeader(sc) {
+			res.unaddressedServed++
+		}
+		conn.Close()
+	}
+	return res
+}
+
+// TestSnapRequestMisaddressedWithoutSecret: a node that runs without a
+// cluster secret (a one-node cluster may) refuses a request addressed to
+// another node and keeps running (the refusal's log path once needed an
+// Auth: a nil dereference killed the node).
+func TestSnapRequestMisaddressedWithoutSecret(t *testing.T) {
+	c := newTestCluster(t, 1, 20)
+	c.put("k", "v")
+	conn, sc := snapDial(t, c, 1, nil)
+	defer conn.Close()
+	if err := sc.write(appendSnapRequest(nil, 5, 2, 99, 0)); err != nil {
+		t.Fatal(err)
+	}
+	served := snapAnswerIsHeader(sc)
+	c.put("k2", "v2") // still serving
+	if served {
+		t.Fatal("a request addressed to node 99 was served")
+	}
+}
+
+// snapDial opens a transfer connection to node id of c (its magic
+// written) framed with auth.
+func snapDial(t *testing.T, c *testCluster, id paxos.NodeID, auth *Auth) (net.Conn, *snapConn) {
+	t.Helper()
+	var addr string
+	for _, p := range c.peers {
+		if p.ID == id {
+			addr = p.ConsensusAddr.String()
+		}
+	}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var magic [4]byte
+	binary.LittleEndian.PutUint32(magic[:], snapshotConnMagic)
+	if _, err := conn.Write(magic[:]); err != nil {
+		t.Fatal(err)
+	}
+	return conn, newSnapConn(conn, nil, auth)
 }
 
 // snapAnswerIsHeader reads the server's first answer: true for a snapshot
 // header, false for a refusal, a closed connection or anything else.
 func snapAnswerIsHeader(sc *snapConn) bool {
-	sc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := sc.read()
 	if err != nil {
 		return false

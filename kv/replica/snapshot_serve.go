@@ -216,8 +216,13 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 	if err == nil && !isSnapRequest(req.kind) {
 		err = fmt.Errorf("%w: kind %d before a request", errSnapFrame, req.kind)
 	}
-	if err == nil && req.to != 0 && req.to != r.cfg.ID && !testingSnapRequestUnaddressed {
-		err = fmt.Errorf("%w: request to node %d", errSnapMisaddressed, req.to)
+	if err == nil && req.to != r.cfg.ID && !testingSnapRequestUnaddressed {
+		// An unaddressed request (a node of the version before) is
+		// refused too: it could be a replay of one sent to another member.
+		err = fmt.Errorf("%w: request to node %d (0: a request of an earlier version, which names no server)", errSnapMisaddressed, req.to)
+		if r.cfg.Auth != nil {
+			r.cfg.Auth.reject(err)
+		}
 	}
 	if err == nil && r.cfg.Auth != nil && req.from != sc.peer {
 		err = fmt.Errorf("%w: request names node %d, sealed by %d", errSnapFrame, req.from, sc.peer)
@@ -276,8 +281,14 @@ func (r *Replica) snapConnRefused(c net.Conn, err error) {
 	if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) || errors.Is(err, errAuthReplay) ||
 		errors.Is(err, errSnapMisaddressed) {
 		r.metrics.AuthRefused.Inc()
-		if r.cfg.Auth.shouldLog(time.Now()) {
-			r.log.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Msg("refusing a snapshot transfer connection that failed authentication")
+		// Without authentication (a one-node cluster may run without a
+		// secret) only a misaddressed request gets here: logged at debug
+		// level, as there is no shared limiter to bound the lines.
+		if a := r.cfg.Auth; a != nil && a.shouldLog(time.Now()) {
+			r.log.Warn().Err(err).Str("remote", c.RemoteAddr().String()).Uint64("refused_total", a.Rejected()).
+				Msg("refusing a snapshot transfer connection that failed authentication or asked another node")
+		} else if a == nil {
+			r.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("refusing a snapshot transfer connection")
 		}
 		return
 	}

@@ -40,8 +40,8 @@ import (
 //	kind u8 | version u8 = 1 | transfer id u64 | by kind:
 //	  request (7): from u64 | to u64 | commit u64  (the fetcher, the server, the fetcher's commit index)
 //	  delta request (8): from u64 | to u64 | commit u64 | digest (at most sm.DeltaDigestBytesMax)
-//	  request of an earlier version (1): from u64 | commit u64
-//	  delta request of an earlier version (6): from u64 | commit u64 | digest
+//	  request of an earlier version (1, refused): from u64 | commit u64
+//	  delta request of an earlier version (6, refused): from u64 | commit u64 | digest
 //	  header:  snapshot metadata (paxos.AppendSnapshotMeta)
 //	  chunk:   seq u64 | data (at most snapshotChunkBytesMax)
 //	  end:     chunks u64 | bytes u64
@@ -97,7 +97,7 @@ const (
 )
 
 // A delta request's digest fits a frame.
-var _ [snapshotFrameBytesMax - (snapFrameHeadBytes + 16 + sm.DeltaDigestBytesMax)]struct{}
+var _ [snapshotFrameBytesMax - (snapFrameHeadBytes + 24 + sm.DeltaDigestBytesMax)]struct{}
 
 // snapshotChunkBytes is the chunk size servers use (tests make it small).
 var snapshotChunkBytes = snapshotChunkBytesMax
@@ -119,9 +119,9 @@ const (
 	// name the receiver and a sender's counter runs across its receivers,
 	// so without the name a request captured on its way to one member
 	// could be replayed to another, which would serve its whole store.
-	// A server still takes the two unaddressed kinds from a node of an
-	// earlier version (during a rolling upgrade); a node of this version
-	// never sends them.
+	// A server refuses the two unaddressed kinds of the version before
+	// (they decode, with to 0, so that the refusal can say why), and a
+	// request that names server 0.
 	snapFrameAddressedRequest      = 7
 	snapFrameAddressedDeltaRequest = 8
 
@@ -241,11 +241,17 @@ func decodeSnapFrame(b []byte) (snapFrame, error) {
 			return f, fmt.Errorf("%w: request of %d bytes", errSnapFrame, len(rest))
 		}
 		f.from, f.to, f.commit = paxos.NodeID(u64(0)), paxos.NodeID(u64(1)), u64(2)
+		if f.to == 0 {
+			return f, fmt.Errorf("%w: request to node 0", errSnapFrame)
+		}
 	case snapFrameAddressedDeltaRequest:
 		if len(rest) <= 24 || len(rest)-24 > sm.DeltaDigestBytesMax {
 			return f, fmt.Errorf("%w: delta request of %d bytes", errSnapFrame, len(rest))
 		}
 		f.from, f.to, f.commit, f.digest = paxos.NodeID(u64(0)), paxos.NodeID(u64(1)), u64(2), rest[24:]
+		if f.to == 0 {
+			return f, fmt.Errorf("%w: delta request to node 0", errSnapFrame)
+		}
 	case snapFrameHeader:
 		m, err := paxos.UnmarshalSnapshotMeta(rest)
 		if err != nil {

@@ -91,6 +91,12 @@ func TestSnapFrameRoundTrip(t *testing.T) {
 	if _, err := decodeSnapFrame(huge); !errors.Is(err, errSnapFrame) {
 		t.Fatalf("an oversized chunk decoded: %v", err)
 	}
+	if _, err := decodeSnapFrame(appendSnapRequest(nil, 1, 2, 0, 3)); !errors.Is(err, errSnapFrame) {
+		t.Fatalf("a request to node 0 decoded: %v", err)
+	}
+	if _, err := decodeSnapFrame(appendSnapDeltaRequest(nil, 1, 2, 0, 3, []byte("d"))); !errors.Is(err, errSnapFrame) {
+		t.Fatalf("a delta request to node 0 decoded: %v", err)
+	}
 	for _, enc := range []func(digest []byte) []byte{
 		func(d []byte) []byte { return appendSnapDeltaRequestUnaddressed(nil, 1, 2, 3, d) },
 		func(d []byte) []byte { return appendSnapDeltaRequest(nil, 1, 2, 3, 4, d) },
