@@ -58,10 +58,6 @@ var errBadAccelFrame = errors.New("replica: malformed accel frame")
 // paxos message (by its first byte).
 func isAccelFrame(b []byte) bool { return len(b) > 0 && b[0] == accelFrameMagic }
 
-// accelFrameToEnd is where an accel frame's destination (u64, after the
-// magic, kind, cluster and sender) ends: appendAccelFrame's layout.
-const accelFrameToEnd = 2 + 8 + 8 + 8
-
 func appendAccelFrame(buf []byte, f *accelFrame) []byte {
 	buf = append(buf, accelFrameMagic, f.kind)
 	buf = binary.LittleEndian.AppendUint64(buf, f.cluster)
@@ -151,11 +147,11 @@ func (a *accelMirror) campaign() {
 	a.forceRole = true // re-arm the plane's election timer
 }
 
-// frame handles an accel frame (receive loop).
-func (a *accelMirror) frame(b []byte) {
+// frame handles an accel frame addressed to this node (receive loop;
+// deliver parsed it and checked its destination).
+func (a *accelMirror) frame(f accelFrame) {
 	r := a.r
-	f, err := parseAccelFrame(b)
-	if err != nil || f.cluster != r.cfg.ClusterID || f.to != r.cfg.ID || f.from == r.cfg.ID || r.faults.drop(f.from) {
+	if f.cluster != r.cfg.ClusterID || f.from == r.cfg.ID || r.faults.drop(f.from) {
 		r.metrics.InboundDropped.Inc()
 		return
 	}

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"encoding/binary"
 	"errors"
 	"net/netip"
 
@@ -76,12 +75,13 @@ func (r *Replica) deliverSide(b []byte) bool { return r.deliver(b, true) }
 // path, or dropped by an injected fault or a full queue alike).
 func (r *Replica) deliver(b []byte, wait bool) bool {
 	if isAccelFrame(b) {
-		if len(b) < accelFrameToEnd || paxos.NodeID(binary.LittleEndian.Uint64(b[accelFrameToEnd-8:accelFrameToEnd])) != r.cfg.ID {
+		f, err := parseAccelFrame(b)
+		if err != nil || f.to != r.cfg.ID {
 			r.metrics.InboundDropped.Inc()
 			return false
 		}
 		if r.accel != nil {
-			r.accel.frame(b)
+			r.accel.frame(f)
 		} // without accel: ignored (a peer with accel sends them)
 		return true
 	}
