@@ -25,9 +25,7 @@ func TestAuthFloorsRefuseReplaysAfterRestart(t *testing.T) {
 		captured = append(captured, p)
 	}
 	side := tx.sealSide([]byte("large"))
-	sealed := side[4 : 4+authHeaderBytes]
-	sealed = append(append([]byte{}, sealed...), side[sideFrameHeadBytes:]...)
-	if _, err := rx.openSideBody(sealed); err != nil {
+	if _, err := openSideFrame(rx, side); err != nil {
 		t.Fatal(err)
 	}
 	floors, err := DecodeAuthFloors(EncodeAuthFloors(rx.Floors()))
@@ -40,7 +38,7 @@ func TestAuthFloorsRefuseReplaysAfterRestart(t *testing.T) {
 				accepted++
 			}
 		}
-		if _, err := restarted.openSideBody(sealed); err == nil {
+		if _, err := openSideFrame(restarted, side); err == nil {
 			accepted++
 		}
 		return accepted
@@ -62,6 +60,16 @@ func TestAuthFloorsRefuseReplaysAfterRestart(t *testing.T) {
 	if planted == 0 {
 		t.Error("planted: a restart without floors refused the replays too; the test does not show the floors' effect")
 	}
+}
+
+// openSideFrame opens a whole side-channel frame as a receiver does: its
+// head, then its body.
+func openSideFrame(a *Auth, frame []byte) ([]byte, error) {
+	if _, err := a.openSideHead(frame[:sideFrameHeadBytes], sideFrameBytesMax); err != nil {
+		return nil, err
+	}
+	sealed := append(append([]byte{}, frame[4:4+authHeaderBytes]...), frame[sideFrameHeadBytes:]...)
+	return a.openSideBody(sealed)
 }
 
 // TestAuthFloorsKeepNewerIncarnations: a record never lowers a window,

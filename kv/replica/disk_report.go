@@ -97,6 +97,11 @@ type DiskSpace struct {
 
 var errBadDiskReport = errors.New("replica: malformed disk report")
 
+// errMisaddressed: an authenticated packet whose payload is addressed to
+// another node, a copy of a member's traffic to that node (the seal does
+// not name the receiver). Counted as an authentication refusal.
+var errMisaddressed = errors.New("replica: consensus packet addressed to another node (a replay of another member's traffic?)")
+
 // isDiskReport says whether a datagram is a disk report (by its first
 // byte).
 func isDiskReport(b []byte) bool { return len(b) > 0 && b[0] == diskReportMagic }
@@ -193,7 +198,7 @@ func (r *Replica) receiveDiskReport(b []byte, sender paxos.NodeID) error {
 	case cluster != r.cfg.ClusterID:
 		return fmt.Errorf("%w: cluster %d", errBadDiskReport, cluster)
 	case to != r.cfg.ID:
-		return fmt.Errorf("%w: addressed to node %d", errBadDiskReport, to)
+		return fmt.Errorf("%w: %w: disk report to node %d", errBadDiskReport, errMisaddressed, to)
 	case sender != 0 && d.Node != sender:
 		return fmt.Errorf("%w: from %d, sealed by %d", errBadDiskReport, d.Node, sender)
 	case d.Node == r.cfg.ID:

@@ -38,7 +38,8 @@ type Metrics struct {
 	// AuthRefused counts consensus datagrams, and side-channel and
 	// snapshot-transfer connections, refused by authentication (auth.go):
 	// forged, from a node without the cluster secret, from another
-	// cluster, replayed, or addressed to another node.
+	// cluster, replayed, addressed to another node, or on probation past
+	// the deadline for their first whole frame (errUnprovenTimeout).
 	AuthRefused prometheus.Counter
 	// Shed counts client requests the overload guard refused, by the
 	// tenant's priority class.
@@ -124,7 +125,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AnswerMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "synod_answer_mismatches_total", Help: "Committed commands that named a waiting writer but were not its command (a bug if non-zero)."}),
 		AuthRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams, side-channel and snapshot-transfer connections refused by authentication (forged, wrong secret, other cluster, replayed, addressed to another node)."}),
+			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams, side-channel and snapshot-transfer connections refused by authentication (forged, wrong secret, other cluster, replayed, addressed to another node, or unproven past their first-frame deadline)."}),
 		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_overload_shed_total", Help: "Client requests refused THROTTLED by the overload guard, by priority class."}, []string{"class"}),
 		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_is_leader", Help: "1 while this replica is the leader, else 0."}),

@@ -34,7 +34,18 @@ import (
 var (
 	errSideFrameTooLarge = errors.New("replica: side-channel frame too large")
 	errSideMisaddressed  = errors.New("replica: side-channel connection's first frame is addressed to another node (a replay of another node's traffic?)")
+	// errUnprovenTimeout: a connection on probation (side channel or
+	// snapshot transfer) did not send its first whole frame within its
+	// deadline; counted as a refusal, as a replayed or idle connection is
+	// the likely sender.
+	errUnprovenTimeout = errors.New("replica: an unproven consensus connection sent no whole first frame within its deadline")
 )
+
+// isTimeout reports whether err is a read deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
 
 // sideChannel is the TCP transport for large messages.
 type sideChannel struct {
@@ -82,10 +93,12 @@ type sideChannel struct {
 // and later (an outside attacker again) connections that replayed the
 // head of a captured frame counted as proven at its head, held their slot
 // and the body budget for sideBodyTimeout, and kept the cluster without a
-// leader for 27 s while they lasted. A head whose counter the receiver
-// already saw is now refused before anything else (Auth.openFrameHead); a
-// head copied from a frame sent to another node passes that check, but
-// its frame, if the attacker sends it whole, is addressed elsewhere.
+// leader for 27 s while they lasted. A head's counter is now taken at the
+// head (Auth.openFrameHead), so a copy of a head the receiver already saw
+// is refused before anything else; a head copied from a frame sent to
+// another node passes that check once, and its frame, if the attacker
+// sends it whole, is addressed elsewhere. A connection that misses a
+// probation deadline is counted as refused (errUnprovenTimeout).
 type sideConn struct {
 	seq    uint64
 	proven atomic.Bool
@@ -271,9 +284,15 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 				continue
 			}
 		}
+		if err != nil && s.auth != nil && !sc.proven.Load() && isTimeout(err) {
+			// A head that authenticated and no body, or nothing at all,
+			// within the probation deadlines: counted, so that
+			// connections holding captured heads show in the refusals.
+			err = s.auth.reject(fmt.Errorf("%w: %w", errUnprovenTimeout, err))
+		}
 		if err != nil {
 			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) ||
-				errors.Is(err, errAuthReplay) || errors.Is(err, errSideMisaddressed) {
+				errors.Is(err, errAuthReplay) || errors.Is(err, errSideMisaddressed) || errors.Is(err, errUnprovenTimeout) {
 				if s.refused != nil {
 					s.refused()
 				}

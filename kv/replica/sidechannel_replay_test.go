@@ -28,29 +28,83 @@ const sideReplayWait = 2*sideHeadTimeout + 2*time.Second
 //     its connection closes at its first frame;
 //   - a table full of connections holding fresh heads (copied from
 //     traffic to other nodes) and no body delays a peer's frame by at most
-//     the unproven deadlines, never by sideBodyTimeout.
+//     the unproven deadlines, never by sideBodyTimeout;
+//   - a head copied from traffic to another node, fresh here, is taken at
+//     its first use: a second copy is closed at once, and the first
+//     connection, which sends no body, is closed at its probation deadline
+//     and counted (an outside tester held such heads 5 s at a time, again
+//     and again, uncounted, while the head's counter was only peeked at).
 //
 // The planted twin (testingSideProvenAtHead, the old admission) fails all
-// three.
+// four.
 func TestSideChannelReplayedHeads(t *testing.T) {
 	for _, planted := range []bool{false, true} {
 		testingSideProvenAtHead = planted
 		closed, refused := sideReplayedHeadClosed(t)
 		misaddressedClosed := sideMisaddressedFrameClosed(t)
 		delivered := sideDeliveredPastReplayedHeads(t)
+		foreign := sideForeignHeadTakenOnce(t)
 		testingSideProvenAtHead = false
-		fmt.Printf("side channel replays: planted=%v replayed_head_closed=%v refused=%d misaddressed_frame_closed=%v peer_delivered_past_held_heads=%v\n",
-			planted, closed, refused, misaddressedClosed, delivered)
-		good := closed && refused > 0 && misaddressedClosed && delivered
+		fmt.Printf("side channel replays: planted=%v replayed_head_closed=%v refused=%d misaddressed_frame_closed=%v peer_delivered_past_held_heads=%v foreign_head_reuse_closed=%v held_head_expired_counted=%v\n",
+			planted, closed, refused, misaddressedClosed, delivered, foreign.reuseClosed, foreign.expiredCounted)
+		good := closed && refused > 0 && misaddressedClosed && delivered && foreign.reuseClosed && foreign.expiredCounted
 		if !planted && !good {
-			t.Errorf("replayed head closed=%v (refusals %d), misaddressed frame closed=%v, a peer's frame delivered within %v past held heads=%v: want all",
-				closed, refused, misaddressedClosed, sideReplayWait, delivered)
+			t.Errorf("replayed head closed=%v (refusals %d), misaddressed frame closed=%v, a peer's frame delivered within %v past held heads=%v, a foreign head's second copy closed=%v, its held first copy closed and counted at the deadline=%v: want all",
+				closed, refused, misaddressedClosed, sideReplayWait, delivered, foreign.reuseClosed, foreign.expiredCounted)
 		}
-		if planted && (closed || misaddressedClosed || delivered) {
-			t.Errorf("planted (proven at head): replayed head closed=%v, misaddressed frame closed=%v, delivered=%v: the checks do not tell the old admission apart",
-				closed, misaddressedClosed, delivered)
+		if planted && (closed || misaddressedClosed || delivered || foreign.reuseClosed || foreign.expiredCounted) {
+			t.Errorf("planted (proven at head): replayed head closed=%v, misaddressed frame closed=%v, delivered=%v, foreign head reuse closed=%v, expired counted=%v: the checks do not tell the old admission apart",
+				closed, misaddressedClosed, delivered, foreign.reuseClosed, foreign.expiredCounted)
 		}
 	}
+}
+
+// foreignHeadResult is what sideForeignHeadTakenOnce saw.
+type foreignHeadResult struct {
+	reuseClosed    bool // the second copy's connection closed within 3 s, a refusal counted
+	expiredCounted bool // the first copy's connection closed within its deadline, a refusal counted
+}
+
+// sideForeignHeadTakenOnce sends node 2 the head of a fresh frame of node 3
+// (as copied from node 3's traffic to node 1) on one connection, and no
+// body; then the same head on a second connection.
+func sideForeignHeadTakenOnce(t *testing.T) (res foreignHeadResult) {
+	rx, _ := sideReceiver(t)
+	addr := rx.ln.Addr().String()
+	head := mustAuth(t, 9, 3, secretA).sealSide([]byte("elsewhere: for node 1"))[:sideFrameHeadBytes]
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldAt := time.Now()
+	if _, err := held.Write(head); err != nil {
+		t.Fatal(err)
+	}
+	// The first copy's head is taken before the second comes.
+	for deadline := time.Now().Add(5 * time.Second); len(rx.budget) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the receiver did not take the first head")
+		}
+	}
+	before := rx.auth.Rejected()
+	again, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if _, err := again.Write(head); err != nil {
+		t.Fatal(err)
+	}
+	res.reuseClosed = closedWithin(again, 3*time.Second) && rx.auth.Rejected() > before
+	before = rx.auth.Rejected()
+	// Its body was due sideHeadTimeout after its head.
+	if closedWithin(held, time.Until(heldAt.Add(sideHeadTimeout+2*time.Second))) {
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !res.expiredCounted; time.Sleep(time.Millisecond) {
+			res.expiredCounted = rx.auth.Rejected() > before
+		}
+	}
+	return res
 }
 
 // sideReceiver starts node 2's side channel; got receives what it

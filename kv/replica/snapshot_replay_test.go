@@ -149,3 +149,32 @@ func snapAnswerIsHeader(sc *snapConn) bool {
 	f, err := decodeSnapFrame(b)
 	return err == nil && f.kind == snapFrameHeader
 }
+
+// TestSnapConnIdleCounted: a transfer connection that sends its magic and
+// no request holds a connection slot until snapshotStallTimeout passes; it
+// is then closed and counted in the node's refusals (an outside tester held
+// such connections 10 s at a time, uncounted). A node without a cluster
+// secret closes it too, and does not fall over on the refusal's path (a
+// misaddressed request once killed such a node there).
+func TestSnapConnIdleCounted(t *testing.T) {
+	sealed := newTestClusterWith(t, func(c *testCluster) { c.secret = secretA })
+	open := newTestCluster(t, 1, 20)
+	sealed.put("k", "v")
+	open.put("k", "v")
+	before := counterValue(sealed.nodes[3].r.metrics.AuthRefused)
+	c1, _ := snapDial(t, sealed, 3, nil)
+	defer c1.Close()
+	c2, _ := snapDial(t, open, 1, nil)
+	defer c2.Close()
+	closed := make(chan bool, 2)
+	for _, c := range []net.Conn{c1, c2} {
+		go func() { closed <- closedWithin(c, snapshotStallTimeout+3*time.Second) }()
+	}
+	bothClosed := <-closed && <-closed
+	counted := counterValue(sealed.nodes[3].r.metrics.AuthRefused) - before
+	open.put("k2", "v2") // still serving
+	fmt.Printf("idle transfer connections: closed=%v counted=%.0f\n", bothClosed, counted)
+	if !bothClosed || counted < 1 {
+		t.Errorf("idle transfer connections closed within %v: %v; refusals counted: %.0f, want closed and 1", snapshotStallTimeout+3*time.Second, bothClosed, counted)
+	}
+}

@@ -209,6 +209,14 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 	sc := newSnapConn(c, br, r.cfg.Auth)
 	b, err := sc.read()
 	if err != nil {
+		if isTimeout(err) {
+			// SNP1 and no request in time: held a connection slot for
+			// nothing (an outside tester's idle transfer connections).
+			err = fmt.Errorf("%w: %w", errUnprovenTimeout, err)
+			if r.cfg.Auth != nil {
+				r.cfg.Auth.reject(err)
+			}
+		}
 		r.snapConnRefused(c, err)
 		return
 	}
@@ -279,7 +287,7 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 // (authentication failures count with the side channel's).
 func (r *Replica) snapConnRefused(c net.Conn, err error) {
 	if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) || errors.Is(err, errAuthReplay) ||
-		errors.Is(err, errSnapMisaddressed) {
+		errors.Is(err, errSnapMisaddressed) || errors.Is(err, errUnprovenTimeout) {
 		r.metrics.AuthRefused.Inc()
 		// Without authentication (a one-node cluster may run without a
 		// secret) only a misaddressed request gets here: logged at debug

@@ -352,7 +352,7 @@ func (sc *snapConn) read() ([]byte, error) {
 	if _, err := io.ReadFull(sc.r, sc.rbuf[authHeaderBytes:]); err != nil {
 		return nil, err
 	}
-	payload, sender, err := sc.auth.open(sc.rbuf, authChannelSnapshot)
+	payload, sender, err := sc.auth.openFrameBody(sc.rbuf, authChannelSnapshot)
 	if err != nil {
 		return nil, err
 	}

@@ -54,62 +54,95 @@ func (r *Replica) receiveLoop() {
 				}
 				b, sender = payload, from
 			}
+			var err error
 			if isDiskReport(b) {
-				if err := r.receiveDiskReport(b, sender); err != nil {
+				if err = r.receiveDiskReport(b, sender); err != nil {
 					r.metrics.InboundDropped.Inc()
 				}
-				continue
+			} else if r.deliver(b, false) == deliverMisaddressed { // counted dropped there
+				err = errMisaddressed
 			}
-			r.deliver(b, false)
+			if a := r.cfg.Auth; a != nil && errors.Is(err, errMisaddressed) {
+				// It authenticated: a member's packet to another node,
+				// replayed here.
+				a.reject(err)
+				r.metrics.AuthRefused.Inc()
+				if a.shouldLog(r.cfg.Now()) {
+					r.log.Warn().Err(err).Str("from", pkts[i].Addr.String()).Uint64("refused_total", a.Rejected()).
+						Msg("refusing consensus datagrams that fail authentication (one line per second at most)")
+				}
+			}
 		}
 	}
 }
 
 // deliverSide receives a side-channel frame (it owns b).
-func (r *Replica) deliverSide(b []byte) bool { return r.deliver(b, true) }
+func (r *Replica) deliverSide(b []byte) bool { return r.deliver(b, true) == deliverTaken }
+
+// deliverResult says what deliver did with a payload.
+type deliverResult uint8
+
+const (
+	// deliverTaken: a message addressed to this node (queued, answered
+	// by the accel fast path, or dropped by an injected fault or a full
+	// queue alike).
+	deliverTaken deliverResult = iota
+	// deliverUndecodable: not a message or accel frame (dropped).
+	deliverUndecodable
+	// deliverMisaddressed: a message or accel frame addressed to another
+	// node (dropped).
+	deliverMisaddressed
+)
 
 // deliver decodes one message and queues it. Datagrams are dropped when the
 // queue is full (as a socket buffer would); side-channel messages wait,
-// because they are large and costly to resend. It reports whether b held
-// a message addressed to this node (queued, answered by the accel fast
-// path, or dropped by an injected fault or a full queue alike).
-func (r *Replica) deliver(b []byte, wait bool) bool {
+// because they are large and costly to resend. Every payload it does not
+// take is counted in InboundDropped.
+func (r *Replica) deliver(b []byte, wait bool) deliverResult {
 	if isAccelFrame(b) {
 		f, err := parseAccelFrame(b)
-		if err != nil || f.to != r.cfg.ID {
+		if err != nil {
 			r.metrics.InboundDropped.Inc()
-			return false
+			return deliverUndecodable
+		}
+		if f.to != r.cfg.ID {
+			r.metrics.InboundDropped.Inc()
+			return deliverMisaddressed
 		}
 		if r.accel != nil {
 			r.accel.frame(f)
 		} // without accel: ignored (a peer with accel sends them)
-		return true
+		return deliverTaken
 	}
 	m, err := paxos.UnmarshalMessage(b)
-	if err != nil || m.To != r.cfg.ID {
+	if err != nil {
 		r.metrics.InboundDropped.Inc()
-		return false
+		return deliverUndecodable
+	}
+	if m.To != r.cfg.ID {
+		r.metrics.InboundDropped.Inc()
+		return deliverMisaddressed
 	}
 	if r.faults.drop(m.From) {
 		r.metrics.InboundDropped.Inc()
-		return true
+		return deliverTaken
 	}
 	if r.accel != nil && r.accel.received(&m, !wait) {
-		return true // the accept fast path answered it and queued its mirror
+		return deliverTaken // the accept fast path answered it and queued its mirror
 	}
 	if wait {
 		select {
 		case r.inbound <- m:
 		case <-r.stop:
 		}
-		return true
+		return deliverTaken
 	}
 	select {
 	case r.inbound <- m:
 	default:
 		r.metrics.InboundDropped.Inc()
 	}
-	return true
+	return deliverTaken
 }
 
 // sendLoop writes encoded messages as datagrams, or over the side channel
