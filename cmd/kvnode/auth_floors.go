@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"synod/internal/lograte"
 	"synod/kv/replica"
 )
 
@@ -60,16 +61,17 @@ type floorsKeeper struct {
 	stop chan struct{}
 	done sync.WaitGroup
 	last []byte
-	// nextWarn bounds the warnings of a failing write (a full or broken
+	// warnLog bounds the warnings of a failing write (a full or broken
 	// disk would otherwise log ten a second).
-	nextWarn time.Time
+	warnLog lograte.Limiter
 }
 
 // authFloorsWarnEvery bounds the "recording failed" warnings.
 const authFloorsWarnEvery = time.Minute
 
 func startFloorsKeeper(dir string, auth *replica.Auth, log zerolog.Logger) *floorsKeeper {
-	k := &floorsKeeper{path: filepath.Join(dir, authFloorsFileName), auth: auth, log: log, stop: make(chan struct{})}
+	k := &floorsKeeper{path: filepath.Join(dir, authFloorsFileName), auth: auth, log: log, stop: make(chan struct{}),
+		warnLog: lograte.Limiter{Every: authFloorsWarnEvery}}
 	k.done.Add(1)
 	go func() {
 		defer k.done.Done()
@@ -94,9 +96,8 @@ func (k *floorsKeeper) write() {
 		return
 	}
 	if err := writeFileSynced(k.path, b); err != nil {
-		if now := time.Now(); now.After(k.nextWarn) {
-			k.nextWarn = now.Add(authFloorsWarnEvery)
-			k.log.Warn().Err(err).Str("path", k.path).Msg("recording the consensus replay floors failed: a restart may accept packets captured before it")
+		if ok, held := k.warnLog.Allow(time.Now()); ok {
+			k.log.Warn().Err(err).Uint64("failures_left_out", held).Str("path", k.path).Msg("recording the consensus replay floors failed: a restart may accept packets captured before it")
 		}
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"synod/internal/lograte"
 	"synod/internal/siphash"
 	"synod/paxos"
 )
@@ -87,8 +88,9 @@ type Auth struct {
 	mu      sync.Mutex
 	windows map[windowKey]*replayWindow
 
-	rejected    atomic.Uint64
-	lastLogNano atomic.Int64
+	rejected atomic.Uint64
+	// logLimit bounds the refusal lines (shouldLog).
+	logLimit lograte.Limiter
 	// senders is the set of admitted senders, bit id (auth_members.go).
 	senders atomic.Uint64
 }
@@ -111,7 +113,8 @@ func NewAuth(cluster uint64, self paxos.NodeID, members []paxos.NodeID, secrets 
 	if len(secrets) == 0 || len(secrets) > authSecretsMax {
 		return nil, fmt.Errorf("replica: %d cluster secrets; want 1..%d", len(secrets), authSecretsMax)
 	}
-	a := &Auth{cluster: cluster, self: self, incarnation: uint64(now.UnixNano()), windows: map[windowKey]*replayWindow{}}
+	a := &Auth{cluster: cluster, self: self, incarnation: uint64(now.UnixNano()), windows: map[windowKey]*replayWindow{},
+		logLimit: lograte.Limiter{Every: authRejectLogPeriod}}
 	for i, sec := range secrets {
 		if len(sec) < authSecretBytesMin {
 			return nil, fmt.Errorf("replica: cluster secret %d has %d bytes; want at least %d", i, len(sec), authSecretBytesMin)
@@ -272,14 +275,12 @@ func (a *Auth) reject(err error) error {
 // Rejected is how many packets open refused.
 func (a *Auth) Rejected() uint64 { return a.rejected.Load() }
 
-// shouldLog reports whether a refusal may be logged now (at most one line
-// per authRejectLogPeriod per node) and how many refusals since the last.
+// shouldLog reports whether a refusal may be logged now: at most one line
+// per authRejectLogPeriod per node, which logs Rejected (the count of
+// refusals in all).
 func (a *Auth) shouldLog(now time.Time) bool {
-	last := a.lastLogNano.Load()
-	if now.UnixNano()-last < int64(authRejectLogPeriod) {
-		return false
-	}
-	return a.lastLogNano.CompareAndSwap(last, now.UnixNano())
+	ok, _ := a.logLimit.Allow(now)
+	return ok
 }
 
 // Side-channel frames are authenticated in two steps, so that nothing is

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"synod/internal/lograte"
 	"synod/paxos"
 )
 
@@ -134,9 +135,9 @@ type loopState struct {
 	batch      [][]byte
 	batchIDs   []uint64
 	// deferred is the node's ElectionsDeferred at the last publishStatus;
-	// deferredLogAt when one was last logged (deferredLogEvery).
-	deferred      uint64
-	deferredLogAt time.Time
+	// deferredLog bounds their lines (deferredLogEvery, set in New).
+	deferred    uint64
+	deferredLog lograte.Limiter
 	// precheckRefusals is the node's PreCheckRefusals at the last
 	// publishStatus (the metric takes the difference).
 	precheckRefusals uint64
@@ -326,12 +327,11 @@ func (r *Replica) publishStatus() {
 	}
 	if d := s.ElectionsDeferred; d != ls.deferred {
 		r.metrics.ElectionsDeferred.Add(float64(d - ls.deferred))
-		if ls.deferred == 0 || r.cfg.Now().Sub(ls.deferredLogAt) >= deferredLogEvery {
+		if ok, _ := ls.deferredLog.Allow(r.cfg.Now()); ok {
 			used, capacity := r.alog.Usage()
 			r.log.Warn().Uint64("deferred", d).Int64("log_used_bytes", used).Int64("log_capacity_bytes", capacity).
 				Uint64("commit", uint64(s.Commit)).Uint64("last_slot", uint64(s.LastSlot)).
 				Msg("election deferred: the entries this node would re-propose as leader do not fit in its acceptor log; it catches up first")
-			ls.deferredLogAt = r.cfg.Now()
 		}
 		ls.deferred = d
 	}

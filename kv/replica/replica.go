@@ -340,6 +340,8 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	r.reads.init(r.stageNow)
 	r.own.init()
+	r.watch.noTargetLog.Every = stuckNoTargetLogEvery
+	r.loop.deferredLog.Every = deferredLogEvery
 	if cfg.Stalls != nil {
 		r.stallAfter = cfg.Stalls.Threshold()
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"synod/internal/lograte"
 	"synod/paxos"
 )
 
@@ -180,8 +181,7 @@ func (s *sideChannel) acceptLoop() {
 	// Refusals of a full table are logged at most once per
 	// authRejectLogPeriod, with their count (an attacker's connection
 	// flood wrote 7,295 lines in minutes).
-	var refusedSince uint64
-	var nextLog time.Time
+	fullLog := lograte.Limiter{Every: authRejectLogPeriod}
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -195,12 +195,9 @@ func (s *sideChannel) acceptLoop() {
 			continue
 		}
 		if s.conns.Load() >= sideConnsMax && !s.evictUnproven() {
-			refusedSince++
-			if now := time.Now(); now.After(nextLog) {
-				nextLog = now.Add(authRejectLogPeriod)
-				s.log.Warn().Str("remote", c.RemoteAddr().String()).Uint64("refused", refusedSince).
+			if ok, held := fullLog.Allow(time.Now()); ok {
+				s.log.Warn().Str("remote", c.RemoteAddr().String()).Uint64("refused", held+1).
 					Msg("side channel: too many connections, refusing")
-				refusedSince = 0
 			}
 			c.Close()
 			continue

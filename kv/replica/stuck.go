@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"synod/internal/lograte"
 	"synod/paxos"
 )
 
@@ -81,7 +82,9 @@ type progressWatch struct {
 	truncated    paxos.Slot
 	heldSince    time.Time
 	nextTransfer time.Time
-	nextNoTarget time.Time
+	// noTargetLog bounds the "no voter to hand over to" lines
+	// (stuckNoTargetLogEvery, set in New).
+	noTargetLog lograte.Limiter
 	// lastTarget is the voter the last hand-over went to; while this node
 	// still leads, that hand-over did not complete, and the next one goes
 	// to another voter when there is one.
@@ -190,8 +193,7 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID, w.lastTarget)
 	if to == 0 {
 		r.metrics.stuckTransfer("no_target")
-		if now.After(w.nextNoTarget) {
-			w.nextNoTarget = now.Add(stuckNoTargetLogEvery)
+		if ok, _ := w.noTargetLog.Allow(now); ok {
 			r.log.Warn().Str("stuck_on", why).Int("fresh_reports", seen).
 				Msg("stuck leader: no voter reports itself able to lead (not stuck, disk readable); keeping leadership")
 		}

@@ -2,11 +2,12 @@ package sm
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/rs/zerolog"
+
+	"synod/internal/lograte"
 )
 
 // pebbleErrorLogEvery bounds Pebble's error lines: on a full disk Pebble
@@ -27,26 +28,10 @@ const diskFullRetryPause = 100 * time.Millisecond
 
 func diskFullPause() { time.Sleep(diskFullRetryPause) }
 
-// logLimiter lets one line through per pebbleErrorLogEvery and counts the
-// rest. Shared by the logger and the event listener of one store.
-type logLimiter struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a line may be logged now and how many were left
-// out since the last one that was.
-func (l *logLimiter) allow(now time.Time) (ok bool, suppressed int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < pebbleErrorLogEvery {
-		l.suppressed++
-		return false, 0
-	}
-	l.last, suppressed, l.suppressed = now, l.suppressed, 0
-	return true, suppressed
-}
+// newPebbleLimiter lets one error line through per pebbleErrorLogEvery
+// and counts the rest; shared by the logger and the event listener of one
+// store.
+func newPebbleLimiter() *lograte.Limiter { return &lograte.Limiter{Every: pebbleErrorLogEvery} }
 
 // pebbleLogger routes Pebble's log lines to zerolog: Info at debug level
 // (Pebble is chatty at start), errors at error level (at most one per
@@ -54,7 +39,7 @@ func (l *logLimiter) allow(now time.Time) (ok bool, suppressed int) {
 // requires it not to return.
 type pebbleLogger struct {
 	log     zerolog.Logger
-	limiter *logLimiter
+	limiter *lograte.Limiter
 }
 
 func (l pebbleLogger) Infof(format string, args ...any) {
@@ -62,8 +47,8 @@ func (l pebbleLogger) Infof(format string, args ...any) {
 }
 
 func (l pebbleLogger) Errorf(format string, args ...any) {
-	if ok, n := l.limiter.allow(time.Now()); ok {
-		l.log.Error().Int("lines_left_out", n).Msgf("pebble: "+format, args...)
+	if ok, n := l.limiter.Allow(time.Now()); ok {
+		l.log.Error().Uint64("lines_left_out", n).Msgf("pebble: "+format, args...)
 	}
 }
 
@@ -78,11 +63,11 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // error level, at most one line per pebbleErrorLogEvery (with limiter,
 // shared with the logger), and write stalls (memtables or L0 full:
 // applies wait) at warn level, with their end.
-func pebbleEvents(log zerolog.Logger, limiter *logLimiter) *pebble.EventListener {
+func pebbleEvents(log zerolog.Logger, limiter *lograte.Limiter) *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
-			if ok, n := limiter.allow(time.Now()); ok {
-				log.Error().Err(err).Int("lines_left_out", n).Msg("pebble: a flush or compaction failed; writes stall once the memtables fill, until it succeeds (a full disk: free space under data_dir)")
+			if ok, n := limiter.Allow(time.Now()); ok {
+				log.Error().Err(err).Uint64("lines_left_out", n).Msg("pebble: a flush or compaction failed; writes stall once the memtables fill, until it succeeds (a full disk: free space under data_dir)")
 			}
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {

@@ -232,7 +232,7 @@ func (s *SM) pebbleOptions() *pebble.Options {
 	if s.opts.Log != nil {
 		log = *s.opts.Log
 	}
-	limiter := &logLimiter{}
+	limiter := newPebbleLimiter()
 	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log, limiter: limiter}, EventListener: pebbleEvents(log, limiter),
 		FS: vfs.OnDiskFull(vfs.Default, diskFullPause)}
 	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)

@@ -764,12 +764,12 @@ func TestConcurrentReadsDuringApply(t *testing.T) {
 // TestPebbleErrorLinesLimited: Pebble's error lines pass at most one per
 // pebbleErrorLogEvery, and the next one that passes counts those left out.
 func TestPebbleErrorLinesLimited(t *testing.T) {
-	var l logLimiter
+	l := newPebbleLimiter()
 	t0 := time.Unix(1000, 0)
 	steps := []struct {
 		at   time.Duration
 		ok   bool
-		left int
+		left uint64
 	}{
 		{0, true, 0},
 		{time.Millisecond, false, 0},
@@ -779,7 +779,7 @@ func TestPebbleErrorLinesLimited(t *testing.T) {
 		{3 * pebbleErrorLogEvery, true, 1},
 	}
 	for i, s := range steps {
-		ok, left := l.allow(t0.Add(s.at))
+		ok, left := l.Allow(t0.Add(s.at))
 		if ok != s.ok || left != s.left {
 			t.Fatalf("step %d at %v: allow %v, %d left out; want %v, %d", i, s.at, ok, left, s.ok, s.left)
 		}

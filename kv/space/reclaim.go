@@ -81,8 +81,7 @@ func (g *Guard) reclaimOnce(log zerolog.Logger) bool {
 		return false
 	}
 	if stored := int64(g.cfg.Ledger.StoredBytes()); free-reclaimMarginBytes < stored {
-		if now := time.Now(); now.Sub(g.skipLogged) >= reclaimSkipLogEvery {
-			g.skipLogged = now
+		if ok, _ := g.skipLog.Allow(time.Now()); ok {
 			log.Warn().Int64("free", free).Int64("stored", stored).Uint64("garbage_values", garbage).
 				Msg("disk short of space, but too short to compact the store safely (a compaction writes up to what is stored before it frees); delete more or add disk")
 		}

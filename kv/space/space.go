@@ -48,6 +48,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"synod/internal/lograte"
 	"synod/kv/proto"
 	"synod/kv/server"
 	"synod/kv/sm"
@@ -131,8 +132,8 @@ type Guard struct {
 	unregistered *atomic.Int64                // the counter of tenants not in the registry
 
 	compactions  atomic.Uint64
-	stopC, doneC chan struct{} // the reclaim loop (reclaim.go)
-	skipLogged   time.Time     // the last "cannot compact" line (reclaim loop only)
+	stopC, doneC chan struct{}   // the reclaim loop (reclaim.go)
+	skipLog      lograte.Limiter // the "cannot compact" lines (reclaimSkipLogEvery)
 }
 
 type errBox struct{ err error }
@@ -151,6 +152,7 @@ func New(inner server.Backend, cfg Config) *Guard {
 		cfg.IsLeader = func() bool { return true }
 	}
 	g := &Guard{inner: inner, cfg: cfg, pending: map[tenants.ID]*atomic.Int64{}}
+	g.skipLog.Every = reclaimSkipLogEvery
 	// One counter per registered tenant, made here: the map is then only
 	// read on the request path (no lock per write).
 	for _, sp := range cfg.Registry.All() {
