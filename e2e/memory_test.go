@@ -105,7 +105,17 @@ func readRSS(pid int) (rssSample, error) {
 // documented bound (kv/README.md, "Memory"). A sample of the acknowledged
 // keys reads back.
 func TestMemoryBoundedByBudget(t *testing.T) {
-	memoryBoundedByBudget(t, memValueBytes, os.Getenv("E2E_MEM_PAUSE_FOLLOWER") == "1")
+	valueBytes := memValueBytes
+	if v := os.Getenv("E2E_MEM_VALUE_BYTES"); v != "" {
+		// Larger values, by hand (kv/README.md "Memory": the bound with
+		// megabyte values).
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("E2E_MEM_VALUE_BYTES=%q: want a positive number of bytes", v)
+		}
+		valueBytes = n
+	}
+	memoryBoundedByBudget(t, valueBytes, os.Getenv("E2E_MEM_PAUSE_FOLLOWER") == "1")
 }
 
 // TestMemoryBoundedByBudgetLargeValues: the same with 64 KiB values.
@@ -183,11 +193,32 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 		}
 	}()
 
-	cl, err := client.Dial(context.Background(), c.endpoints(), tenantA.token, client.Options{RetriesMax: 40, RequestTimeout: memOpTimeout})
-	if err != nil {
-		t.Fatal(err)
+	// E2E_MEM_CLIENTS (default 1) client connections and E2E_MEM_WRITERS
+	// (default memWriters) writers among them, by hand: an outside
+	// tester's RSS overshoot came with 4 connections of 256 pipelined
+	// megabyte writes each (kv/README.md "Memory").
+	envInt := func(name string, def int) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a positive number", name, v)
+		}
+		return n
 	}
-	defer cl.Close()
+	clients := make([]*client.Client, envInt("E2E_MEM_CLIENTS", 1))
+	for i := range clients {
+		cl, err := client.Dial(context.Background(), c.endpoints(), tenantA.token, client.Options{RetriesMax: 40, RequestTimeout: memOpTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		clients[i] = cl
+	}
+	cl := clients[0]
+	writers := envInt("E2E_MEM_WRITERS", memWriters)
 	target := int64(memDataFactor * memBudgetBytes)
 	loadFor := memLoadFor
 	if v := os.Getenv("E2E_MEM_LOAD_S"); v != "" {
@@ -216,10 +247,11 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 			}
 		}()
 	}
-	for w := 0; w < memWriters; w++ {
+	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			cl := clients[w%len(clients)]
 			val := make([]byte, valueBytes)
 			for acked.Load() < target && time.Now().Before(deadline) {
 				k := next.Add(1)

@@ -10,6 +10,14 @@ import (
 const (
 	// TenantQueueItemsMax is the default bound on one tenant's queue.
 	TenantQueueItemsMax = 256
+	// TenantQueueBytesMax is the default bound on the frame bytes one
+	// tenant's queue holds: items alone let 256 megabyte writes wait in
+	// one tenant's queue, a quarter of a gigabyte of heap beside the
+	// request budgets that were meant to bound them (an abandoned
+	// request's write stays queued after its budget is given back).
+	// An item larger than the bound is taken into an empty queue, so the
+	// largest write always passes.
+	TenantQueueBytesMax = 8 << 20
 	// DRRQuantumBytesDefault is the default quantum: the credit a weight-1
 	// tenant gains per round. It is kept near the cost of a few small
 	// items because the worst wait of a compliant tenant is one round, the
@@ -34,6 +42,7 @@ var ErrQueueFull = errors.New("tenants: tenant queue full")
 // DRRConfig configures a DRR; zero fields take the defaults.
 type DRRConfig struct {
 	QueueItemsMax int // per tenant
+	QueueBytesMax int // per tenant, frame bytes
 	QuantumBytes  int
 }
 
@@ -68,9 +77,10 @@ type DRR[T any] struct {
 }
 
 type drrItem[T any] struct {
-	v    T
-	cost int
-	enq  time.Time
+	v     T
+	frame int // frame bytes, as enqueued
+	cost  int
+	enq   time.Time
 }
 
 type tenantQueue[T any] struct {
@@ -79,6 +89,7 @@ type tenantQueue[T any] struct {
 	quantum int
 	items   []drrItem[T] // ring, cap QueueItemsMax
 	head, n int
+	bytes   int // frame bytes of the items queued
 	deficit int
 	active  bool
 }
@@ -88,6 +99,9 @@ type tenantQueue[T any] struct {
 func NewDRR[T any](reg *Registry, cfg DRRConfig, now func() time.Time, metrics *Metrics) *DRR[T] {
 	if cfg.QueueItemsMax <= 0 {
 		cfg.QueueItemsMax = TenantQueueItemsMax
+	}
+	if cfg.QueueBytesMax <= 0 {
+		cfg.QueueBytesMax = TenantQueueBytesMax
 	}
 	if cfg.QuantumBytes <= 0 {
 		cfg.QuantumBytes = DRRQuantumBytesDefault
@@ -102,22 +116,25 @@ func NewDRR[T any](reg *Registry, cfg DRRConfig, now func() time.Time, metrics *
 }
 
 // Enqueue appends v, a frame of frameBytes, to tenant id's queue; its cost
-// is frameBytes + DRRItemOverheadBytes. It returns ErrUnknownTenant or
-// ErrQueueFull.
+// is frameBytes + DRRItemOverheadBytes. It returns ErrUnknownTenant, or
+// ErrQueueFull when the queue holds QueueItemsMax items or frameBytes would
+// take it past QueueBytesMax (an empty queue takes any one item).
 func (d *DRR[T]) Enqueue(id ID, frameBytes int, v T) error {
-	cost := max(frameBytes, 0) + DRRItemOverheadBytes
+	frameBytes = max(frameBytes, 0)
+	cost := frameBytes + DRRItemOverheadBytes
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	q := d.queues[id]
 	if q == nil {
 		return ErrUnknownTenant
 	}
-	if q.n == len(q.items) {
+	if q.n == len(q.items) || (q.n > 0 && q.bytes+frameBytes > d.cfg.QueueBytesMax) {
 		d.metrics.Throttled(id, ThrottleQueue)
 		return ErrQueueFull
 	}
-	q.items[(q.head+q.n)%len(q.items)] = drrItem[T]{v: v, cost: min(cost, DRRCostBytesMax), enq: d.now()}
+	q.items[(q.head+q.n)%len(q.items)] = drrItem[T]{v: v, frame: frameBytes, cost: min(cost, DRRCostBytesMax), enq: d.now()}
 	q.n++
+	q.bytes += frameBytes
 	d.length++
 	if !q.active {
 		q.active = true
@@ -150,6 +167,7 @@ func (d *DRR[T]) Dequeue() (v T, id ID, ok bool) {
 			q.deficit -= it.cost
 			v, id = it.v, q.id
 			d.metrics.ObserveQueue(id, d.now().Sub(it.enq))
+			q.bytes -= it.frame
 			*it = drrItem[T]{} // do not pin the value
 			q.head = (q.head + 1) % len(q.items)
 			q.n--

@@ -228,3 +228,53 @@ func TestFrameBytesMaxMatchesBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestDRRBoundsBytes: a tenant's queue holds at most QueueBytesMax frame
+// bytes, byte by byte at the bound; an empty queue takes one item of any
+// size (the largest write always passes); dequeuing gives the bytes back;
+// another tenant's queue is not touched by the full one.
+func TestDRRBoundsBytes(t *testing.T) {
+	clk := newFakeClock()
+	reg := testRegistry(t, Spec{ID: 1, Name: "big"}, Spec{ID: 2, Name: "other"})
+	const bound = 1000
+	d := NewDRR[int](reg, DRRConfig{QueueBytesMax: bound}, clk.Now, nil)
+	if err := d.Enqueue(1, 600, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Enqueue(1, bound-600+1, 1); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("one byte past the bound: %v, want ErrQueueFull", err)
+	}
+	if err := d.Enqueue(1, bound-600, 1); err != nil {
+		t.Fatalf("exactly at the bound: %v", err)
+	}
+	if err := d.Enqueue(1, 0, 2); err != nil {
+		t.Fatalf("an empty frame at the bound: %v", err)
+	}
+	if err := d.Enqueue(1, 1, 3); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("one byte more at the bound: %v, want ErrQueueFull", err)
+	}
+	if err := d.Enqueue(2, 3*bound, 20); err != nil {
+		t.Fatalf("another tenant's empty queue takes an item past the bound: %v", err)
+	}
+	if err := d.Enqueue(2, 1, 21); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("behind an item past the bound: %v, want ErrQueueFull", err)
+	}
+	for {
+		v, id, ok := d.Dequeue()
+		if !ok {
+			break
+		}
+		if id == 1 && v == 0 {
+			// 600 bytes given back: 600 fit again, 601 do not.
+			if err := d.Enqueue(1, 601, 4); !errors.Is(err, ErrQueueFull) {
+				t.Fatalf("601 bytes after 600 were dequeued: %v, want ErrQueueFull", err)
+			}
+			if err := d.Enqueue(1, 600, 4); err != nil {
+				t.Fatalf("600 bytes after 600 were dequeued: %v", err)
+			}
+		}
+	}
+	if err := d.Enqueue(1, bound, 5); err != nil {
+		t.Fatalf("a drained queue: %v", err)
+	}
+}

@@ -173,5 +173,41 @@ func (c *Config) clientServerConfig(admitter server.Admitter) server.Config {
 		panic(errors.Join(errors.New("kvnode: [limits] used before validation"), err))
 	}
 	sc.Admitter = admitter
+	c.requestBudgetsFromMemory(&sc)
 	return sc
+}
+
+// memoryRequestHeapDivisor: the request budgets the [limits] table leaves
+// unset take, node-wide, at most this fraction of the heap's share of the
+// memory budget (and never more than the server's defaults). Each body is
+// copied about four times on its way into consensus (kv/server
+// RequestBytesPerNodeMaxDefault), so bodies and their copies hold at most
+// half the heap share. With the server's fixed defaults a 192 MiB budget
+// (a 96 MiB heap share) let 48 MiB of megabyte writes in flight, and a
+// leader's resident set reached 205-235 MiB (kv/README.md "Memory").
+const memoryRequestHeapDivisor = 8
+
+// requestBudgetsFromMemory fills the request budgets the [limits] table
+// leaves unset from the memory plan: the node's at most
+// HeapLimitBytes/memoryRequestHeapDivisor and the server's default, a
+// tenant's half of it and a connection's quarter at most (and the
+// server's defaults at most), each at least the largest body and at least
+// the level below (the server's order, Validate). Budgets the table sets
+// are kept as they are. With the default budget the result is the
+// server's defaults.
+func (c *Config) requestBudgetsFromMemory(sc *server.Config) {
+	plan, err := c.memoryPlan()
+	if err != nil {
+		return // validateMemory named it
+	}
+	node := min(server.RequestBytesPerNodeMaxDefault, max(plan.HeapLimitBytes/memoryRequestHeapDivisor, server.RequestBytesPerConnMin))
+	if sc.RequestBytesPerConnMax == 0 {
+		sc.RequestBytesPerConnMax = min(server.RequestBytesPerConnMaxDefault, max(node/4, server.RequestBytesPerConnMin))
+	}
+	if sc.RequestBytesPerTenantMax == 0 {
+		sc.RequestBytesPerTenantMax = max(min(server.RequestBytesPerTenantMaxDefault, node/2), sc.RequestBytesPerConnMax)
+	}
+	if sc.RequestBytesPerNodeMax == 0 {
+		sc.RequestBytesPerNodeMax = max(node, sc.RequestBytesPerTenantMax)
+	}
 }

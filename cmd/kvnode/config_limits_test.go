@@ -33,7 +33,10 @@ response_bytes_per_node_max = 134217728
 	got := c.clientServerConfig(nil)
 	want := server.Config{ConnsMax: 2000, ConnsPerTenantMax: 100, ConnsPerSourceMax: 300, ConnsUnauthenticatedMax: 64,
 		HandshakeTimeout: 2 * time.Second, IdleTimeout: 90 * time.Second, FrameTimeout: 3 * time.Second, WriteTimeout: 4 * time.Second,
-		ResponseBytesPerConnMax: 8 << 20, ResponseBytesPerTenantMax: 32 << 20, ResponseBytesPerNodeMax: 128 << 20}
+		ResponseBytesPerConnMax: 8 << 20, ResponseBytesPerTenantMax: 32 << 20, ResponseBytesPerNodeMax: 128 << 20,
+		// The example's memory budget leaves the server's request defaults.
+		RequestBytesPerConnMax: server.RequestBytesPerConnMaxDefault, RequestBytesPerTenantMax: server.RequestBytesPerTenantMaxDefault,
+		RequestBytesPerNodeMax: server.RequestBytesPerNodeMaxDefault}
 	if got != want {
 		t.Fatalf("server config\n got %+v\nwant %+v", got, want)
 	}
@@ -102,5 +105,55 @@ func TestTenantLimitsNamed(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "tenants[0]."+key+": -1 is negative") {
 			t.Errorf("%s = -1: %v", key, err)
 		}
+	}
+}
+
+// TestRequestBudgetsFromMemory: request budgets the [limits] table leaves
+// unset follow the memory budget's heap share (a small budget, small
+// budgets: megabyte writes in flight took a 192 MiB node to 205-235 MiB
+// with the fixed defaults), never above the server's defaults; budgets the
+// table sets are kept, and the derived ones keep the server's order
+// around them.
+func TestRequestBudgetsFromMemory(t *testing.T) {
+	small := "\n[memory]\nbudget_bytes = 201326592\n" // 192 MiB
+	withLog := func(extra string) *Config {
+		t.Helper()
+		c, err := parseConfig([]byte(strings.Replace(readExample(t), "size_bytes = 268435456", "size_bytes = 16777216", 1) + extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := withLog(small)
+	plan, err := c.memoryPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.clientServerConfig(nil)
+	node := plan.HeapLimitBytes / memoryRequestHeapDivisor
+	if got.RequestBytesPerNodeMax != node || got.RequestBytesPerTenantMax != node/2 || got.RequestBytesPerConnMax != node/4 {
+		t.Fatalf("192 MiB budget (heap share %d): request budgets conn/tenant/node %d/%d/%d, want %d/%d/%d",
+			plan.HeapLimitBytes, got.RequestBytesPerConnMax, got.RequestBytesPerTenantMax, got.RequestBytesPerNodeMax, node/4, node/2, node)
+	}
+	if node >= server.RequestBytesPerNodeMaxDefault {
+		t.Fatalf("the small budget's derived node budget %d is not below the default", node)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// An explicit connection budget above the derived tenant one: the
+	// derived levels rise to keep the order.
+	c = withLog(small + "\n[limits]\nrequest_bytes_per_conn_max = 8388608\n")
+	got = c.clientServerConfig(nil)
+	if got.RequestBytesPerConnMax != 8<<20 || got.RequestBytesPerTenantMax != 8<<20 || got.RequestBytesPerNodeMax != max(node, 8<<20) {
+		t.Fatalf("explicit conn budget: %d/%d/%d", got.RequestBytesPerConnMax, got.RequestBytesPerTenantMax, got.RequestBytesPerNodeMax)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// Explicit budgets are kept whatever the memory budget.
+	c = withLog(small + "\n[limits]\nrequest_bytes_per_node_max = 100000000\n")
+	if got := c.clientServerConfig(nil); got.RequestBytesPerNodeMax != 100000000 {
+		t.Fatalf("explicit node budget: %d", got.RequestBytesPerNodeMax)
 	}
 }

@@ -91,6 +91,16 @@ const (
 	// there is no tenant scheduler (with one, tenants.TenantQueueItemsMax
 	// per tenant); a write beyond it is answered THROTTLED at once.
 	proposeQueueMax = 4096
+	// proposeQueueBytesMax bounds the envelope bytes of the writes that
+	// wait to be proposed, node-wide, with or without a tenant scheduler
+	// (whose queues hold at most tenants.TenantQueueBytesMax each); a
+	// write past it is answered THROTTLED at once. Counts bound nothing
+	// when a value is a megabyte: 1,000 pipelined megabyte writes took a
+	// leader's heap to 192 MiB on a 192 MiB budget, half of it envelopes
+	// of writes whose requests had already been given up (kv/README.md
+	// "Memory"). The leader's window is leaderInflightBytesMax, so this
+	// keeps it fed many times over.
+	proposeQueueBytesMax = 32 << 20
 	// proposeBatchCmdsMax and proposeBatchBytesMax bound one Propose call.
 	proposeBatchCmdsMax  = 256
 	proposeBatchBytesMax = 1 << 20
@@ -145,6 +155,13 @@ const (
 	// sideQueueMsgsMax is how many messages wait per peer for the side
 	// channel; more are dropped (Paxos retransmits).
 	sideQueueMsgsMax = 64
+	// sideQueueBytesMax bounds the bytes of the messages waiting per peer
+	// for the side channel (a message larger than it is taken into an
+	// empty queue); past it messages are dropped, as past
+	// sideQueueMsgsMax: Paxos retransmits. Counts alone let 64 catch-ups
+	// of 4 MiB wait for a slow peer; with megabyte writes a leader's
+	// queued Accepts and catch-ups held 53 MB of a 192 MiB budget.
+	sideQueueBytesMax = 8 << 20
 	// sideDialBackoffMin and sideDialBackoffMax bound reconnect backoff.
 	sideDialBackoffMin = 10 * time.Millisecond
 	sideDialBackoffMax = 1 * time.Second

@@ -205,6 +205,10 @@ type Replica struct {
 	// inflightWrites is len(pending), readable without the lock (the
 	// overload guard's backlog).
 	inflightWrites atomic.Int64
+	// queuedBytes is the envelope bytes of the writes submitted and not
+	// yet taken by the consensus loop (proposeC or the tenant scheduler),
+	// at most proposeQueueBytesMax (submitWrite).
+	queuedBytes atomic.Int64
 
 	reads readTracker
 	accel *accelMirror // nil when accel is off
@@ -594,6 +598,9 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	}
 	id := r.nextProposal.Add(1)
 	env := appendEnvelope(nil, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id}, cmd)
+	if n := int64(len(env)); !r.reserveQueued(n) {
+		return nil, 0, fmt.Errorf("%w: %d bytes of writes wait to be proposed (at most %d)", ErrBusy, r.queuedBytes.Load(), proposeQueueBytesMax)
+	}
 	w := &writeWaiter{ch: make(chan writeResult, 1), env: env}
 	r.pendingMu.Lock()
 	r.pending[id] = w
@@ -604,6 +611,7 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 		r.mix.note(tenant, r.cfg.Now())
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
+			r.queuedBytes.Add(-int64(len(p.env)))
 			if errors.Is(err, tenants.ErrQueueFull) {
 				return nil, 0, ErrBusy
 			}
@@ -617,8 +625,22 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 		return w, id, nil
 	default:
 		r.forget(id)
+		r.queuedBytes.Add(-int64(len(p.env)))
 		return nil, 0, ErrBusy
 	}
+}
+
+// reserveQueued takes n bytes of proposeQueueBytesMax for a write about
+// to be queued; false, with nothing taken, when they do not fit. A write
+// into an empty queue always fits (the largest write passes). The bytes
+// are given back when the consensus loop takes the write (dequeued) or
+// the queue refuses it.
+func (r *Replica) reserveQueued(n int64) bool {
+	if q := r.queuedBytes.Add(n); q > proposeQueueBytesMax && q != n {
+		r.queuedBytes.Add(-n)
+		return false
+	}
+	return true
 }
 
 // kickProposer wakes the consensus loop to drain the scheduler (coalesced).

@@ -109,7 +109,10 @@ type sidePeer struct {
 	id    paxos.NodeID
 	addr  string
 	queue chan []byte
-	stop  chan struct{} // closed when the peer leaves the membership
+	// queued is the bytes of the messages in queue, at most
+	// sideQueueBytesMax unless one message alone is more.
+	queued atomic.Int64
+	stop   chan struct{} // closed when the peer leaves the membership
 }
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
@@ -149,7 +152,8 @@ func (s *sideChannel) start() {
 }
 
 // send queues one encoded message for peer id; it drops (and counts) when
-// the peer's queue is full, as Paxos retransmits.
+// the peer's queue is full, by messages or by bytes (sideQueueBytesMax; an
+// empty queue takes one message of any size), as Paxos retransmits.
 func (s *sideChannel) send(id paxos.NodeID, b []byte) {
 	s.peersMu.Lock()
 	p := s.peers[id]
@@ -158,11 +162,24 @@ func (s *sideChannel) send(id paxos.NodeID, b []byte) {
 		s.dropped.Add(1)
 		return
 	}
+	n := int64(len(b))
+	if q := p.queued.Add(n); q > sideQueueBytesMax && q != n {
+		p.queued.Add(-n)
+		s.dropped.Add(1)
+		return
+	}
 	select {
 	case p.queue <- b:
 	default:
+		p.queued.Add(-n)
 		s.dropped.Add(1)
 	}
+}
+
+// take is the sender's side of send: b left p's queue.
+func (p *sidePeer) take(b []byte) []byte {
+	p.queued.Add(-int64(len(b)))
+	return b
 }
 
 func (s *sideChannel) close() {
@@ -440,6 +457,7 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 		case <-p.stop:
 			return
 		case b = <-p.queue:
+			p.take(b)
 		}
 		if conn == nil {
 			c, err := net.DialTimeout("tcp", p.addr, sideDialTimeout)
@@ -461,7 +479,7 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 		err := s.writeFrame(w, b)
 		// Coalesce whatever else is queued into the same flush.
 		for err == nil && len(p.queue) > 0 {
-			err = s.writeFrame(w, <-p.queue)
+			err = s.writeFrame(w, p.take(<-p.queue))
 		}
 		if err == nil {
 			err = w.Flush()

@@ -221,8 +221,10 @@ func (t *timeline) proposed(ids []uint64, now int64) {
 	}
 }
 
-// dequeued times a proposal's propose_queue stage (consensus loop).
+// dequeued gives back the bytes a proposal held in the propose queue and
+// times its propose_queue stage (consensus loop).
 func (r *Replica) dequeued(p *proposal, now int64) {
+	r.queuedBytes.Add(-int64(len(p.env))) // reserveQueued
 	if p.queued != 0 {
 		r.writeStageTook(wsProposeQueue, r.since(p.queued, now), 0)
 	}
