@@ -15,6 +15,7 @@ import (
 	"synod/afxdp"
 	"synod/internal/stall"
 	"synod/kv/sm"
+	"synod/internal/lograte"
 	"synod/paxos"
 	"synod/tenants"
 )
@@ -193,6 +194,9 @@ type Replica struct {
 	snapServes  chan struct{}
 	snapSwapped chan error
 	pins        snapPins
+	// snapRefuseLog bounds the lines of refused transfer connections on
+	// a node without a cluster secret (with one, Auth's limiter does).
+	snapRefuseLog lograte.Limiter
 	// snapWholeNext: the last delta request got no answer; the next
 	// transfer asks for a whole stream (snapshot_fetch.go).
 	snapWholeNext atomic.Bool
@@ -345,6 +349,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	r.reads.init(r.stageNow)
 	r.own.init()
 	r.watch.noTargetLog.Every = stuckNoTargetLogEvery
+	r.snapRefuseLog.Every = authRejectLogPeriod
 	r.loop.deferredLog.Every = deferredLogEvery
 	if cfg.Stalls != nil {
 		r.stallAfter = cfg.Stalls.Threshold()

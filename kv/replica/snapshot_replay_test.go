@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"synod/paxos"
 )
 
@@ -115,6 +117,30 @@ func TestSnapRequestMisaddressedWithoutSecret(t *testing.T) {
 	if served {
 		t.Fatal("a request addressed to node 99 was served")
 	}
+	// Refusals are counted without a secret too (an outside tester's
+	// hostile connections to such a node moved no counter): the
+	// misaddressed request as an authentication refusal, a malformed one
+	// as a dropped input.
+	r := c.nodes[1].r
+	waitCounted := func(what string, ctr prometheus.Counter, before float64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); counterValue(ctr) <= before; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not counted", what)
+			}
+		}
+	}
+	waitCounted("a misaddressed request without a secret", r.metrics.AuthRefused, 0)
+	dropped := counterValue(r.metrics.InboundDropped)
+	conn2, sc2 := snapDial(t, c, 1, nil)
+	defer conn2.Close()
+	if err := sc2.write([]byte{0xEE, 1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if snapAnswerIsHeader(sc2) {
+		t.Fatal("a malformed request was served")
+	}
+	waitCounted("a malformed request without a secret", r.metrics.InboundDropped, dropped)
 }
 
 // snapDial opens a transfer connection to node id of c (its magic
@@ -162,6 +188,7 @@ func TestSnapConnIdleCounted(t *testing.T) {
 	sealed.put("k", "v")
 	open.put("k", "v")
 	before := counterValue(sealed.nodes[3].r.metrics.AuthRefused)
+	openBefore := counterValue(open.nodes[1].r.metrics.AuthRefused)
 	c1, _ := snapDial(t, sealed, 3, nil)
 	defer c1.Close()
 	c2, _ := snapDial(t, open, 1, nil)
@@ -172,9 +199,11 @@ func TestSnapConnIdleCounted(t *testing.T) {
 	}
 	bothClosed := <-closed && <-closed
 	counted := counterValue(sealed.nodes[3].r.metrics.AuthRefused) - before
+	openCounted := counterValue(open.nodes[1].r.metrics.AuthRefused) - openBefore
 	open.put("k2", "v2") // still serving
-	fmt.Printf("idle transfer connections: closed=%v counted=%.0f\n", bothClosed, counted)
-	if !bothClosed || counted < 1 {
-		t.Errorf("idle transfer connections closed within %v: %v; refusals counted: %.0f, want closed and 1", snapshotStallTimeout+3*time.Second, bothClosed, counted)
+	fmt.Printf("idle transfer connections: closed=%v counted=%.0f counted_without_secret=%.0f\n", bothClosed, counted, openCounted)
+	if !bothClosed || counted < 1 || openCounted < 1 {
+		t.Errorf("idle transfer connections closed within %v: %v; refusals counted: %.0f, without a secret %.0f; want closed and 1 each",
+			snapshotStallTimeout+3*time.Second, bothClosed, counted, openCounted)
 	}
 }
