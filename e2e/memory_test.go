@@ -105,16 +105,8 @@ func readRSS(pid int) (rssSample, error) {
 // documented bound (kv/README.md, "Memory"). A sample of the acknowledged
 // keys reads back.
 func TestMemoryBoundedByBudget(t *testing.T) {
-	valueBytes := memValueBytes
-	if v := os.Getenv("E2E_MEM_VALUE_BYTES"); v != "" {
-		// Larger values, by hand (kv/README.md "Memory": the bound with
-		// megabyte values).
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("E2E_MEM_VALUE_BYTES=%q: want a positive number of bytes", v)
-		}
-		valueBytes = n
-	}
+	// Larger values by hand (kv/README.md "Memory": megabyte values).
+	valueBytes := memEnvInt(t, "E2E_MEM_VALUE_BYTES", memValueBytes)
 	memoryBoundedByBudget(t, valueBytes, os.Getenv("E2E_MEM_PAUSE_FOLLOWER") == "1")
 }
 
@@ -141,14 +133,19 @@ const (
 )
 
 func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
-	tables := fmt.Sprintf("[memory]\nbudget_bytes = %d\n", memBudgetBytes)
+	// E2E_MEM_BUDGET_BYTES and E2E_MEM_PMEM_BYTES, by hand: another
+	// budget and log size (an outside tester's megabyte writes ran on the
+	// default 1 GiB budget with 256 MiB logs).
+	budget := int64(memEnvInt(t, "E2E_MEM_BUDGET_BYTES", memBudgetBytes))
+	pmemBytes := int64(memEnvInt(t, "E2E_MEM_PMEM_BYTES", memPMemBytes))
+	tables := fmt.Sprintf("[memory]\nbudget_bytes = %d\n", budget)
 	diagDir := os.Getenv("E2E_MEM_DIAG_DIR")
 	if diagDir != "" {
 		// Debugging the bound: pprof on, and memDiag saves each node's
 		// runtime figures and heap profile at its largest resident set.
 		tables += "[admin]\npprof = true\n"
 	}
-	c := newSizedLogCluster(t, t.TempDir(), "synod-e2e-mem-", 14, "", tables, memPMemBytes)
+	c := newSizedLogCluster(t, t.TempDir(), "synod-e2e-mem-", 14, "", tables, pmemBytes)
 
 	// Sample every node's resident set until the end.
 	var (
@@ -197,18 +194,7 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 	// (default memWriters) writers among them, by hand: an outside
 	// tester's RSS overshoot came with 4 connections of 256 pipelined
 	// megabyte writes each (kv/README.md "Memory").
-	envInt := func(name string, def int) int {
-		v := os.Getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: want a positive number", name, v)
-		}
-		return n
-	}
-	clients := make([]*client.Client, envInt("E2E_MEM_CLIENTS", 1))
+	clients := make([]*client.Client, memEnvInt(t, "E2E_MEM_CLIENTS", 1))
 	for i := range clients {
 		cl, err := client.Dial(context.Background(), c.endpoints(), tenantA.token, client.Options{RetriesMax: 40, RequestTimeout: memOpTimeout})
 		if err != nil {
@@ -218,8 +204,8 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 		clients[i] = cl
 	}
 	cl := clients[0]
-	writers := envInt("E2E_MEM_WRITERS", memWriters)
-	target := int64(memDataFactor * memBudgetBytes)
+	writers := memEnvInt(t, "E2E_MEM_WRITERS", memWriters)
+	target := memDataFactor * budget
 	loadFor := memLoadFor
 	if v := os.Getenv("E2E_MEM_LOAD_S"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -309,7 +295,7 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 		served += metricValue(nd, `synod_snapshot_transfers_total{direction="sent",result="ok"}`)
 	}
 	fmt.Printf("memory: budget_mib=%d data_mib=%.0f rss_max_mib=%.1f bound_mib=%d value_kib=%d paused_follower=%v snapshots_served=%.0f (node %d: anon %.1f file %.1f shmem %.1f MiB; %d samples; load %.1f MB/s, %d failed puts)\n",
-		memBudgetBytes>>20, mib(acked.Load()), mib(top.rss), memBudgetBytes>>20, valueBytes>>10, pauseFollower, served, maxNode, mib(top.anon), mib(top.file), mib(top.shmem),
+		budget>>20, mib(acked.Load()), mib(top.rss), budget>>20, valueBytes>>10, pauseFollower, served, maxNode, mib(top.anon), mib(top.file), mib(top.shmem),
 		samples, float64(acked.Load())/1e6/loadTime.Seconds(), failed.Load())
 	if pauseFollower && served == 0 {
 		t.Errorf("the paused follower was served no snapshot: the run did not test the bound while serving")
@@ -318,9 +304,9 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 		t.Fatalf("acknowledged %.0f MiB within %v, less than the %d MiB a meaningful run needs", mib(acked.Load()), loadFor, memDataFloorBytes>>20)
 	}
 	for id, s := range peak {
-		if s.rss > memBudgetBytes {
+		if s.rss > budget {
 			t.Errorf("node %d: resident set reached %.1f MiB (anon %.1f, file %.1f, shmem %.1f), over the %d MiB budget",
-				id, mib(s.rss), mib(s.anon), mib(s.file), mib(s.shmem), memBudgetBytes>>20)
+				id, mib(s.rss), mib(s.anon), mib(s.file), mib(s.shmem), budget>>20)
 		}
 	}
 }
@@ -393,4 +379,19 @@ func memDiag(dir string, nd *node, s rssSample) {
 	if b := get("/debug/pprof/heap"); len(b) > 0 {
 		os.WriteFile(filepath.Join(dir, fmt.Sprintf("node%d-peak.heap", nd.id)), b, 0o644)
 	}
+}
+
+// memEnvInt is the positive integer in environment variable name, or def
+// when it is unset (the memory tests' by-hand knobs).
+func memEnvInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }

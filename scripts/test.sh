@@ -32,6 +32,13 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt: these files are not formatted (run gofmt -w on them):"
+  echo "$unformatted"
+  exit 1
+fi
 echo "== go vet"
 go vet ./...
 echo "== go test"

@@ -193,7 +193,8 @@ const memoryRequestHeapDivisor = 8
 // tenant's half of it and a connection's quarter at most (and the
 // server's defaults at most), each at least the largest body and at least
 // the level below (the server's order, Validate). Budgets the table sets
-// are kept as they are. With the default budget the result is the
+// are kept as they are, and when it sets the node's, the levels below
+// follow that instead of the plan. With the default budget the result is the
 // server's defaults.
 func (c *Config) requestBudgetsFromMemory(sc *server.Config) {
 	plan, err := c.memoryPlan()
@@ -201,6 +202,9 @@ func (c *Config) requestBudgetsFromMemory(sc *server.Config) {
 		return // validateMemory named it
 	}
 	node := min(server.RequestBytesPerNodeMaxDefault, max(plan.HeapLimitBytes/memoryRequestHeapDivisor, server.RequestBytesPerConnMin))
+	if sc.RequestBytesPerNodeMax != 0 {
+		node = sc.RequestBytesPerNodeMax // the levels below follow the operator's node budget
+	}
 	if sc.RequestBytesPerConnMax == 0 {
 		sc.RequestBytesPerConnMax = min(server.RequestBytesPerConnMaxDefault, max(node/4, server.RequestBytesPerConnMin))
 	}

@@ -152,8 +152,15 @@ func TestRequestBudgetsFromMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Explicit budgets are kept whatever the memory budget.
+	// Explicit budgets are kept whatever the memory budget, and the
+	// levels below an explicit node budget follow it, not the plan.
 	c = withLog(small + "\n[limits]\nrequest_bytes_per_node_max = 100000000\n")
-	if got := c.clientServerConfig(nil); got.RequestBytesPerNodeMax != 100000000 {
-		t.Fatalf("explicit node budget: %d", got.RequestBytesPerNodeMax)
+	got = c.clientServerConfig(nil)
+	if got.RequestBytesPerNodeMax != 100000000 || got.RequestBytesPerTenantMax != server.RequestBytesPerTenantMaxDefault ||
+		got.RequestBytesPerConnMax != server.RequestBytesPerConnMaxDefault {
+		t.Fatalf("explicit node budget: %d/%d/%d", got.RequestBytesPerConnMax, got.RequestBytesPerTenantMax, got.RequestBytesPerNodeMax)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

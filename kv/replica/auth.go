@@ -272,7 +272,10 @@ func (a *Auth) reject(err error) error {
 	return err
 }
 
-// Rejected is how many packets open refused.
+// Rejected is how many packets and connections this node refused: what
+// open and openFrameHead refused, and the refusals its callers report
+// through reject (misaddressed payloads, unproven connections past their
+// deadline).
 func (a *Auth) Rejected() uint64 { return a.rejected.Load() }
 
 // shouldLog reports whether a refusal may be logged now: at most one line
@@ -291,8 +294,9 @@ func (a *Auth) shouldLog(now time.Time) bool {
 //	header tag u64: SipHash-2-4 of length and header under the sender's key
 //	the rest of the sealed packet: payload, tag over header and payload
 //
-// The receiver checks the header tag (cluster, sender, length bound) before
-// it reads the payload, and the whole tag and the replay window after.
+// The receiver checks the header tag (cluster, sender, length bound) and
+// takes the head's counter into the replay window before it reads the
+// payload, and the whole tag after (openFrameHead, openFrameBody).
 const sideFrameHeadBytes = 4 + authHeaderBytes + authTagBytes
 
 // sealSide returns the side-channel frame of payload.

@@ -17,7 +17,7 @@
 //	                  3. Snapshot and Committed -> apply queue (applyQueueBatchesMax, blocking = backpressure)
 //	                  4. ReadStates -> read waiters; Advance
 //	send loop       outbound -> Conn.WriteBatch, or the side channel when a message exceeds MaxPayload
-//	side senders    one per peer, queue sideQueueMsgsMax, reconnect with bounded backoff
+//	side senders    one per peer, queue sideQueueMsgsMax and sideQueueBytesMax, reconnect with bounded backoff
 //	apply loop      apply queue -> StateMachine.Apply in slot order -> answers writers, wakes readers,
 //	                takes a snapshot every snapshotEverySlots applied slots (an asynchronous
 //	                flush: it reads no state and never blocks; snapshot_compact.go)

@@ -6,6 +6,7 @@ import (
 	"synod/kv/proto"
 	"synod/paxos"
 	"synod/pmem"
+	"synod/tenants"
 )
 
 // The size chain, derived from the acceptor-log record up (kv/proto states
@@ -92,9 +93,10 @@ const (
 	// per tenant); a write beyond it is answered THROTTLED at once.
 	proposeQueueMax = 4096
 	// proposeQueueBytesMax bounds the envelope bytes of the writes that
-	// wait to be proposed, node-wide, with or without a tenant scheduler
-	// (whose queues hold at most tenants.TenantQueueBytesMax each); a
-	// write past it is answered THROTTLED at once. Counts bound nothing
+	// wait to be proposed, node-wide: in proposeQueue without a tenant
+	// scheduler, and with one as the sum of its per-tenant bounds
+	// (tenantQueueBytesMax); a write past it is answered THROTTLED at
+	// once. Counts bound nothing
 	// when a value is a megabyte: 1,000 pipelined megabyte writes took a
 	// leader's heap to 192 MiB on a 192 MiB budget, half of it envelopes
 	// of writes whose requests had already been given up (kv/README.md
@@ -210,3 +212,13 @@ const (
 // Compile-time: the protocol's largest member id is the largest id below
 // peersMax.
 var _ = [1]struct{}{}[proto.MemberIDMax+1-peersMax]
+
+// tenantQueueBytesMax is the bytes bound of each tenant's scheduler queue
+// on a node with tenants tenants: their share of proposeQueueBytesMax, at
+// most tenants.TenantQueueBytesMax. Each queue also takes one write of any
+// size when empty, so the node holds at most proposeQueueBytesMax plus one
+// largest write per tenant, and no tenant's queue, full or not, refuses
+// another tenant's write (isolation: the check is per tenant only).
+func tenantQueueBytesMax(tenantCount int) int {
+	return min(tenants.TenantQueueBytesMax, proposeQueueBytesMax/max(tenantCount, 1))
+}

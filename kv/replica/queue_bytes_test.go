@@ -1,11 +1,14 @@
 package replica
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"synod/paxos"
+	"synod/tenants"
 )
 
 // TestProposeQueueBytesBound: the writes waiting to be proposed hold at
@@ -78,5 +81,57 @@ func TestSideQueueBytesBound(t *testing.T) {
 	}
 	if m, b := queued(); m != sideQueueMsgsMax || b != sideQueueMsgsMax {
 		t.Fatalf("past the message bound: %d messages, %d bytes; want %d of each", m, b, sideQueueMsgsMax)
+	}
+}
+
+// TestTenantQueueBytesShare: each tenant's scheduler queue gets its share
+// of proposeQueueBytesMax, at most tenants.TenantQueueBytesMax, so the
+// queues together hold at most the node's bound (plus one write each).
+func TestTenantQueueBytesShare(t *testing.T) {
+	for _, n := range []int{0, 1, 4, 5, 64, 4096} {
+		b := tenantQueueBytesMax(n)
+		if b > tenants.TenantQueueBytesMax || b <= 0 || max(n, 1)*b > proposeQueueBytesMax {
+			t.Errorf("%d tenants: %d bytes each (%d in all), want at most %d each and %d in all", n, b, n*b, tenants.TenantQueueBytesMax, proposeQueueBytesMax)
+		}
+	}
+}
+
+// TestQueuedBytesGivenBack: on a cluster with and without the tenant
+// scheduler, writes of large values (through the side channel) leave no
+// bytes counted in the propose queue or in any side-channel send queue
+// once they are answered: every path that takes bytes gives them back (a
+// leak would make the bounds refuse everything in time).
+func TestQueuedBytesGivenBack(t *testing.T) {
+	for _, drr := range []bool{false, true} {
+		c := newTestClusterWith(t, func(tc *testCluster) { tc.drr = drr })
+		big := string(make([]byte, 200<<10))
+		for i := range 20 {
+			c.put(fmt.Sprintf("big%d", i), big)
+		}
+		l := c.leader()
+		c.waitApplied(1, c.nodes[l].r.Applied())
+		c.waitApplied(2, c.nodes[l].r.Applied())
+		c.waitApplied(3, c.nodes[l].r.Applied())
+		var queued, side int64
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			queued, side = 0, 0
+			for _, nd := range c.nodes {
+				queued += nd.r.queuedBytes.Load()
+				nd.r.side.peersMu.Lock()
+				for _, p := range nd.r.side.peers {
+					side += p.queued.Load()
+				}
+				nd.r.side.peersMu.Unlock()
+			}
+			if (queued == 0 && side == 0) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if counterValue(c.nodes[l].r.metrics.SideSent) == 0 {
+			t.Fatalf("drr=%v: no message went over the side channel", drr)
+		}
+		if queued != 0 || side != 0 {
+			t.Errorf("drr=%v: after every write was answered, %d bytes counted in propose queues and %d in side-channel send queues, want 0", drr, queued, side)
+		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/afxdp"
+	"synod/internal/lograte"
 	"synod/internal/stall"
 	"synod/kv/sm"
-	"synod/internal/lograte"
 	"synod/paxos"
 	"synod/tenants"
 )
@@ -360,7 +360,8 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	r.boot = boot
 	if cfg.Tenants != nil {
-		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{}, cfg.Now, cfg.TenantMetrics)
+		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{QueueBytesMax: tenantQueueBytesMax(len(cfg.Tenants.All()))},
+			cfg.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
 		r.gateC = make(chan struct{}, 1)
 	}
@@ -603,7 +604,13 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	}
 	id := r.nextProposal.Add(1)
 	env := appendEnvelope(nil, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id}, cmd)
-	if n := int64(len(env)); !r.reserveQueued(n) {
+	if n := int64(len(env)); r.drr != nil {
+		// The scheduler bounds each tenant's queue, and their sum
+		// (tenantQueueBytesMax): a node-wide check here would let
+		// tenants that fill their queues refuse another tenant's first
+		// write.
+		r.queuedBytes.Add(n)
+	} else if !r.reserveQueued(n) {
 		return nil, 0, fmt.Errorf("%w: %d bytes of writes wait to be proposed (at most %d)", ErrBusy, r.queuedBytes.Load(), proposeQueueBytesMax)
 	}
 	w := &writeWaiter{ch: make(chan writeResult, 1), env: env}
@@ -636,10 +643,10 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 }
 
 // reserveQueued takes n bytes of proposeQueueBytesMax for a write about
-// to be queued; false, with nothing taken, when they do not fit. A write
-// into an empty queue always fits (the largest write passes). The bytes
-// are given back when the consensus loop takes the write (dequeued) or
-// the queue refuses it.
+// to be queued without a tenant scheduler; false, with nothing taken, when
+// they do not fit. A write into an empty queue always fits (the largest
+// write passes). The bytes are given back when the consensus loop takes
+// the write (dequeued) or the queue refuses it.
 func (r *Replica) reserveQueued(n int64) bool {
 	if q := r.queuedBytes.Add(n); q > proposeQueueBytesMax && q != n {
 		r.queuedBytes.Add(-n)

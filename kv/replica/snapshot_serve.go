@@ -297,7 +297,7 @@ func (r *Replica) snapConnRefused(c net.Conn, err error) {
 	switch {
 	case authRefusal:
 		r.metrics.AuthRefused.Inc()
-	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
 		r.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("snapshot transfer connection closed before its request")
 		return
 	default:

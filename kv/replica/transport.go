@@ -69,7 +69,7 @@ func (r *Replica) receiveLoop() {
 				r.metrics.AuthRefused.Inc()
 				if a.shouldLog(r.cfg.Now()) {
 					r.log.Warn().Err(err).Str("from", pkts[i].Addr.String()).Uint64("refused_total", a.Rejected()).
-						Msg("refusing consensus datagrams that fail authentication (one line per second at most)")
+						Msg("refusing an authenticated consensus datagram addressed to another node: a replay of a member's traffic, or a sender with a stale address book (one line per second at most)")
 				}
 			}
 		}
