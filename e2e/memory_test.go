@@ -260,6 +260,41 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 	wg.Wait()
 	loadTime := time.Since(start)
 
+	// E2E_MEM_READERS readers (by hand; default none) then GET acknowledged
+	// keys for E2E_MEM_READ_S seconds (default 30), spread over the client
+	// connections, while the sampling goes on: the answers' side of the
+	// budget (response budgets) with large values.
+	var reads, readFails atomic.Int64
+	if os.Getenv("E2E_MEM_READERS") != "" {
+		readers := memEnvInt(t, "E2E_MEM_READERS", 0)
+		var keys []int64
+		ackedKeys.Range(func(k, _ any) bool {
+			keys = append(keys, k.(int64))
+			return len(keys) < 4096
+		})
+		readEnd := time.Now().Add(time.Duration(memEnvInt(t, "E2E_MEM_READ_S", 30)) * time.Second)
+		var rwg sync.WaitGroup
+		for r := 0; r < readers && len(keys) > 0; r++ {
+			rwg.Add(1)
+			go func() {
+				defer rwg.Done()
+				cl := clients[r%len(clients)]
+				for time.Now().Before(readEnd) {
+					ctx, cancel := ctxTimeout(memOpTimeout)
+					_, err := cl.GetStale(ctx, memKey(keys[rand.IntN(len(keys))]))
+					cancel()
+					if err != nil {
+						readFails.Add(1)
+						continue
+					}
+					reads.Add(1)
+				}
+			}()
+		}
+		rwg.Wait()
+		t.Logf("reads: %d answered, %d failed", reads.Load(), readFails.Load())
+	}
+
 	// Read back a sample of what was acknowledged.
 	var keys []int64
 	ackedKeys.Range(func(k, _ any) bool {

@@ -26,6 +26,8 @@ func (s *SM) getWithin(tenant tenants.ID, key []byte, room func(valueBytes int) 
 	if tenant == 0 {
 		return nil, false, nil, ErrReservedTenant
 	}
+	s.reads.take()
+	defer s.reads.give()
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
@@ -84,6 +86,8 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, false, nil
 	}
+	s.reads.take()
+	defer s.reads.give()
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {

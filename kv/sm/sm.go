@@ -151,6 +151,8 @@ type SM struct {
 	// Close exclusively while it closes the database.
 	dbMu     sync.RWMutex
 	dbClosed bool
+	// reads bounds the GETs and SCANs inside Pebble at once (read_slots.go).
+	reads readSlots
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
 	clients map[tenants.ID]*tenantClients
@@ -210,7 +212,7 @@ func Open(dir string, opts Options) (*SM, error) {
 	if err := recoverRestore(dir); err != nil {
 		return nil, err
 	}
-	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}}
+	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}, reads: make(readSlots, readSlotsFor(opts.CacheBytes))}
 	db, err := pebble.Open(dir, s.pebbleOptions())
 	if err != nil {
 		s.mem.release()
