@@ -293,6 +293,9 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 		}
 		rwg.Wait()
 		t.Logf("reads: %d answered, %d failed", reads.Load(), readFails.Load())
+		if reads.Load() == 0 {
+			t.Errorf("E2E_MEM_READERS=%d: no read was answered in the read phase (%d failed): the phase measured nothing", readers, readFails.Load())
+		}
 	}
 
 	// Read back a sample of what was acknowledged.

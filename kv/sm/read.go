@@ -60,6 +60,8 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 	if tenant == 0 {
 		return 0, false, ErrReservedTenant
 	}
+	s.reads.take() // it pins the value's block too (read_slots.go)
+	defer s.reads.give()
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {

@@ -13,16 +13,24 @@ import (
 // the cache is full. Reads had no bound but the server's request limits:
 // 1,024 readers of megabyte values on a node with a 192 MiB budget held
 // 426 table iterators at once, and the node's resident set reached
-// 346 MiB (anonymous memory 310 MiB, the Go heap 62 MiB of it). So GETs and
-// SCANs take a slot before they touch Pebble and give it back once they
-// have copied what they read: at most readSlotsFor(CacheBytes) of them,
-// which pin at most half the cache's size in megabyte blocks beyond it.
-// A read that finds no slot waits for one (reads are short; the wait is
-// the backlog a saturated store has anyway).
+// 346 MiB (anonymous memory 310 MiB, the Go heap 62 MiB of it). So client
+// reads (GET, SCAN, and the quota check's ValueLen) take a slot before they
+// touch Pebble and give it back once they have copied what they read: at
+// most readSlotsFor(CacheBytes) of them. A GET pins one block, so GETs pin
+// at most about half the cache's size in megabyte blocks beyond it (more
+// with the ReadSlotsMin floor under an 8 MiB cache); a SCAN's iterator
+// holds a block in each level it positions, so a SCAN of megabyte values
+// may pin several. That memory is not reserved in kvnode's memory plan
+// (it came out of the slack of the 192 MiB runs). The apply loop's own
+// reads (CAS, sizes), snapshot streams and staging take no slot: the apply
+// loop must never wait behind client reads. A read that finds no slot
+// waits for one, whatever its client's deadline (reads are short; the
+// wait is the backlog a saturated store has anyway).
 
 const (
-	// ReadSlotsMax bounds the read slots whatever the cache: 2 cores
-	// gain nothing from more concurrent reads.
+	// ReadSlotsMax bounds the read slots whatever the cache: more reads
+	// in Pebble at once than this gain nothing on the cores a node runs
+	// on (measured on 2; a machine with many more cores may want more).
 	ReadSlotsMax = 64
 	// ReadSlotsMin is the least: small caches still read in parallel.
 	ReadSlotsMin = 4
