@@ -648,8 +648,16 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 // write passes). The bytes are given back when the consensus loop takes
 // the write (dequeued) or the queue refuses it.
 func (r *Replica) reserveQueued(n int64) bool {
-	if q := r.queuedBytes.Add(n); q > proposeQueueBytesMax && q != n {
-		r.queuedBytes.Add(-n)
+	return reserveBytes(&r.queuedBytes, n, proposeQueueBytesMax)
+}
+
+// reserveBytes adds n to the bytes a queue holds (held) if they stay
+// within bytesMax, or if the queue held nothing (one item of any size
+// passes); false, with nothing added, otherwise. The queue gives the bytes
+// back (held.Add(-n)) when the item leaves it.
+func reserveBytes(held *atomic.Int64, n, bytesMax int64) bool {
+	if q := held.Add(n); q > bytesMax && q != n {
+		held.Add(-n)
 		return false
 	}
 	return true

@@ -42,6 +42,22 @@ var (
 	errUnprovenTimeout = errors.New("replica: an unproven consensus connection sent no whole first frame within its deadline")
 )
 
+// isRefusal reports whether err refused a consensus connection for what it
+// sent, not for a failure of its own: authentication (a forged, foreign or
+// replayed frame), a first frame or request addressed to another node, or
+// a connection on probation past its deadline. Those count in
+// synod_consensus_auth_refused_total, on the side channel and snapshot
+// transfers alike.
+func isRefusal(err error) bool {
+	for _, e := range []error{ErrAuthFailed, errAuthSender, errAuthMalformed, errAuthReplay,
+		errSideMisaddressed, errSnapMisaddressed, errUnprovenTimeout} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // isTimeout reports whether err is a read deadline passing.
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -162,16 +178,14 @@ func (s *sideChannel) send(id paxos.NodeID, b []byte) {
 		s.dropped.Add(1)
 		return
 	}
-	n := int64(len(b))
-	if q := p.queued.Add(n); q > sideQueueBytesMax && q != n {
-		p.queued.Add(-n)
+	if !reserveBytes(&p.queued, int64(len(b)), sideQueueBytesMax) {
 		s.dropped.Add(1)
 		return
 	}
 	select {
 	case p.queue <- b:
 	default:
-		p.queued.Add(-n)
+		p.take(b)
 		s.dropped.Add(1)
 	}
 }
@@ -305,8 +319,7 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 			err = s.auth.reject(fmt.Errorf("%w: %w", errUnprovenTimeout, err))
 		}
 		if err != nil {
-			if errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) ||
-				errors.Is(err, errAuthReplay) || errors.Is(err, errSideMisaddressed) || errors.Is(err, errUnprovenTimeout) {
+			if isRefusal(err) {
 				if s.refused != nil {
 					s.refused()
 				}

@@ -72,15 +72,9 @@ func sideForeignHeadTakenOnce(t *testing.T) (res foreignHeadResult) {
 	rx, _ := sideReceiver(t)
 	addr := rx.ln.Addr().String()
 	head := mustAuth(t, 9, 3, secretA).sealSide([]byte("elsewhere: for node 1"))[:sideFrameHeadBytes]
-	held, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
 	heldAt := time.Now()
-	if _, err := held.Write(head); err != nil {
-		t.Fatal(err)
-	}
+	held := dialSend(t, addr, head)
+	defer held.Close()
 	// The first copy's head is taken before the second comes.
 	for deadline := time.Now().Add(5 * time.Second); len(rx.budget) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -88,14 +82,8 @@ func sideForeignHeadTakenOnce(t *testing.T) (res foreignHeadResult) {
 		}
 	}
 	before := rx.auth.Rejected()
-	again, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := dialSend(t, addr, head)
 	defer again.Close()
-	if _, err := again.Write(head); err != nil {
-		t.Fatal(err)
-	}
 	res.reuseClosed = closedWithin(again, 3*time.Second) && rx.auth.Rejected() > before
 	before = rx.auth.Rejected()
 	// Its body was due sideHeadTimeout after its head.
@@ -149,28 +137,16 @@ func sideReplayedHeadClosed(t *testing.T) (closed bool, refused uint64) {
 	rx, got := sideReceiver(t)
 	addr := rx.ln.Addr().String()
 	frame := mustAuth(t, 9, 1, secretA).sealSide([]byte("for node 2"))
-	c1, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c1 := dialSend(t, addr, frame)
 	defer c1.Close()
-	if _, err := c1.Write(frame); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-got:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the original frame was not delivered")
 	}
 	before := rx.auth.Rejected()
-	c2, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := dialSend(t, addr, frame[:sideFrameHeadBytes])
 	defer c2.Close()
-	if _, err := c2.Write(frame[:sideFrameHeadBytes]); err != nil {
-		t.Fatal(err)
-	}
 	closed = closedWithin(c2, 3*time.Second)
 	return closed, rx.auth.Rejected() - before
 }
@@ -180,14 +156,8 @@ func sideReplayedHeadClosed(t *testing.T) (closed bool, refused uint64) {
 // node 3) and reports whether node 2 closed the connection within 3 s.
 func sideMisaddressedFrameClosed(t *testing.T) bool {
 	rx, _ := sideReceiver(t)
-	c, err := net.Dial("tcp", rx.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialSend(t, rx.ln.Addr().String(), mustAuth(t, 9, 1, secretA).sealSide([]byte("elsewhere: for node 3")))
 	defer c.Close()
-	if _, err := c.Write(mustAuth(t, 9, 1, secretA).sealSide([]byte("elsewhere: for node 3"))); err != nil {
-		t.Fatal(err)
-	}
 	return closedWithin(c, 3*time.Second)
 }
 
@@ -210,14 +180,7 @@ func sideDeliveredPastReplayedHeads(t *testing.T) bool {
 		}
 	}()
 	for range sideConnsMax {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-		if _, err := c.Write(thief.sealSide(big)[:sideFrameHeadBytes]); err != nil {
-			t.Fatal(err)
-		}
+		held = append(held, dialSend(t, addr, thief.sealSide(big)[:sideFrameHeadBytes]))
 	}
 	// Every head was taken (its body's budget held) before the peer
 	// comes: on a loaded machine the peer could otherwise take the slot
@@ -229,4 +192,19 @@ func sideDeliveredPastReplayedHeads(t *testing.T) bool {
 		time.Sleep(time.Millisecond)
 	}
 	return sidePeerDelivers(t, addr, got, sideReplayWait)
+}
+
+// dialSend connects to addr and writes b; the caller closes the
+// connection.
+func dialSend(t *testing.T, addr string, b []byte) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(b); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	return c
 }

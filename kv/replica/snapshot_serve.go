@@ -292,10 +292,8 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 // logged none of its refusals (an outside tester's 1,200 hostile
 // connections left both counters at 0).
 func (r *Replica) snapConnRefused(c net.Conn, err error) {
-	authRefusal := errors.Is(err, ErrAuthFailed) || errors.Is(err, errAuthSender) || errors.Is(err, errAuthMalformed) || errors.Is(err, errAuthReplay) ||
-		errors.Is(err, errSnapMisaddressed) || errors.Is(err, errUnprovenTimeout)
 	switch {
-	case authRefusal:
+	case isRefusal(err):
 		r.metrics.AuthRefused.Inc()
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
 		r.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("snapshot transfer connection closed before its request")
