@@ -57,6 +57,12 @@ func snapRequestReplay(t *testing.T, planted bool) (res snapReplayResult) {
 	for i := range 30 {
 		c.put(fmt.Sprintf("k%d", i), "v")
 	}
+	// Both servers hold a snapshot before the requests (CI once: node 3
+	// had none yet in the planted run, refused to serve for want of state,
+	// and the plant looked caught for the wrong reason).
+	for _, id := range []paxos.NodeID{2, 3} {
+		waitFor(t, fmt.Sprintf("node %d to compact its log", id), func() bool { return c.nodes[id].r.alog.TruncatedBelow() > 1 })
+	}
 	// A second sealer for node 1: its incarnation is newer than the real
 	// node 1's, so nodes 2 and 3 refuse the real one's transfer frames
 	// from here on; this cluster makes no transfer of its own.
