@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -43,6 +44,9 @@ const (
 	memLargeValueBytes = 64 << 10
 	memWriters         = 32
 	memOpTimeout       = 20 * time.Second
+	// memScanLimit is the keys a read phase's SCAN asks for: with
+	// megabyte values ScanReplyBytesMax stops it at the second or third.
+	memScanLimit = 4
 	// memLoadFor bounds the load (the harness, not a speed claim). The
 	// store loads 4 KiB values at 0.9-2.6 MB/s on the 2-core CI machine,
 	// whatever the budget (1.5 MB/s with 1 GiB; issue 14), so within it
@@ -263,16 +267,22 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 	// E2E_MEM_READERS readers (by hand; default none) then GET acknowledged
 	// keys for E2E_MEM_READ_S seconds (default 30), spread over the client
 	// connections, while the sampling goes on: the answers' side of the
-	// budget (response budgets) with large values.
+	// budget (response budgets, read slots) with large values. Of their
+	// reads, E2E_MEM_SCAN_PERCENT (default 0) are SCANs of up to
+	// memScanLimit keys from an acknowledged one (linearizable: the
+	// client has no stale SCAN).
 	var reads, readFails atomic.Int64
 	if os.Getenv("E2E_MEM_READERS") != "" {
 		readers := memEnvInt(t, "E2E_MEM_READERS", 0)
+		scanPercent := memEnvInt(t, "E2E_MEM_SCAN_PERCENT", 0)
 		var keys []int64
 		ackedKeys.Range(func(k, _ any) bool {
 			keys = append(keys, k.(int64))
 			return len(keys) < 4096
 		})
 		readEnd := time.Now().Add(time.Duration(memEnvInt(t, "E2E_MEM_READ_S", 30)) * time.Second)
+		var failMu sync.Mutex
+		failKinds := map[string]int{}
 		var rwg sync.WaitGroup
 		for r := 0; r < readers && len(keys) > 0; r++ {
 			rwg.Add(1)
@@ -281,10 +291,18 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 				cl := clients[r%len(clients)]
 				for time.Now().Before(readEnd) {
 					ctx, cancel := ctxTimeout(memOpTimeout)
-					_, err := cl.GetStale(ctx, memKey(keys[rand.IntN(len(keys))]))
+					var err error
+					if k := memKey(keys[rand.IntN(len(keys))]); rand.IntN(100) < scanPercent {
+						_, _, err = cl.Scan(ctx, k, nil, memScanLimit)
+					} else {
+						_, err = cl.GetStale(ctx, k)
+					}
 					cancel()
 					if err != nil {
 						readFails.Add(1)
+						failMu.Lock()
+						failKinds[memErrKind(err)]++
+						failMu.Unlock()
 						continue
 					}
 					reads.Add(1)
@@ -292,7 +310,7 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 			}()
 		}
 		rwg.Wait()
-		t.Logf("reads: %d answered, %d failed", reads.Load(), readFails.Load())
+		t.Logf("reads: %d answered, %d failed %v", reads.Load(), readFails.Load(), failKinds)
 		if reads.Load() == 0 {
 			t.Errorf("E2E_MEM_READERS=%d: no read was answered in the read phase (%d failed): the phase measured nothing", readers, readFails.Load())
 		}
@@ -347,6 +365,23 @@ func memoryBoundedByBudget(t *testing.T, valueBytes int, pauseFollower bool) {
 				id, mib(s.rss), mib(s.anon), mib(s.file), mib(s.shmem), budget>>20)
 		}
 	}
+}
+
+// memErrKind is the first words of a failed read's error, to tell the
+// failures of a read phase apart (deadlines, THROTTLED, read slots).
+func memErrKind(err error) string {
+	s := err.Error()
+	kind := ""
+	if errors.Is(err, context.DeadlineExceeded) {
+		kind = "deadline, last "
+	}
+	if i := strings.LastIndex(s, "synod: "); i >= 0 { // the status of the last answer
+		s = s[i+len("synod: "):]
+	}
+	if i := strings.IndexAny(s, ": "); i > 0 {
+		s = s[:i]
+	}
+	return kind + s[:min(len(s), 40)]
 }
 
 func memKey(k int64) []byte { return []byte(fmt.Sprintf("mem/%012d", k)) }

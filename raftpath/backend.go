@@ -46,7 +46,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		// only on a follower (a leader is never sent a snapshot), while
 		// linearizable reads are served by the leader. Stale reads on a
 		// follower may see a restore in progress, as their flag allows.
-		return b.n.sm.ReadResponseWithin(tenant, req, server.ValueRoom(ctx))
+		return b.n.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
 	case proto.OpStatus:
 		return &proto.Response{Cluster: b.clusterStatus()}
 	case proto.OpPing:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +164,60 @@ func TestRequestBudgetsFromMemory(t *testing.T) {
 	if err := got.Validate(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestResponseBudgetsFromMemory: response budgets the [limits] table
+// leaves unset follow the heap's share of the memory budget (the node's a
+// quarter of it at most, a tenant's half and a connection's eighth of that), the
+// default budget keeps the server's defaults, explicit budgets are kept
+// with the derived levels around them in Validate's order, and every
+// result is a configuration the server accepts.
+func TestResponseBudgetsFromMemory(t *testing.T) {
+	withLog := func(pmem int64, extra string) *Config {
+		t.Helper()
+		c, err := parseConfig([]byte(strings.Replace(readExample(t), "size_bytes = 268435456", fmt.Sprintf("size_bytes = %d", pmem), 1) + extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	budgets := func(sc server.Config) [3]int64 {
+		return [3]int64{sc.ResponseBytesPerConnMax, sc.ResponseBytesPerTenantMax, sc.ResponseBytesPerNodeMax}
+	}
+	check := func(name string, c *Config, want [3]int64) {
+		t.Helper()
+		got := c.clientServerConfig(nil)
+		if budgets(got) != want {
+			t.Errorf("%s: response budgets conn/tenant/node %v, want %v", name, budgets(got), want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	defaults := [3]int64{server.ResponseBytesPerConnMaxDefault, server.ResponseBytesPerTenantMaxDefault, server.ResponseBytesPerNodeMaxDefault}
+	check("default budget, 256 MiB log", withLog(256<<20, ""), defaults)
+
+	small := "\n[memory]\nbudget_bytes = 201326592\n" // 192 MiB
+	c := withLog(16<<20, small)
+	plan, err := c.memoryPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := plan.HeapLimitBytes / memoryResponseHeapDivisor
+	d := c.clientServerConfig(nil).WithDefaults()
+	conn := int64(server.ResponseBytesPerConnMin) // node/8 is below it
+	if node/8 >= conn || node >= server.ResponseBytesPerNodeMaxDefault {
+		t.Fatalf("the 192 MiB budget's node response budget %d does not exercise the floors", node)
+	}
+	tenant := max(node/2, conn+int64(d.ConnsPerTenantMax)*server.ResponseBytesReserved)
+	check("192 MiB budget", c, [3]int64{conn, tenant, max(node, tenant+int64(d.ConnsMax)*server.ResponseBytesReserved)})
+
+	// An explicit connection budget above the derived tenant one: the
+	// levels above rise to keep Validate's order.
+	c = withLog(16<<20, small+"\n[limits]\nresponse_bytes_per_conn_max = 20000000\n")
+	wantTenant := int64(20000000) + int64(d.ConnsPerTenantMax)*server.ResponseBytesReserved
+	check("explicit conn budget", c, [3]int64{20000000, wantTenant, wantTenant + int64(d.ConnsMax)*server.ResponseBytesReserved})
+	// An explicit node budget: the levels below follow it, not the plan.
+	c = withLog(16<<20, small+"\n[limits]\nresponse_bytes_per_node_max = 200000000\n")
+	check("explicit node budget", c, [3]int64{server.ResponseBytesPerConnMaxDefault, server.ResponseBytesPerTenantMaxDefault, 200000000})
 }

@@ -32,7 +32,8 @@ type MemoryConfig struct {
 const (
 	// memoryBudgetBytesDefault is budget_bytes when the table does not set
 	// it and the log is small enough: the example's 256 MiB acceptor log
-	// needs 776 MiB, and Pebble's cache gets 156 MiB.
+	// needs 780 MiB, Pebble's cache gets 130 MiB and 49 read slots
+	// 52 MiB.
 	memoryBudgetBytesDefault = 1 << 30
 	// memoryDefaultSurplusBytes is what an absent budget_bytes grants
 	// beyond the minimum when the log is too large for
@@ -52,8 +53,14 @@ const (
 	// truncated together with it), plus per-entry and per-command
 	// overhead; the heap reserves this share of pmem.size_bytes for it.
 	memoryLogHeapPercent = 150
+	// memoryReadPinSurplusPercent: of what the budget leaves beyond every
+	// minimum, this share (up to sm.ReadSlotsMax slots) goes to the blocks
+	// client reads pin beyond Pebble's cache (kv/sm read_slots.go), on top
+	// of sm.ReadSlotsMin slots' worth that every plan reserves.
+	memoryReadPinSurplusPercent = 20
 	// memoryPebbleSurplusPercent: of what the budget leaves beyond every
-	// minimum, this share goes to Pebble's cache, the rest to the heap.
+	// minimum and the reads' share, this share goes to Pebble's cache,
+	// the rest to the heap.
 	memoryPebbleSurplusPercent = 50
 )
 
@@ -68,6 +75,11 @@ type memoryPlan struct {
 	// Pebble is the state machine's Pebble memory (cache, which its
 	// memtables are reserved from): Pebble.Bound() bytes.
 	Pebble sm.PebbleMemory
+	// ReadSlots bounds the client reads inside Pebble at once, and
+	// ReadPinBytes (ReadSlots*sm.ReadSlotPinBytes) is what the blocks they
+	// pin beyond the cache may take.
+	ReadSlots    int
+	ReadPinBytes int64
 	// HeapLimitBytes is the Go runtime's memory limit (GOMEMLIMIT):
 	// at least HeapNeedBytes.
 	HeapLimitBytes int64
@@ -75,35 +87,40 @@ type memoryPlan struct {
 }
 
 // memoryPlan splits the budget (budget_bytes, or its default when absent):
-// the log mapping and the process overhead
-// first, the heap's need (memoryHeapBaseBytes plus memoryLogHeapPercent of
-// the log) and Pebble's minimum next, and what is left half to Pebble's
-// cache, half to the heap. A budget below the sum of the minima is an
-// error naming memory.budget_bytes.
+// the log mapping and the process overhead first, the heap's need
+// (memoryHeapBaseBytes plus memoryLogHeapPercent of the log), Pebble's
+// minimum and the least read slots' pinned blocks next; of what is left,
+// memoryReadPinSurplusPercent to more read slots (up to sm.ReadSlotsMax),
+// and the rest half to Pebble's cache, half to the heap. A budget below
+// the sum of the minima is an error naming memory.budget_bytes.
 func (c *Config) memoryPlan() (memoryPlan, error) {
 	p := memoryPlan{Budget: c.Memory.BudgetBytes, ProcessBytes: memoryProcessBytes}
 	if c.Replication != "raft" {
 		p.LogMapBytes = c.PMem.SizeBytes
 	}
 	p.HeapNeedBytes = memoryHeapBaseBytes + p.LogMapBytes*memoryLogHeapPercent/100
-	least := p.LogMapBytes + p.ProcessBytes + p.HeapNeedBytes + sm.PebbleBytesMin
+	readPinMin := int64(sm.ReadSlotsMin) * sm.ReadSlotPinBytes
+	least := p.LogMapBytes + p.ProcessBytes + p.HeapNeedBytes + sm.PebbleBytesMin + readPinMin
 	if p.Budget == 0 {
 		p.Budget = max(memoryBudgetBytesDefault, least+memoryDefaultSurplusBytes)
 	}
 	if p.Budget < least {
 		return memoryPlan{}, fmt.Errorf("memory.budget_bytes: %d is too small to run this node: it needs at least %d "+
 			"(%d of acceptor log mapping, pmem.size_bytes; %d of heap for paxos's copy of that log and the rest of the Go heap; "+
-			"%d of process overhead; %d for Pebble's cache and memtables)",
-			p.Budget, least, p.LogMapBytes, p.HeapNeedBytes, p.ProcessBytes, sm.PebbleBytesMin)
+			"%d of process overhead; %d for Pebble's cache and memtables; %d for the blocks of %d reads in progress)",
+			p.Budget, least, p.LogMapBytes, p.HeapNeedBytes, p.ProcessBytes, sm.PebbleBytesMin, readPinMin, sm.ReadSlotsMin)
 	}
 	surplus := p.Budget - least
+	p.ReadSlots = sm.ReadSlotsFor(readPinMin + surplus*memoryReadPinSurplusPercent/100)
+	p.ReadPinBytes = int64(p.ReadSlots) * sm.ReadSlotPinBytes
+	surplus -= p.ReadPinBytes - readPinMin
 	pebbleBytes := sm.PebbleBytesMin + surplus*memoryPebbleSurplusPercent/100
 	pm, err := sm.PebbleMemoryFor(pebbleBytes)
 	if err != nil {
 		return memoryPlan{}, fmt.Errorf("memory.budget_bytes: %w", err)
 	}
 	p.Pebble = pm
-	p.HeapLimitBytes = p.Budget - p.LogMapBytes - p.ProcessBytes - pm.Bound()
+	p.HeapLimitBytes = p.Budget - p.LogMapBytes - p.ProcessBytes - pm.Bound() - p.ReadPinBytes
 	return p, nil
 }
 
@@ -119,6 +136,7 @@ func (c *Config) validateMemory() error {
 // applySM sets the state machine's Pebble memory from the plan.
 func (p memoryPlan) applySM(o *sm.Options) {
 	o.CacheBytes, o.MemTableBytes, o.MemTables = p.Pebble.CacheBytes, p.Pebble.MemTableBytes, p.Pebble.MemTables
+	o.ReadSlots = p.ReadSlots
 }
 
 // applyMemory applies the plan's runtime part (the state machine's part
@@ -144,7 +162,8 @@ func (c *Config) applyMemory(log zerolog.Logger) {
 func (p memoryPlan) applyRuntime(log zerolog.Logger) {
 	ev := log.Info().Int64("budget_bytes", p.Budget).Int64("log_map_bytes", p.LogMapBytes).
 		Int64("pebble_cache_bytes", p.Pebble.CacheBytes).Uint64("memtable_bytes", p.Pebble.MemTableBytes).
-		Int("memtables", p.Pebble.MemTables).Int64("process_bytes", p.ProcessBytes)
+		Int("memtables", p.Pebble.MemTables).Int("read_slots", p.ReadSlots).Int64("read_pin_bytes", p.ReadPinBytes).
+		Int64("process_bytes", p.ProcessBytes)
 	if env := os.Getenv("GOMEMLIMIT"); env != "" {
 		ev.Str("gomemlimit", env+" (from the environment)").Msg("memory budget")
 		return

@@ -26,7 +26,7 @@ func memoryConfig(t *testing.T, pmem int64, body string) []byte {
 // its minimum, and what the state machine is given is what the plan says.
 func TestMemoryPlanWithinBudget(t *testing.T) {
 	for _, pmem := range []int64{pmemSizeBytesMin + 4<<10, 16 << 20, 64 << 20, 256 << 20, 1 << 30} {
-		least := pmem + memoryProcessBytes + memoryHeapBaseBytes + pmem*memoryLogHeapPercent/100 + sm.PebbleBytesMin
+		least := pmem + memoryProcessBytes + memoryHeapBaseBytes + pmem*memoryLogHeapPercent/100 + sm.PebbleBytesMin + sm.ReadSlotsMin*sm.ReadSlotPinBytes
 		for _, budget := range []int64{least, least + 1, least + 7<<20 + 3, 2 * least, 64 << 30} {
 			c, err := parseConfig(memoryConfig(t, pmem, fmt.Sprintf("budget_bytes = %d\n", budget)))
 			if err != nil {
@@ -36,7 +36,7 @@ func TestMemoryPlanWithinBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sum := p.LogMapBytes + p.ProcessBytes + p.Pebble.Bound() + p.HeapLimitBytes
+			sum := p.LogMapBytes + p.ProcessBytes + p.Pebble.Bound() + p.ReadPinBytes + p.HeapLimitBytes
 			switch {
 			case sum != budget || p.Budget != budget:
 				t.Fatalf("pmem %d budget %d: parts add up to %d (%+v)", pmem, budget, sum, p)
@@ -46,9 +46,15 @@ func TestMemoryPlanWithinBudget(t *testing.T) {
 				t.Fatalf("pmem %d budget %d: heap limit %d below its need %d", pmem, budget, p.HeapLimitBytes, p.HeapNeedBytes)
 			case p.Pebble.CacheBytes < sm.PebbleBytesMin:
 				t.Fatalf("pmem %d budget %d: Pebble cache %d below its minimum", pmem, budget, p.Pebble.CacheBytes)
+			case p.ReadSlots < sm.ReadSlotsMin || p.ReadSlots > sm.ReadSlotsMax || p.ReadPinBytes != int64(p.ReadSlots)*sm.ReadSlotPinBytes:
+				t.Fatalf("pmem %d budget %d: %d read slots reserve %d bytes", pmem, budget, p.ReadSlots, p.ReadPinBytes)
+			case budget == least && p.ReadSlots != sm.ReadSlotsMin:
+				t.Fatalf("pmem %d: the least budget has %d read slots, want %d", pmem, p.ReadSlots, sm.ReadSlotsMin)
+			case budget == 64<<30 && p.ReadSlots != sm.ReadSlotsMax:
+				t.Fatalf("pmem %d: a 64 GiB budget has %d read slots, want %d", pmem, p.ReadSlots, sm.ReadSlotsMax)
 			}
 			o := c.smOptions()
-			if o.CacheBytes != p.Pebble.CacheBytes || o.MemTableBytes != p.Pebble.MemTableBytes || o.MemTables != p.Pebble.MemTables {
+			if o.CacheBytes != p.Pebble.CacheBytes || o.MemTableBytes != p.Pebble.MemTableBytes || o.MemTables != p.Pebble.MemTables || o.ReadSlots != p.ReadSlots {
 				t.Fatalf("state machine options %+v, plan %+v", o, p.Pebble)
 			}
 		}
@@ -68,7 +74,7 @@ func TestMemoryPlanWithinBudget(t *testing.T) {
 	if err != nil {
 		t.Fatalf("absent budget with a 1 GiB log: %v", err)
 	}
-	bigLeast := int64(1<<30) + memoryProcessBytes + memoryHeapBaseBytes + (1<<30)*memoryLogHeapPercent/100 + sm.PebbleBytesMin
+	bigLeast := int64(1<<30) + memoryProcessBytes + memoryHeapBaseBytes + (1<<30)*memoryLogHeapPercent/100 + sm.PebbleBytesMin + sm.ReadSlotsMin*sm.ReadSlotPinBytes
 	if p, err := big.memoryPlan(); err != nil || p.Budget != bigLeast+memoryDefaultSurplusBytes {
 		t.Fatalf("default plan for a 1 GiB log %+v, %v; want a budget of %d", p, err, bigLeast+memoryDefaultSurplusBytes)
 	}
@@ -83,7 +89,7 @@ func TestMemoryPlanWithinBudget(t *testing.T) {
 // an unknown key are config errors that name the key.
 func TestMemoryBudgetInvalid(t *testing.T) {
 	const pmem = 64 << 20
-	least := pmem + memoryProcessBytes + memoryHeapBaseBytes + pmem*memoryLogHeapPercent/100 + sm.PebbleBytesMin
+	least := pmem + memoryProcessBytes + memoryHeapBaseBytes + pmem*memoryLogHeapPercent/100 + sm.PebbleBytesMin + sm.ReadSlotsMin*sm.ReadSlotPinBytes
 	for _, tc := range []struct {
 		pmem       int64
 		body, want string

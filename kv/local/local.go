@@ -36,7 +36,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 	}
 	switch req.Op {
 	case proto.OpGet:
-		return b.sm.ReadResponseWithin(tenant, req, server.ValueRoom(ctx))
+		return b.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
 	case proto.OpScan:
 		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
 		if err != nil {

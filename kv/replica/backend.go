@@ -61,7 +61,7 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		b.r.restoreMu.RLock()
 		defer b.r.restoreMu.RUnlock()
 		start := time.Now()
-		resp := b.sm.ReadResponseWithin(tenant, req, server.ValueRoom(ctx))
+		resp := b.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
 		b.r.readStageTook(rsStateMachine, time.Since(start), 0)
 		return resp
 	case proto.OpStatus:

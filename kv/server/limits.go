@@ -31,6 +31,10 @@ const (
 	// answer is written (or it grows, see above): every error answer, and
 	// a GET of a value up to about 4 KB.
 	responseBytesReserved = 4 << 10
+	// ResponseBytesReserved is responseBytesReserved, for a configuration
+	// that derives the response budgets (kvnode) and must keep Validate's
+	// order.
+	ResponseBytesReserved = responseBytesReserved
 	// scanResponseBytesMax is the largest SCAN reply: the scan stops once
 	// it holds ScanReplyBytesMax of keys and values, so it holds at most
 	// one byte less than that plus one more pair, and a length prefix per

@@ -2,6 +2,7 @@ package sm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 
@@ -15,19 +16,22 @@ import (
 // state). A tenant reads only its own keyspace: the tenant id is the key
 // prefix, so no user key can reach another tenant's keys.
 func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
-	v, ok, _, err := s.getWithin(tenant, key, nil)
+	v, ok, _, err := s.getWithin(context.Background(), tenant, key, nil)
 	return v, ok, err
 }
 
 // getWithin is Get that, with room set, calls room with the value's length
 // before it copies the value: a non-nil answer from room is returned as
 // refused, and nothing is copied (the caller's memory for answers is full).
-func (s *SM) getWithin(tenant tenants.ID, key []byte, room func(valueBytes int) *proto.Response) (_ []byte, _ bool, refused *proto.Response, _ error) {
+// It waits for a read slot until ctx ends (errReadSlotWait).
+func (s *SM) getWithin(ctx context.Context, tenant tenants.ID, key []byte, room func(valueBytes int) *proto.Response) (_ []byte, _ bool, refused *proto.Response, _ error) {
 	if tenant == 0 {
 		return nil, false, nil, ErrReservedTenant
 	}
-	s.reads.take()
-	defer s.reads.give()
+	if err := s.reads.take(ctx, 1); err != nil {
+		return nil, false, nil, err
+	}
+	defer s.reads.give(1)
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
@@ -60,8 +64,11 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 	if tenant == 0 {
 		return 0, false, ErrReservedTenant
 	}
-	s.reads.take() // it pins the value's block too (read_slots.go)
-	defer s.reads.give()
+	// It pins the value's block too; no deadline (read_slots.go).
+	if err := s.reads.take(context.Background(), 1); err != nil {
+		return 0, false, err
+	}
+	defer s.reads.give(1)
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
@@ -76,6 +83,12 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 // limit or at ScanReplyBytesMax of keys and values and more pairs may
 // follow; the caller continues from the last key + "\x00".
 func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []proto.KV, more bool, err error) {
+	return s.scan(context.Background(), tenant, start, end, limit)
+}
+
+// scan is Scan that waits for its read slots until ctx ends
+// (errReadSlotWait).
+func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, limit int) (pairs []proto.KV, more bool, err error) {
 	if tenant == 0 {
 		return nil, false, ErrReservedTenant
 	}
@@ -88,8 +101,10 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, false, nil
 	}
-	s.reads.take()
-	defer s.reads.give()
+	if err := s.reads.take(ctx, ScanReadSlots); err != nil {
+		return nil, false, err
+	}
+	defer s.reads.give(ScanReadSlots)
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
@@ -130,20 +145,23 @@ func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []prot
 // ReadResponse answers a GET (req.Key) or SCAN (req.Start, req.End,
 // req.Limit) of tenant from the applied state: NOT_FOUND for a missing
 // key, INTERNAL for a storage error. Any barrier (linearizable reads) and
-// any exclusion of a snapshot restore are the caller's.
+// any exclusion of a snapshot restore are the caller's. It waits for its
+// read slots without a deadline (ReadResponseWithin takes one).
 func (s *SM) ReadResponse(tenant tenants.ID, req *proto.Request) *proto.Response {
-	return s.ReadResponseWithin(tenant, req, nil)
+	return s.ReadResponseWithin(context.Background(), tenant, req, nil)
 }
 
 // ReadResponseWithin is ReadResponse that, for a GET, asks room (when not
 // nil) whether an answer with the value's length can be held before the
 // value is copied, and answers room's refusal instead when not (the
-// server's response budgets: kv/server ValueRoom).
-func (s *SM) ReadResponseWithin(tenant tenants.ID, req *proto.Request, room func(valueBytes int) *proto.Response) *proto.Response {
+// server's response budgets: kv/server ValueRoom). It waits for its read
+// slots (read_slots.go) until ctx ends, and then answers UNAVAILABLE
+// without having read anything.
+func (s *SM) ReadResponseWithin(ctx context.Context, tenant tenants.ID, req *proto.Request, room func(valueBytes int) *proto.Response) *proto.Response {
 	if req.Op == proto.OpGet {
-		v, ok, refused, err := s.getWithin(tenant, req.Key, room)
+		v, ok, refused, err := s.getWithin(ctx, tenant, req.Key, room)
 		if err != nil {
-			return proto.Errorf(proto.StatusInternal, "%v", err)
+			return readErrResponse(err)
 		}
 		if refused != nil {
 			return refused
@@ -153,9 +171,18 @@ func (s *SM) ReadResponseWithin(tenant tenants.ID, req *proto.Request, room func
 		}
 		return &proto.Response{Value: v, HasValue: true}
 	}
-	pairs, more, err := s.Scan(tenant, req.Start, req.End, int(req.Limit))
+	pairs, more, err := s.scan(ctx, tenant, req.Start, req.End, int(req.Limit))
 	if err != nil {
-		return proto.Errorf(proto.StatusInternal, "%v", err)
+		return readErrResponse(err)
 	}
 	return &proto.Response{Pairs: pairs, More: more}
+}
+
+// readErrResponse answers a failed read: UNAVAILABLE (retry later) when it
+// never got a read slot, INTERNAL (a storage error) otherwise.
+func readErrResponse(err error) *proto.Response {
+	if errors.Is(err, errReadSlotWait) {
+		return proto.Errorf(proto.StatusUnavailable, "%v", err)
+	}
+	return proto.Errorf(proto.StatusInternal, "%v", err)
 }

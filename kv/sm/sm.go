@@ -107,6 +107,12 @@ type Options struct {
 	// one cache of CacheBytes is shared by every Pebble the SM opens
 	// (memory.go).
 	MemTables int
+	// ReadSlots bounds the client reads inside Pebble (read_slots.go):
+	// GETs pin at most ReadSlots*ReadSlotPinBytes of blocks beyond the
+	// cache. 0 picks half the cache's worth (readSlotsFor); otherwise it
+	// must be within ReadSlotsMin..ReadSlotsMax (kvnode derives it from
+	// its memory budget: ReadSlotsFor).
+	ReadSlots int
 	// Log receives Pebble's messages; nil discards them.
 	Log *zerolog.Logger
 	// ClientsMax is each tenant's share of the exactly-once table
@@ -120,8 +126,19 @@ type Options struct {
 	ClientsDefault int
 }
 
-// validate checks the shares.
+// readSlots is ReadSlots, or its default for the cache.
+func (o Options) readSlots() int {
+	if o.ReadSlots == 0 {
+		return readSlotsFor(o.CacheBytes)
+	}
+	return o.ReadSlots
+}
+
+// validate checks the shares and the read slots.
 func (o Options) validate() error {
+	if o.ReadSlots != 0 && (o.ReadSlots < ReadSlotsMin || o.ReadSlots > ReadSlotsMax) {
+		return fmt.Errorf("sm: %d read slots outside %d..%d", o.ReadSlots, ReadSlotsMin, ReadSlotsMax)
+	}
 	inRange := func(n int) bool { return n >= ClientsPerTenantMin && n <= ClientsPerTenantMax }
 	if o.ClientsDefault != 0 && !inRange(o.ClientsDefault) {
 		return fmt.Errorf("sm: default client share %d outside %d..%d", o.ClientsDefault, ClientsPerTenantMin, ClientsPerTenantMax)
@@ -212,7 +229,7 @@ func Open(dir string, opts Options) (*SM, error) {
 	if err := recoverRestore(dir); err != nil {
 		return nil, err
 	}
-	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}, reads: make(readSlots, readSlotsFor(opts.CacheBytes))}
+	s := &SM{dir: dir, opts: opts, snaps: map[*io.PipeReader]struct{}{}, reads: newReadSlots(opts.readSlots())}
 	db, err := pebble.Open(dir, s.pebbleOptions())
 	if err != nil {
 		s.mem.release()
