@@ -145,6 +145,39 @@ const (
 	snapshotTransferWhole = "whole"
 )
 
+// explicitTicksPositive refuses a [consensus] tick count written as 0 or
+// less: fillDefaults reads 0 as "absent" and would put the default in its
+// place without a word (an outside tester's drift_ticks = 0, which the
+// docs say must be at least 1, ran with 10), so the written value is
+// looked at here. b decoded once already (unknown keys refused).
+func explicitTicksPositive(b []byte) error {
+	var written struct {
+		Consensus struct {
+			ElectionTicks  *int `toml:"election_ticks"`
+			HeartbeatTicks *int `toml:"heartbeat_ticks"`
+			LeaseTicks     *int `toml:"lease_ticks"`
+			DriftTicks     *int `toml:"drift_ticks"`
+		} `toml:"consensus"`
+	}
+	if err := toml.Unmarshal(b, &written); err != nil {
+		return err
+	}
+	w := written.Consensus
+	for _, k := range []struct {
+		key string
+		v   *int
+		def int
+	}{
+		{"election_ticks", w.ElectionTicks, defaultElectionTicks}, {"heartbeat_ticks", w.HeartbeatTicks, defaultHeartbeatTicks},
+		{"lease_ticks", w.LeaseTicks, defaultLeaseTicks}, {"drift_ticks", w.DriftTicks, defaultDriftTicks},
+	} {
+		if k.v != nil && *k.v <= 0 {
+			return fmt.Errorf("consensus.%s: %d must be at least 1 (absent takes the default %d)", k.key, *k.v, k.def)
+		}
+	}
+	return nil
+}
+
 // ConsensusConfig sets the paxos clock. Durations are Go duration strings.
 type ConsensusConfig struct {
 	Tick           string `toml:"tick"`
@@ -237,6 +270,9 @@ func parseConfig(b []byte) (*Config, error) {
 			row, col := de.Position()
 			return nil, fmt.Errorf("config: line %d column %d: %s", row, col, de.Error())
 		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := explicitTicksPositive(b); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c.fillDefaults()
@@ -406,8 +442,8 @@ func (c *Config) validate() error {
 	if cc.HeartbeatTicks <= 0 || cc.ElectionTicks <= cc.HeartbeatTicks {
 		return fmt.Errorf("consensus: need 0 < heartbeat_ticks (%d) < election_ticks (%d)", cc.HeartbeatTicks, cc.ElectionTicks)
 	}
-	if cc.LeaseTicks < 0 || cc.DriftTicks < 0 || cc.LeaseTicks >= cc.ElectionTicks {
-		return fmt.Errorf("consensus: need 0 <= lease_ticks (%d) < election_ticks (%d) and drift_ticks >= 0", cc.LeaseTicks, cc.ElectionTicks)
+	if cc.LeaseTicks < 1 || cc.DriftTicks < 1 || cc.LeaseTicks >= cc.ElectionTicks || cc.DriftTicks >= cc.LeaseTicks {
+		return fmt.Errorf("consensus: need 1 <= drift_ticks (%d) < lease_ticks (%d) < election_ticks (%d)", cc.DriftTicks, cc.LeaseTicks, cc.ElectionTicks)
 	}
 	if cc.SnapshotTransfer != snapshotTransferDelta && cc.SnapshotTransfer != snapshotTransferWhole {
 		return fmt.Errorf("consensus.snapshot_transfer: %q is not one of %s, %s", cc.SnapshotTransfer, snapshotTransferDelta, snapshotTransferWhole)

@@ -75,6 +75,14 @@ func TestInvalidConfigs(t *testing.T) {
 		{"catch_up_log_percent = 40", "catch_up_log_percent = -1", "consensus.catch_up_log_percent"},
 		{"node_id = 1", "node_id = 9", "node_id 9 is not listed"},
 		{"heartbeat_ticks = 20", "heartbeat_ticks = 500", "heartbeat_ticks"},
+		// Written as 0, a tick count is refused (fillDefaults would read it
+		// as absent); each key at its boundary: 0 refused, 1 taken below.
+		{"drift_ticks = 10", "drift_ticks = 0", "consensus.drift_ticks: 0 must be at least 1 (absent takes the default 10)"},
+		{"drift_ticks = 10", "drift_ticks = -1", "consensus.drift_ticks: -1 must be at least 1"},
+		{"lease_ticks = 100", "lease_ticks = 0", "consensus.lease_ticks: 0 must be at least 1"},
+		{"heartbeat_ticks = 20", "heartbeat_ticks = 0", "consensus.heartbeat_ticks: 0 must be at least 1"},
+		{"election_ticks = 150", "election_ticks = 0", "consensus.election_ticks: 0 must be at least 1"},
+		{"drift_ticks = 10", "drift_ticks = 100", "drift_ticks (100) < lease_ticks (100)"},
 		{"consensus_addr = \"127.0.0.1:7012\"", "consensus_addr = \"nowhere\"", "peers[1].consensus_addr"},
 		{"log_level = \"info\"", "log_level = \"loud\"", "log_level"},
 		{"accel = \"off\"", "accel = \"hard\"", "accel"},
@@ -92,6 +100,27 @@ func TestInvalidConfigs(t *testing.T) {
 		_, err := parseConfig([]byte(strings.Replace(base, tc.old, tc.new, 1)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%s -> %s: want error naming %q, got %v", tc.old, tc.new, tc.want, err)
+		}
+	}
+}
+
+// TestTicksAtOne: each tick count written as 1 (the least) is taken as
+// written, not replaced by its default.
+func TestTicksAtOne(t *testing.T) {
+	base := readExample(t)
+	for _, tc := range []struct {
+		old, new string
+		got      func(*Config) int
+	}{
+		{"drift_ticks = 10", "drift_ticks = 1", func(c *Config) int { return c.Consensus.DriftTicks }},
+		{"heartbeat_ticks = 20", "heartbeat_ticks = 1", func(c *Config) int { return c.Consensus.HeartbeatTicks }},
+	} {
+		c, err := parseConfig([]byte(strings.Replace(base, tc.old, tc.new, 1)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.new, err)
+		}
+		if got := tc.got(c); got != 1 {
+			t.Errorf("%s: taken as %d", tc.new, got)
 		}
 	}
 }
