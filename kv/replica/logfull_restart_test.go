@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"synod/kv/proto"
 	"synod/paxos"
 )
 
@@ -83,6 +84,34 @@ func TestRestartedFullLogIdleCatchesUp(t *testing.T) {
 	fmt.Printf("restarted full log idle: %s; catch-ups storing copies: %s; planted (and no offer for a stuck catch-up): %s\n", line, cLine, pLine)
 }
 
+// fillPut is put for the fill: node 3 must not lead while its apply is
+// held back (it would commit and never answer), but on a loaded machine it
+// can win an election during the fill (CI once: "put s0063 never
+// succeeded" with node 3 leading, stuck on apply), so leadership is handed
+// back to another node whenever node 3 holds it.
+func fillPut(c *testCluster, key, val string) {
+	c.t.Helper()
+	req := putReq(key, val)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		l := c.leader()
+		if l == 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := c.nodes[3].r.TransferLeadership(ctx, 1)
+			cancel()
+			if err != nil {
+				c.t.Logf("fill: node 3 leads and did not hand over: %v", err)
+			}
+			continue
+		}
+		if resp := c.do(l, req, 2*time.Second); resp.Status == proto.StatusOK {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("put %s never succeeded (leader %d)", key, c.leader())
+}
+
 // restartedFullLog runs the scenario, node 3's log filled to fillPct of
 // its capacity, and reports whether node 3 caught up within wait, how
 // often its loop stalled on its log, and a line describing it.
@@ -120,7 +149,7 @@ func restartedFullLog(t *testing.T, fillPct int64, wait time.Duration) (caughtUp
 		if keys > 200 {
 			t.Fatalf("node 3's log holds %d of %d bytes after %d writes", used, capBytes, keys)
 		}
-		c.put(fmt.Sprintf("s%04d", keys), val)
+		fillPut(c, fmt.Sprintf("s%04d", keys), val)
 		keys++
 	}
 	c.crash(3, nil)
