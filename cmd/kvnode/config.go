@@ -279,7 +279,7 @@ func parseConfig(b []byte) (*Config, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate, c.validateRESP, c.validateStall, c.validateMemory, c.validateDiskReserve} {
+	for _, v := range []func() error{c.Security.validate, c.validateAdmin, c.TLS.validate, c.Limits.validate, c.validateRESP, c.validateStall, c.validateMemory, c.validateDerivedLimits, c.validateDiskReserve} {
 		if err := v(); err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

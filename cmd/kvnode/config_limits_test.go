@@ -168,7 +168,7 @@ func TestRequestBudgetsFromMemory(t *testing.T) {
 
 // TestResponseBudgetsFromMemory: response budgets the [limits] table
 // leaves unset follow the heap's share of the memory budget (the node's a
-// quarter of it at most, a tenant's half and a connection's eighth of that), the
+// quarter of it at most, a tenant's quarter and a connection's twelfth of that), the
 // default budget keeps the server's defaults, explicit budgets are kept
 // with the derived levels around them in Validate's order, and every
 // result is a configuration the server accepts.
@@ -205,11 +205,11 @@ func TestResponseBudgetsFromMemory(t *testing.T) {
 	}
 	node := plan.HeapLimitBytes / memoryResponseHeapDivisor
 	d := c.clientServerConfig(nil).WithDefaults()
-	conn := int64(server.ResponseBytesPerConnMin) // node/8 is below it
-	if node/8 >= conn || node >= server.ResponseBytesPerNodeMaxDefault {
+	conn := int64(server.ResponseBytesPerConnMin) // node/12 is below it
+	if node/12 >= conn || node >= server.ResponseBytesPerNodeMaxDefault {
 		t.Fatalf("the 192 MiB budget's node response budget %d does not exercise the floors", node)
 	}
-	tenant := max(node/2, conn+int64(d.ConnsPerTenantMax)*server.ResponseBytesReserved)
+	tenant := max(node/4, conn+int64(d.ConnsPerTenantMax)*server.ResponseBytesReserved)
 	check("192 MiB budget", c, [3]int64{conn, tenant, max(node, tenant+int64(d.ConnsMax)*server.ResponseBytesReserved)})
 
 	// An explicit connection budget above the derived tenant one: the
@@ -220,4 +220,33 @@ func TestResponseBudgetsFromMemory(t *testing.T) {
 	// An explicit node budget: the levels below follow it, not the plan.
 	c = withLog(16<<20, small+"\n[limits]\nresponse_bytes_per_node_max = 200000000\n")
 	check("explicit node budget", c, [3]int64{server.ResponseBytesPerConnMaxDefault, server.ResponseBytesPerTenantMaxDefault, 200000000})
+}
+
+// TestBudgetsAboveMemory: budgets the [limits] table sets above what the
+// memory plan gives them are named (kvnode logs them at start), those at
+// or below it are not, and the default config names none.
+func TestBudgetsAboveMemory(t *testing.T) {
+	parse := func(extra string) *Config {
+		t.Helper()
+		c, err := parseConfig([]byte(strings.Replace(readExample(t), "size_bytes = 268435456", "size_bytes = 16777216", 1) + extra))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if over := parse("").budgetsAboveMemory(); len(over) != 0 {
+		t.Fatalf("the default config: %v", over)
+	}
+	small := "\n[memory]\nbudget_bytes = 201326592\n"
+	derived := parse(small).clientServerConfig(nil)
+	at := parse(small + fmt.Sprintf("\n[limits]\nresponse_bytes_per_node_max = %d\n", derived.ResponseBytesPerNodeMax))
+	if over := at.budgetsAboveMemory(); len(over) != 0 {
+		t.Fatalf("a node response budget at the derived %d: %v", derived.ResponseBytesPerNodeMax, over)
+	}
+	above := parse(small + fmt.Sprintf("\n[limits]\nresponse_bytes_per_node_max = %d\nrequest_bytes_per_conn_max = %d\n",
+		derived.ResponseBytesPerNodeMax+1, derived.RequestBytesPerConnMax+1))
+	over := above.budgetsAboveMemory()
+	if len(over) != 2 || !strings.Contains(over[0], "limits.response_bytes_per_node_max") || !strings.Contains(over[1], "limits.request_bytes_per_conn_max") {
+		t.Fatalf("one byte above the derived node response and connection request budgets: %v", over)
+	}
 }

@@ -145,6 +145,10 @@ func (c *Config) applyMemory(log zerolog.Logger) {
 	if plan, err := c.memoryPlan(); err == nil {
 		plan.applyRuntime(log)
 	}
+	if over := c.budgetsAboveMemory(); len(over) > 0 {
+		log.Warn().Strs("budgets", over).Int64("budget_bytes", c.Memory.BudgetBytes).
+			Msg("request or response budgets set above what the memory budget gives them: the node's memory can pass memory.budget_bytes under clients that send or leave unread that many bytes")
+	}
 	// Pebble's share is C malloc; glibc's defaults keep freed memory
 	// resident beyond it, so linking internal/cmalloc tuned the
 	// allocator when the process was loaded: log what it did.

@@ -352,20 +352,24 @@ func (c *conn) charge(n int64) bool {
 }
 
 // tryCharge takes n bytes if every level has room, else nothing.
-func (c *conn) tryCharge(n int64) bool {
+func (c *conn) tryCharge(n int64) bool { return c.tryChargeOrFull(n) == budgetNone }
+
+// tryChargeOrFull is tryCharge that names the budget without room
+// (budgetNone: charged), for the THROTTLED answer's message.
+func (c *conn) tryChargeOrFull(n int64) budgetFull {
 	if !c.queued.tryAdd(n) {
-		return false
+		return budgetConn
 	}
 	if !c.tbudget.tryAdd(n) {
 		c.queued.release(n)
-		return false
+		return budgetTenant
 	}
 	if !c.s.node.tryAdd(n) {
 		c.tbudget.release(n)
 		c.queued.release(n)
-		return false
+		return budgetNode
 	}
-	return true
+	return budgetNone
 }
 
 func (c *conn) uncharge(n int64) {
@@ -385,14 +389,16 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 	}
 	b := proto.AppendResponse(make([]byte, 0, responseBytesHint(resp)), resp)
 	n := int64(len(b))
-	if held > 0 && n > held && !c.tryCharge(n-held) {
-		c.s.throttled.Add(1)
-		r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budget: read the connection's answers", n)
-		r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
-		b = proto.AppendResponse(b[:0], r)
-		n = int64(len(b))
-		if n > held {
-			panic(fmt.Sprintf("server: a THROTTLED answer of %d bytes exceeds the %d held", n, held))
+	if held > 0 && n > held {
+		if full := c.tryChargeOrFull(n - held); full != budgetNone {
+			c.s.throttled.Add(1)
+			r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes %s", n, full.refusal())
+			r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
+			b = proto.AppendResponse(b[:0], r)
+			n = int64(len(b))
+			if n > held {
+				panic(fmt.Sprintf("server: a THROTTLED answer of %d bytes exceeds the %d held", n, held))
+			}
 		}
 	}
 	charged := int64(0)
@@ -766,15 +772,17 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			c.done(held)
 			return false
 		}
-		ok := c.tbudget.tryAdd(extra)
-		if ok && !c.s.node.tryAdd(extra) {
+		full := budgetNone
+		if !c.tbudget.tryAdd(extra) {
+			full = budgetTenant
+		} else if !c.s.node.tryAdd(extra) {
 			c.tbudget.release(extra)
-			ok = false
+			full = budgetNode
 		}
-		if !ok {
+		if full != budgetNone {
 			c.queued.release(extra)
 			c.s.throttled.Add(1)
-			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes in the tenant's or node's response budget", need)
+			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
 			resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
 			c.releaseRequest(n)
 			c.answer(resp, held)

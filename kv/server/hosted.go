@@ -191,7 +191,7 @@ func (h *Hosted) Throttled() { h.c.s.throttled.Add(1) }
 // not fit the response budget, with the retry-after the binary protocol
 // sends.
 func BudgetThrottled(n int64) *proto.Response {
-	r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budget: read the connection's answers", n)
+	r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budgets (the connection's, the tenant's or the node's): read the connection's answers, or retry", n)
 	r.RetryAfter = budgetRetryAfter
 	return r
 }
@@ -211,15 +211,17 @@ func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, *proto.Response) 
 	if !c.queued.wait(c.ctx, extra) {
 		return held, proto.Errorf(proto.StatusUnavailable, "connection closing")
 	}
-	ok := c.tbudget.tryAdd(extra)
-	if ok && !c.s.node.tryAdd(extra) {
+	full := budgetNone
+	if !c.tbudget.tryAdd(extra) {
+		full = budgetTenant
+	} else if !c.s.node.tryAdd(extra) {
 		c.tbudget.release(extra)
-		ok = false
+		full = budgetNode
 	}
-	if !ok {
+	if full != budgetNone {
 		c.queued.release(extra)
 		c.s.throttled.Add(1)
-		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes in the tenant's or node's response budget", need)
+		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
 		r.RetryAfter = budgetRetryAfter
 		return held, r
 	}

@@ -495,6 +495,52 @@ func TestLargeAnswersWithoutReading(t *testing.T) {
 	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
 }
 
+// TestThrottledNamesTheFullBudget: a charge that does not fit names the
+// budget without room, and takes nothing from any budget then; the
+// THROTTLED message for each names its key, and only the connection's
+// tells the client to read its answers (an outside tester's reader, which
+// read every answer, was told to when other tenants filled the node).
+func TestThrottledNamesTheFullBudget(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name                  string
+		connUsed, tenantUsed  int64
+		nodeUsed              int64
+		want                  budgetFull
+		wantKey               string
+		tellsToReadItsAnswers bool
+	}{
+		{"room everywhere", 0, 0, 0, budgetNone, "", false},
+		{"connection full", 3 * mib, 3 * mib, 3 * mib, budgetConn, "response_bytes_per_conn_max", true},
+		{"tenant full", 0, 7 * mib, 7 * mib, budgetTenant, "response_bytes_per_tenant_max", false},
+		{"node full", 0, 0, 15 * mib, budgetNode, "response_bytes_per_node_max", false},
+	} {
+		c := &conn{queued: newBudget(4 * mib), tbudget: newBudget(8 * mib), s: &Server{node: newBudget(16 * mib)}}
+		c.queued.used.Store(tc.connUsed)
+		c.tbudget.used.Store(tc.tenantUsed)
+		c.s.node.used.Store(tc.nodeUsed)
+		got := c.tryChargeOrFull(2 * mib)
+		if got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+			continue
+		}
+		wantAfter := [3]int64{tc.connUsed, tc.tenantUsed, tc.nodeUsed}
+		if got == budgetNone {
+			wantAfter = [3]int64{2 * mib, 2 * mib, 2 * mib}
+		}
+		if after := [3]int64{c.queued.used.Load(), c.tbudget.used.Load(), c.s.node.used.Load()}; after != wantAfter {
+			t.Errorf("%s: budgets hold %v after the charge, want %v", tc.name, after, wantAfter)
+		}
+		if got == budgetNone {
+			continue
+		}
+		msg := got.refusal()
+		if !strings.Contains(msg, tc.wantKey) || strings.Contains(msg, "read the connection's answers") != tc.tellsToReadItsAnswers {
+			t.Errorf("%s: refusal %q", tc.name, msg)
+		}
+	}
+}
+
 // TestGetValuesNotCopiedWithoutRoom: 256 pipelined GETs of the largest
 // value whose answers are never read copy only the values the connection's
 // response budget can hold; the others are THROTTLED before their value is

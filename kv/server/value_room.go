@@ -42,13 +42,40 @@ func (c *conn) withValueRoom(ctx context.Context, held *int64) context.Context {
 		if need <= *held {
 			return nil
 		}
-		if c.tryCharge(need - *held) {
+		full := c.tryChargeOrFull(need - *held)
+		if full == budgetNone {
 			*held = need
 			return nil
 		}
 		c.s.throttled.Add(1)
-		r := proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes does not fit the response budget: read the connection's answers", need)
+		r := proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes %s", need, full.refusal())
 		r.RetryAfter = budgetRetryAfter
 		return r
 	})
+}
+
+// budgetFull names the response budget that had no room for an answer.
+type budgetFull int
+
+const (
+	budgetNone   budgetFull = iota // charged
+	budgetConn                     // response_bytes_per_conn_max
+	budgetTenant                   // response_bytes_per_tenant_max
+	budgetNode                     // response_bytes_per_node_max
+)
+
+// refusal completes a THROTTLED message ("a GET answer of N bytes ...")
+// with the budget that is full and what frees it: a client told to read
+// its answers when other tenants' unread answers fill the node would look
+// for a fault it does not have (an outside tester's well-behaved reader
+// got exactly that).
+func (f budgetFull) refusal() string {
+	switch f {
+	case budgetConn:
+		return "does not fit the connection's response budget (response_bytes_per_conn_max): read the connection's answers"
+	case budgetTenant:
+		return "does not fit the tenant's response budget (response_bytes_per_tenant_max): the tenant's connections hold unread answers"
+	default:
+		return "does not fit the node's response budget (response_bytes_per_node_max): other tenants' answers wait to be read; retry"
+	}
 }
