@@ -442,7 +442,9 @@ func (c *Config) validate() error {
 	if cc.HeartbeatTicks <= 0 || cc.ElectionTicks <= cc.HeartbeatTicks {
 		return fmt.Errorf("consensus: need 0 < heartbeat_ticks (%d) < election_ticks (%d)", cc.HeartbeatTicks, cc.ElectionTicks)
 	}
-	if cc.LeaseTicks < 1 || cc.DriftTicks < 1 || cc.LeaseTicks >= cc.ElectionTicks || cc.DriftTicks >= cc.LeaseTicks {
+	// Leases are paxos's: the raft path does not read lease_ticks or
+	// drift_ticks, so their order is not checked there.
+	if cc.LeaseTicks < 1 || cc.DriftTicks < 1 || cc.LeaseTicks >= cc.ElectionTicks || (cc.DriftTicks >= cc.LeaseTicks && c.Replication != "raft") {
 		return fmt.Errorf("consensus: need 1 <= drift_ticks (%d) < lease_ticks (%d) < election_ticks (%d)", cc.DriftTicks, cc.LeaseTicks, cc.ElectionTicks)
 	}
 	if cc.SnapshotTransfer != snapshotTransferDelta && cc.SnapshotTransfer != snapshotTransferWhole {

@@ -125,6 +125,20 @@ func TestTicksAtOne(t *testing.T) {
 	}
 }
 
+// TestLeaseOrderIsPaxos: drift_ticks must be below lease_ticks on the
+// paxos path (leases are paxos's), and the raft path, which reads neither,
+// takes a config that orders them otherwise, as it did before the check.
+func TestLeaseOrderIsPaxos(t *testing.T) {
+	base := strings.Replace(readExample(t), "lease_ticks = 100", "lease_ticks = 5", 1)
+	if _, err := parseConfig([]byte(base)); err == nil || !strings.Contains(err.Error(), "drift_ticks (10) < lease_ticks (5)") {
+		t.Fatalf("paxos with drift 10 and lease 5: %v", err)
+	}
+	raft := strings.Replace(base, `# replication = "raft"`, `replication = "raft"`, 1)
+	if _, err := parseConfig([]byte(raft)); err != nil {
+		t.Fatalf("raft with drift 10 and lease 5: %v", err)
+	}
+}
+
 // TestCatchUpLogPercent: consensus.catch_up_log_percent absent is the
 // default (the most the replica allows), 0 stays 0 (only the tail of
 // slots), and a value in range is kept.

@@ -35,14 +35,8 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		return proto.Errorf(proto.StatusUnavailable, "%v", err)
 	}
 	switch req.Op {
-	case proto.OpGet:
+	case proto.OpGet, proto.OpScan:
 		return b.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
-	case proto.OpScan:
-		pairs, more, err := b.sm.Scan(tenant, req.Start, req.End, int(req.Limit))
-		if err != nil {
-			return proto.Errorf(proto.StatusInternal, "%v", err)
-		}
-		return &proto.Response{Pairs: pairs, More: more}
 	case proto.OpStatus:
 		applied := b.sm.Applied()
 		return &proto.Response{Cluster: &proto.ClusterStatus{

@@ -34,9 +34,11 @@ import (
 // at once (golang.org/x/sync/semaphore: no two SCANs can each hold part of
 // what the other needs).
 //
-// A read waits for its slots at most until its context ends (the client's
-// deadline): then it is answered UNAVAILABLE without touching Pebble, so
-// requests whose clients gave up do not hold the queue. The apply loop's
+// A read waits for its slots at most until its context ends (the request's
+// deadline: kv/server ends it request_timeout, 5 s by default, after the
+// frame arrived; the wire carries no client deadline): then it is answered
+// UNAVAILABLE without touching Pebble, so requests past their time do not
+// hold the queue. The apply loop's
 // own reads (CAS, sizes), snapshot streams and staging take no slot: the
 // apply loop must never wait behind client reads. The quota check's
 // ValueLen waits without a deadline (it is on the leader's write path,
