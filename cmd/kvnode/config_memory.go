@@ -39,6 +39,10 @@ const (
 	// beyond the minimum when the log is too large for
 	// memoryBudgetBytesDefault (half of it to Pebble's cache).
 	memoryDefaultSurplusBytes = 128 << 20
+	// memoryBudgetBytesMax bounds budget_bytes: 1 PiB, far above any
+	// machine, and far enough below 2^63 that the plan's percentages of
+	// it cannot overflow (2^58 did: a negative Pebble share).
+	memoryBudgetBytesMax = 1 << 50
 	// memoryProcessBytes is what the process holds outside the Go
 	// runtime's memory, Pebble's manual memory and the log mapping: the
 	// binary's mapped text and data (a kvnode maps about 21 MiB of its
@@ -128,6 +132,9 @@ func (c *Config) memoryPlan() (memoryPlan, error) {
 func (c *Config) validateMemory() error {
 	if c.Memory.BudgetBytes < 0 {
 		return fmt.Errorf("memory.budget_bytes: %d is negative (0 or absent takes the default %d)", c.Memory.BudgetBytes, memoryBudgetBytesDefault)
+	}
+	if c.Memory.BudgetBytes > memoryBudgetBytesMax {
+		return fmt.Errorf("memory.budget_bytes: %d is above %d (1 PiB)", c.Memory.BudgetBytes, int64(memoryBudgetBytesMax))
 	}
 	_, err := c.memoryPlan()
 	return err

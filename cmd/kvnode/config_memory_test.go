@@ -97,6 +97,8 @@ func TestMemoryBudgetInvalid(t *testing.T) {
 		{pmem, fmt.Sprintf("budget_bytes = %d\n", least-1), "memory.budget_bytes"},
 		{pmem, fmt.Sprintf("budget_bytes = %d\n", 64<<20), fmt.Sprintf("needs at least %d", least)},
 		{pmem, "budget_bytes = -1\n", "memory.budget_bytes"},
+		{pmem, fmt.Sprintf("budget_bytes = %d\n", int64(memoryBudgetBytesMax)+1), "memory.budget_bytes: 1125899906842625 is above"},
+		{pmem, "budget_bytes = 9223372036854775807\n", "memory.budget_bytes"},
 		{pmem, "budget_byte = 1073741824\n", "memory.budget_byte"},
 		{pmem, "cache_bytes = 1073741824\n", "memory.cache_bytes"},
 		// An explicit 1 GiB budget cannot hold a 1 GiB log.
@@ -109,5 +111,14 @@ func TestMemoryBudgetInvalid(t *testing.T) {
 	}
 	if _, err := parseConfig(memoryConfig(t, pmem, fmt.Sprintf("budget_bytes = %d\n", least))); err != nil {
 		t.Fatalf("the least budget was refused: %v", err)
+	}
+	// The largest budget plans without overflow.
+	c, err := parseConfig(memoryConfig(t, pmem, fmt.Sprintf("budget_bytes = %d\n", int64(memoryBudgetBytesMax))))
+	if err != nil {
+		t.Fatalf("the largest budget was refused: %v", err)
+	}
+	if p, err := c.memoryPlan(); err != nil || p.Pebble.CacheBytes <= 0 || p.HeapLimitBytes < p.HeapNeedBytes ||
+		p.LogMapBytes+p.ProcessBytes+p.Pebble.Bound()+p.ReadPinBytes+p.HeapLimitBytes != memoryBudgetBytesMax {
+		t.Fatalf("the largest budget's plan %+v, %v", p, err)
 	}
 }
