@@ -331,7 +331,8 @@ func (c *conn) close(reason string) {
 }
 
 // Response budget: every level at once, in the order connection, tenant,
-// node (taking) and node, tenant, connection (giving back).
+// node (taking) and tenant, node, connection (giving back: a waiter on the
+// node's budget then sees its tenant's lower holding, node_reserve.go).
 
 // charge takes n bytes, waiting for room at each level; false when the
 // connection ends first (nothing is held then).
@@ -343,7 +344,7 @@ func (c *conn) charge(n int64) bool {
 		c.queued.release(n)
 		return false
 	}
-	if !c.s.node.wait(c.ctx, n) {
+	if !c.s.node.waitWithin(c.ctx, n, c.nodeLimit) {
 		c.tbudget.release(n)
 		c.queued.release(n)
 		return false
@@ -360,21 +361,30 @@ func (c *conn) tryChargeOrFull(n int64) budgetFull {
 	if !c.queued.tryAdd(n) {
 		return budgetConn
 	}
-	if !c.tbudget.tryAdd(n) {
+	full := c.tryChargeSharedOrFull(n)
+	if full != budgetNone {
 		c.queued.release(n)
+	}
+	return full
+}
+
+// tryChargeSharedOrFull takes n bytes of the tenant's and node's budgets
+// if both have room, else nothing, and names the one without room: for a
+// SCAN's reservation, which has waited for its connection's budget.
+func (c *conn) tryChargeSharedOrFull(n int64) budgetFull {
+	if !c.tbudget.tryAdd(n) {
 		return budgetTenant
 	}
-	if !c.s.node.tryAdd(n) {
+	if !c.s.node.tryAddWithin(n, c.nodeLimit()) {
 		c.tbudget.release(n)
-		c.queued.release(n)
 		return budgetNode
 	}
 	return budgetNone
 }
 
 func (c *conn) uncharge(n int64) {
-	c.s.node.release(n)
 	c.tbudget.release(n)
+	c.s.node.release(n)
 	c.queued.release(n)
 }
 
@@ -772,14 +782,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			c.done(held)
 			return false
 		}
-		full := budgetNone
-		if !c.tbudget.tryAdd(extra) {
-			full = budgetTenant
-		} else if !c.s.node.tryAdd(extra) {
-			c.tbudget.release(extra)
-			full = budgetNode
-		}
-		if full != budgetNone {
+		if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
 			c.queued.release(extra)
 			c.s.throttled.Add(1)
 			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())

@@ -211,14 +211,7 @@ func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, *proto.Response) 
 	if !c.queued.wait(c.ctx, extra) {
 		return held, proto.Errorf(proto.StatusUnavailable, "connection closing")
 	}
-	full := budgetNone
-	if !c.tbudget.tryAdd(extra) {
-		full = budgetTenant
-	} else if !c.s.node.tryAdd(extra) {
-		c.tbudget.release(extra)
-		full = budgetNode
-	}
-	if full != budgetNone {
+	if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
 		c.queued.release(extra)
 		c.s.throttled.Add(1)
 		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())

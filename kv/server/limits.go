@@ -107,9 +107,17 @@ func (b *budget) tryAdd(n int64) bool {
 	if b == nil {
 		return true
 	}
+	return b.tryAddWithin(n, b.max)
+}
+
+// tryAddWithin takes n bytes if used stays within limit (at most max)
+// with them: the node's budget gives a tenant that is not light only its
+// shared part (node_reserve.go).
+func (b *budget) tryAddWithin(n, limit int64) bool {
+	limit = min(limit, b.max)
 	for {
 		u := b.used.Load()
-		if u+n > b.max {
+		if u+n > limit {
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -139,7 +147,17 @@ func (b *budget) release(n int64) {
 // wait takes n bytes, waiting for releases until they fit; false when ctx
 // ends first. n must not exceed max.
 func (b *budget) wait(ctx context.Context, n int64) bool {
-	if b.tryAdd(n) {
+	if b == nil {
+		return true
+	}
+	return b.waitWithin(ctx, n, func() int64 { return b.max })
+}
+
+// waitWithin is wait for tryAddWithin, with the limit asked again at each
+// try: a tenant's limit on the node's budget rises when its own answers
+// are written.
+func (b *budget) waitWithin(ctx context.Context, n int64, limit func() int64) bool {
+	if b.tryAddWithin(n, limit()) {
 		return true
 	}
 	b.waiters.Add(1)
@@ -150,7 +168,7 @@ func (b *budget) wait(ctx context.Context, n int64) bool {
 		b.mu.Lock()
 		ch := b.wake
 		b.mu.Unlock()
-		if b.tryAdd(n) {
+		if b.tryAddWithin(n, limit()) {
 			return true
 		}
 		select {

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// TestNodeReserveBytes walks the reserve's bounds: a quarter of the node,
+// at least one light tenant's holding, and never so much that the shared
+// part holds less than that.
+func TestNodeReserveBytes(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct{ node, want int64 }{
+		{96 * mib, 24 * mib},
+		{16 * mib, 4 * mib},
+		{4 * tenantLightBytes, tenantLightBytes},
+		{4*tenantLightBytes - 1, tenantLightBytes},
+		{2 * tenantLightBytes, tenantLightBytes},
+		{2*tenantLightBytes - 1, tenantLightBytes - 1},
+		{tenantLightBytes + 8<<10, 8 << 10},
+		{tenantLightBytes, 0},
+	} {
+		got := nodeReserveBytes(tc.node)
+		if got != tc.want {
+			t.Errorf("node budget %d: reserve %d, want %d", tc.node, got, tc.want)
+		}
+		if shared := tc.node - got; shared < tenantLightBytes {
+			t.Errorf("node budget %d: shared part %d holds less than a light tenant's %d", tc.node, shared, tenantLightBytes)
+		}
+		if l, h := nodeLimitFor(tc.node, tenantLightBytes), nodeLimitFor(tc.node, tenantLightBytes+1); l != tc.node || h != tc.node-got {
+			t.Errorf("node budget %d: limit %d for a light tenant and %d for one a byte heavier, want %d and %d", tc.node, l, h, tc.node, tc.node-got)
+		}
+	}
+}
+
+// TestNodeReserveOnlyForLightTenants: past the node's shared part a
+// charge succeeds for a tenant holding at most tenantLightBytes once
+// charged, and for no other.
+func TestNodeReserveOnlyForLightTenants(t *testing.T) {
+	const mib = 1 << 20
+	const node = 16 * mib // reserve 4 MiB, shared 12 MiB
+	for _, tc := range []struct {
+		name                 string
+		tenantUsed, nodeUsed int64
+		n                    int64
+		want                 budgetFull
+	}{
+		{"heavy tenant within the shared part", 4 * mib, 10 * mib, mib, budgetNone},
+		{"heavy tenant past the shared part", 4 * mib, 11*mib + mib/2, mib, budgetNode},
+		{"light tenant past the shared part", 0, 13 * mib, mib, budgetNone},
+		{"light tenant to the last byte", tenantLightBytes - mib, node - mib, mib, budgetNone},
+		{"one byte past light", tenantLightBytes - mib + 1, 13 * mib, mib, budgetNode},
+		{"light tenant, node full", 0, 15*mib + mib/2, mib, budgetNode},
+	} {
+		c := &conn{queued: newBudget(8 * mib), tbudget: newBudget(8 * mib), s: &Server{node: newBudget(node)}}
+		c.tbudget.used.Store(tc.tenantUsed)
+		c.s.node.used.Store(tc.nodeUsed)
+		got := c.tryChargeOrFull(tc.n)
+		if got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+			continue
+		}
+		charged := int64(0)
+		if got == budgetNone {
+			charged = tc.n
+		}
+		if after := [3]int64{c.queued.used.Load(), c.tbudget.used.Load(), c.s.node.used.Load()}; after != [3]int64{charged, tc.tenantUsed + charged, tc.nodeUsed + charged} {
+			t.Errorf("%s: budgets hold %v after the charge", tc.name, after)
+		}
+	}
+}
+
+// TestNodeReserveWaiterSeesItsTenantLighten: a request of a heavy tenant
+// waiting for room past the node's shared part gets it once its tenant's
+// own answers are written and it is light again, although the node stays
+// past its shared part (the limit is asked again at each try, and a tenant
+// gives back before the node wakes the waiters).
+func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
+	const mib = 1 << 20
+	s := &Server{node: newBudget(16 * mib)} // shared 12 MiB
+	tb := newBudget(8 * mib)
+	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
+	defer cancel()
+	waiter := &conn{s: s, ctx: ctx, queued: newBudget(8 * mib), tbudget: tb}
+	sibling := &conn{s: s, ctx: ctx, queued: newBudget(8 * mib), tbudget: tb}
+	sibling.queued.used.Store(3 * mib)
+	tb.used.Store(4 * mib)
+	s.node.used.Store(15 * mib)
+	got := make(chan bool, 1)
+	go func() { got <- waiter.charge(responseBytesReserved) }()
+	select {
+	case ok := <-got:
+		t.Fatalf("a heavy tenant's charge past the shared part returned %v without waiting", ok)
+	case <-time.After(50 * time.Millisecond):
+	}
+	sibling.uncharge(3 * mib) // tenant 1 MiB (light), node 12 MiB: still at its shared part
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("the charge failed")
+		}
+	case <-time.After(pollTimeout):
+		t.Fatal("the waiter did not see its tenant become light")
+	}
+	if n := s.node.used.Load(); n != 12*mib+responseBytesReserved {
+		t.Fatalf("node holds %d", n)
+	}
+}
+
+// TestNodeReserveKeepsRoomForALightTenant: five tenants pipelining GETs
+// of the largest value on four connections each and never reading fill
+// the node's budget between them (each may hold a quarter of it); a sixth
+// tenant's one-at-a-time reader still gets its megabyte values. Without
+// the reserve they filled the node and the reader was THROTTLED.
+func TestNodeReserveKeepsRoomForALightTenant(t *testing.T) {
+	const flooders, connsEach = 5, 4
+	var specs []tenants.Spec
+	for i := 1; i <= flooders+1; i++ {
+		specs = append(specs, tenants.Spec{ID: tenants.ID(i), Name: fmt.Sprintf("t%d", i), Token: fmt.Sprintf("token-tenant-%d", i)})
+	}
+	reg, err := tenants.NewRegistry(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kvnode proportions: a tenant a quarter of the node. At most
+	// five flooders and the reader hold a light tenant's share of the
+	// reserve each: 6 x 2.1 MiB of 16 MiB.
+	cfg := Config{WriteTimeout: 10 * time.Second, ConnsMax: 32, ResponseBytesPerConnMax: 2 * ResponseBytesPerConnMin,
+		ResponseBytesPerTenantMax: 16 << 20, ResponseBytesPerNodeMax: 64 << 20}
+	s, addr := startWith(t, reg, newBigBackend(0, proto.ValueBytesMax), cfg, zerolog.Nop())
+	var conns []*rawConn
+	for i := 1; i <= flooders; i++ {
+		for j := 0; j < connsEach; j++ {
+			c := dialRaw(t, addr)
+			c.hello(fmt.Sprintf("token-tenant-%d", i))
+			pipelineGets(c, tenants.ID(i), 8*proto.InflightPerConnMax)
+			conns = append(conns, c)
+		}
+	}
+	// The flood holds the shared part, to within one answer of it (each
+	// connection sends 8 pipelines' worth, so THROTTLED GETs keep coming
+	// while the reader runs).
+	shared := cfg.ResponseBytesPerNodeMax - nodeReserveBytes(cfg.ResponseBytesPerNodeMax)
+	eventually(t, "the flooders fill the node's shared part", func() bool {
+		return s.Stats().ResponseBytes > shared-getAnswerBytesMax(proto.ValueBytesMax)
+	})
+	reader := dialRaw(t, addr)
+	reader.hello(fmt.Sprintf("token-tenant-%d", flooders+1))
+	for i := 0; i < 8; i++ {
+		reader.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: flooders + 1, ID: uint64(i + 2), Key: []byte("big")}))
+		if r := reader.mustRecv(); r.Status != proto.StatusOK || len(r.Value) != proto.ValueBytesMax {
+			t.Fatalf("the light tenant's GET %d beside %d flooding tenants: %v %q", i, flooders, r.Status, r.Message)
+		}
+	}
+	st := s.Stats()
+	t.Logf("node holds %d of %d (shared %d), peak %d, throttled %d", st.ResponseBytes, cfg.ResponseBytesPerNodeMax, shared, st.ResponseBytesPeak, st.ResponsesThrottled)
+	if st.ResponseBytesPeak > cfg.ResponseBytesPerNodeMax {
+		t.Fatalf("the node held %d response bytes, bound %d", st.ResponseBytesPeak, cfg.ResponseBytesPerNodeMax)
+	}
+	for _, c := range append(conns, reader) {
+		c.nc.Close()
+	}
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
+}
+
+// TestNodeReserveLightBounds: a light tenant fits two largest GET answers
+// and a reservation, and the least connection budget holds more than a
+// light tenant (nodeReserveBytes relies on it).
+func TestNodeReserveLightBounds(t *testing.T) {
+	if need := 2*getAnswerBytesMax(proto.ValueBytesMax) + responseBytesReserved; tenantLightBytes < need {
+		t.Fatalf("tenantLightBytes %d < two largest GET answers and a reservation %d", tenantLightBytes, need)
+	}
+	if ResponseBytesPerConnMin <= tenantLightBytes {
+		t.Fatalf("ResponseBytesPerConnMin %d <= tenantLightBytes %d", ResponseBytesPerConnMin, tenantLightBytes)
+	}
+}
