@@ -27,14 +27,14 @@ func TestNodeReserveBytes(t *testing.T) {
 		{tenantLightBytes + 8<<10, 8 << 10},
 		{tenantLightBytes, 0},
 	} {
-		got := nodeReserveBytes(tc.node)
+		got := nodeReserveBytes(tc.node, tenantLightBytes)
 		if got != tc.want {
 			t.Errorf("node budget %d: reserve %d, want %d", tc.node, got, tc.want)
 		}
 		if shared := tc.node - got; shared < tenantLightBytes {
 			t.Errorf("node budget %d: shared part %d holds less than a light tenant's %d", tc.node, shared, tenantLightBytes)
 		}
-		if l, h := nodeLimitFor(tc.node, tenantLightBytes), nodeLimitFor(tc.node, tenantLightBytes+1); l != tc.node || h != tc.node-got {
+		if l, h := nodeLimitFor(tc.node, tenantLightBytes, tenantLightBytes), nodeLimitFor(tc.node, tenantLightBytes+1, tenantLightBytes); l != tc.node || h != tc.node-got {
 			t.Errorf("node budget %d: limit %d for a light tenant and %d for one a byte heavier, want %d and %d", tc.node, l, h, tc.node, tc.node-got)
 		}
 	}
@@ -147,7 +147,7 @@ func TestNodeReserveKeepsRoomForALightTenant(t *testing.T) {
 	// The flood holds the shared part, to within one answer of it (each
 	// connection sends 8 pipelines' worth, so THROTTLED GETs keep coming
 	// while the reader runs).
-	shared := cfg.ResponseBytesPerNodeMax - nodeReserveBytes(cfg.ResponseBytesPerNodeMax)
+	shared := cfg.ResponseBytesPerNodeMax - nodeReserveBytes(cfg.ResponseBytesPerNodeMax, tenantLightBytes)
 	eventually(t, "the flooders fill the node's shared part", func() bool {
 		return s.Stats().ResponseBytes > shared-getAnswerBytesMax(proto.ValueBytesMax)
 	})
@@ -180,4 +180,79 @@ func TestNodeReserveLightBounds(t *testing.T) {
 	if ResponseBytesPerConnMin <= tenantLightBytes {
 		t.Fatalf("ResponseBytesPerConnMin %d <= tenantLightBytes %d", ResponseBytesPerConnMin, tenantLightBytes)
 	}
+}
+
+// TestRequestReserveKeepsRoomForALightTenant: two tenants pipelining
+// writes of the largest body on three connections each, whose writes do
+// not commit, hold the node's request budget between them (each may hold
+// half of it); a third tenant's write of the largest body is still
+// admitted. Without the reserve the two filled the node and the write was
+// THROTTLED at once.
+func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
+	const body = RequestBytesPerConnMin
+	const flooders, connsEach, framesEach = 2, 3, 8
+	var specs []tenants.Spec
+	for i := 1; i <= flooders+1; i++ {
+		specs = append(specs, tenants.Spec{ID: tenants.ID(i), Name: fmt.Sprintf("t%d", i), Token: fmt.Sprintf("token-tenant-%d", i)})
+	}
+	reg, err := tenants.NewRegistry(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kvnode proportions: a tenant half the node's budget.
+	cfg := Config{RequestBytesPerConnMax: 2 * body, RequestBytesPerTenantMax: 6 * body, RequestBytesPerNodeMax: 12 * body}
+	be := &echoBackend{gate: make(chan struct{})}
+	s, addr := startWith(t, reg, be, cfg, zerolog.Nop())
+	put := func(tenant tenants.ID, id uint64) []byte {
+		req := bigPut(id, body)
+		req.Tenant = tenant
+		return proto.AppendRequest(nil, req)
+	}
+	var conns []*rawConn
+	for i := 1; i <= flooders; i++ {
+		for j := 0; j < connsEach; j++ {
+			c := dialRaw(t, addr)
+			c.hello(fmt.Sprintf("token-tenant-%d", i))
+			var frames []byte
+			for k := range framesEach {
+				frames = append(frames, put(tenants.ID(i), uint64(k+2))...)
+			}
+			go c.nc.Write(frames) // never read
+			conns = append(conns, c)
+		}
+	}
+	// The flood holds at least the shared part and has settled: the
+	// node's holding did not change for 200 ms.
+	shared := cfg.RequestBytesPerNodeMax - nodeReserveBytes(cfg.RequestBytesPerNodeMax, tenantLightRequestBytes)
+	last := int64(-1)
+	eventually(t, "the flooders fill the node's shared part", func() bool {
+		n := s.Stats().RequestBytes
+		settled := n == last && n >= shared
+		last = n
+		time.Sleep(200 * time.Millisecond)
+		return settled
+	})
+	held, throttled := s.Stats().RequestBytes, s.Stats().ResponsesThrottled
+	w := dialRaw(t, addr)
+	w.hello(fmt.Sprintf("token-tenant-%d", flooders+1))
+	w.send(put(flooders+1, 2))
+	eventually(t, "the light tenant's write admitted", func() bool {
+		st := s.Stats()
+		if st.ResponsesThrottled > throttled {
+			t.Fatalf("the light tenant's write beside %d flooding tenants holding %d of %d request bytes: THROTTLED", flooders, held, cfg.RequestBytesPerNodeMax)
+		}
+		return st.RequestBytes == held+body
+	})
+	t.Logf("flood held %d of %d (shared %d), peak %d", held, cfg.RequestBytesPerNodeMax, shared, s.Stats().RequestBytesPeak)
+	if p := s.Stats().RequestBytesPeak; p > cfg.RequestBytesPerNodeMax {
+		t.Fatalf("the node held %d request bytes, bound %d", p, cfg.RequestBytesPerNodeMax)
+	}
+	close(be.gate)
+	if r := w.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatalf("the light tenant's write: %v %s", r.Status, r.Message)
+	}
+	for _, c := range conns {
+		c.nc.Close()
+	}
+	eventually(t, "every budget is given back", func() bool { return s.Stats().RequestBytes == 0 })
 }

@@ -28,7 +28,9 @@ import (
 //     once and retried after 10 ms);
 //   - per node (RequestBytesPerNodeMax): a frame whose body does not fit is
 //     answered THROTTLED at once, body read and dropped: waiting here
-//     would let one tenant's writes make other tenants' requests wait.
+//     would let one tenant's writes make other tenants' requests wait. A
+//     quarter of it is a reserve for tenants holding little
+//     (node_reserve.go).
 //
 // Invariant: the bytes charged at each level are the bodies of requests
 // read and not yet answered; every path that ends a request gives its
@@ -71,7 +73,7 @@ func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
 			return false, c.ctx.Err() == nil, waited
 		}
 	}
-	if !c.s.reqNode.tryAdd(n) {
+	if !c.s.reqNode.tryAddWithin(n, c.reqNodeLimit()) {
 		c.reqTenant.release(n)
 		c.reqQueued.release(n)
 		return false, true, waited
