@@ -41,6 +41,9 @@ type Server struct {
 	// Response budgets: the node's, and each tenant's (fixed at New).
 	node    *budget
 	tenants map[tenants.ID]*budget
+	// tenantThrottled counts each tenant's answers THROTTLED for want of
+	// response or request budget (fixed at New; throttled is their sum).
+	tenantThrottled map[tenants.ID]*atomic.Uint64
 	// reqNode and reqTenants are the request budgets (request_budget.go).
 	reqNode    *budget
 	reqTenants map[tenants.ID]*budget
@@ -73,7 +76,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, reg: reg, be: be, log: log, ctx: ctx, cancel: cancel,
-		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{},
+		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{}, tenantThrottled: map[tenants.ID]*atomic.Uint64{},
 		reqNode: newBudget(cfg.RequestBytesPerNodeMax), reqTenants: map[tenants.ID]*budget{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
@@ -81,9 +84,36 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 	s.admin = newAdminCheck(cfg.AdminToken)
 	for _, sp := range reg.All() {
 		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)
+		s.tenantThrottled[sp.ID] = new(atomic.Uint64)
 		s.reqTenants[sp.ID] = newBudget(cfg.RequestBytesPerTenantMax)
 	}
 	return s
+}
+
+// TenantBudget is what one tenant holds in the response and request
+// budgets now, and how many of its requests were answered THROTTLED for
+// want of room in any budget (the connection's, the tenant's or the
+// node's): where an operator looks when THROTTLED answers mention
+// response_bytes_per_node_max.
+type TenantBudget struct {
+	ResponseBytes, RequestBytes int64
+	Throttled                   uint64
+}
+
+// TenantBudget returns tenant's figures (zero for a tenant not in the
+// registry).
+func (s *Server) TenantBudget(tenant tenants.ID) TenantBudget {
+	var tb TenantBudget
+	if b := s.tenants[tenant]; b != nil {
+		tb.ResponseBytes = b.used.Load()
+	}
+	if b := s.reqTenants[tenant]; b != nil {
+		tb.RequestBytes = b.used.Load()
+	}
+	if n := s.tenantThrottled[tenant]; n != nil {
+		tb.Throttled = n.Load()
+	}
+	return tb
 }
 
 // Stats returns the server's counters.
@@ -293,8 +323,9 @@ type conn struct {
 	// Set by the handshake before any request is read; read-only after.
 	tenant        tenants.ID
 	spec          tenants.Spec
-	frameBytesMax int     // the longest request frame the tenant can be admitted
-	tbudget       *budget // the tenant's response budget
+	frameBytesMax int            // the longest request frame the tenant can be admitted
+	tbudget       *budget        // the tenant's response budget
+	tthrottled    *atomic.Uint64 // the tenant's count of budget THROTTLEDs
 
 	// queued holds the response bytes reserved by this connection's
 	// requests and those of its answers not yet written.
@@ -382,6 +413,15 @@ func (c *conn) tryChargeSharedOrFull(n int64) budgetFull {
 	return budgetNone
 }
 
+// countThrottled counts an answer THROTTLED for want of response or
+// request budget, for the node and the connection's tenant.
+func (c *conn) countThrottled() {
+	c.s.throttled.Add(1)
+	if c.tthrottled != nil {
+		c.tthrottled.Add(1)
+	}
+}
+
 func (c *conn) uncharge(n int64) {
 	c.tbudget.release(n)
 	c.s.node.release(n)
@@ -401,7 +441,7 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 	n := int64(len(b))
 	if held > 0 && n > held {
 		if full := c.tryChargeOrFull(n - held); full != budgetNone {
-			c.s.throttled.Add(1)
+			c.countThrottled()
 			r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes %s", n, full.refusal())
 			r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
 			b = proto.AppendResponse(b[:0], r)
@@ -661,6 +701,7 @@ func (c *conn) handshake() bool {
 	}
 	c.nc.SetReadDeadline(time.Time{})
 	c.tenant, c.spec, c.tbudget, c.reqTenant = spec.ID, spec, c.s.tenants[spec.ID], c.s.reqTenants[spec.ID]
+	c.tthrottled = c.s.tenantThrottled[spec.ID]
 	c.frameBytesMax = proto.RequestFrameBytesMax
 	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
 		c.frameBytesMax = int(m)
@@ -721,7 +762,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	n := int64(h.Length)
 	switch ok, throttled, waited := c.chargeRequest(n); {
 	case throttled:
-		c.s.throttled.Add(1)
+		c.countThrottled()
 		if !c.discard(br, h, held) {
 			return false
 		}
@@ -784,7 +825,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		}
 		if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
 			c.queued.release(extra)
-			c.s.throttled.Add(1)
+			c.countThrottled()
 			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
 			resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
 			c.releaseRequest(n)

@@ -107,6 +107,7 @@ func (h *Hosted) Authenticate(spec tenants.Spec) *proto.Response {
 		return resp
 	}
 	c.tenant, c.spec, c.tbudget, c.reqTenant = spec.ID, spec, c.s.tenants[spec.ID], c.s.reqTenants[spec.ID]
+	c.tthrottled = c.s.tenantThrottled[spec.ID]
 	c.frameBytesMax = proto.RequestFrameBytesMax
 	if m := spec.FrameBytesMax(); m > 0 && m < int64(c.frameBytesMax) {
 		c.frameBytesMax = int(m)
@@ -128,7 +129,7 @@ func (h *Hosted) ChargeRequest(n int64) (charged int64, ok bool, throttled *prot
 	n = min(n, h.c.reqQueued.max)
 	ok, thr, _ := h.c.chargeRequest(n)
 	if thr {
-		h.c.s.throttled.Add(1)
+		h.c.countThrottled()
 		resp := requestThrottled(proto.Header{}, n)
 		resp.Tenant = h.c.tenant
 		return 0, false, resp
@@ -185,7 +186,7 @@ func (h *Hosted) Release(n int64) { h.c.uncharge(n) }
 
 // Throttled counts an answer refused for want of response budget
 // (synod_client_responses_throttled_total).
-func (h *Hosted) Throttled() { h.c.s.throttled.Add(1) }
+func (h *Hosted) Throttled() { h.c.countThrottled() }
 
 // BudgetThrottled is the THROTTLED answer for a request whose answer does
 // not fit the response budget, with the retry-after the binary protocol
@@ -213,7 +214,7 @@ func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, *proto.Response) 
 	}
 	if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
 		c.queued.release(extra)
-		c.s.throttled.Add(1)
+		c.countThrottled()
 		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
 		r.RetryAfter = budgetRetryAfter
 		return held, r

@@ -13,6 +13,13 @@ import "github.com/prometheus/client_golang/prometheus"
 //	synod_client_request_bytes_peak        the most it held
 //	synod_client_responses_throttled_total THROTTLED for want of response or request budget
 //	synod_client_log_lines_suppressed_total
+//	synod_tenant_response_bytes{tenant}   the tenant's share of synod_client_response_bytes
+//	synod_tenant_request_bytes{tenant}    the tenant's share of synod_client_request_bytes
+//	synod_tenant_budget_throttled_total{tenant}
+//	                                       the tenant's share of synod_client_responses_throttled_total
+//
+// The tenant series carry the registry's tenant names (a bounded label
+// set), as the other synod_tenant_* series do.
 func (s *Server) Collector() prometheus.Collector {
 	return &collector{s: s,
 		conns:      prometheus.NewDesc("synod_client_conns", "Client connections open, by state.", []string{"state"}, nil),
@@ -24,16 +31,20 @@ func (s *Server) Collector() prometheus.Collector {
 		reqPeak:    prometheus.NewDesc("synod_client_request_bytes_peak", "The most request body bytes read and not yet answered at once.", nil, nil),
 		throttled:  prometheus.NewDesc("synod_client_responses_throttled_total", "Requests answered THROTTLED for want of response or request budget.", nil, nil),
 		suppressed: prometheus.NewDesc("synod_client_log_lines_suppressed_total", "Log lines about bad connections or requests dropped by the rate limit.", nil, nil),
+		tResp:      prometheus.NewDesc("synod_tenant_response_bytes", "Response bytes the tenant's requests hold: reserved for requests in flight or not yet written.", []string{"tenant"}, nil),
+		tReq:       prometheus.NewDesc("synod_tenant_request_bytes", "Request body bytes the tenant's requests hold: read and not yet answered.", []string{"tenant"}, nil),
+		tThrottled: prometheus.NewDesc("synod_tenant_budget_throttled_total", "The tenant's requests answered THROTTLED for want of response or request budget.", []string{"tenant"}, nil),
 	}
 }
 
 type collector struct {
 	s                                                                              *Server
 	conns, refused, evicted, bytes, peak, reqBytes, reqPeak, throttled, suppressed *prometheus.Desc
+	tResp, tReq, tThrottled                                                        *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.reqBytes, c.reqPeak, c.throttled, c.suppressed} {
+	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.reqBytes, c.reqPeak, c.throttled, c.suppressed, c.tResp, c.tReq, c.tThrottled} {
 		ch <- d
 	}
 }
@@ -50,4 +61,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.reqPeak, prometheus.GaugeValue, float64(st.RequestBytesPeak))
 	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.ResponsesThrottled))
 	ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(st.LogLinesSuppressed))
+	for _, spec := range c.s.reg.All() {
+		tb := c.s.TenantBudget(spec.ID)
+		ch <- prometheus.MustNewConstMetric(c.tResp, prometheus.GaugeValue, float64(tb.ResponseBytes), spec.Name)
+		ch <- prometheus.MustNewConstMetric(c.tReq, prometheus.GaugeValue, float64(tb.RequestBytes), spec.Name)
+		ch <- prometheus.MustNewConstMetric(c.tThrottled, prometheus.CounterValue, float64(tb.Throttled), spec.Name)
+	}
 }

@@ -233,6 +233,10 @@ func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
 		return settled
 	})
 	held, throttled := s.Stats().RequestBytes, s.Stats().ResponsesThrottled
+	// Each tenant's share is its own: the flooders' add up to the node's.
+	if a, b := s.TenantBudget(1).RequestBytes, s.TenantBudget(2).RequestBytes; a+b != held || a > cfg.RequestBytesPerTenantMax || b > cfg.RequestBytesPerTenantMax {
+		t.Fatalf("tenants hold %d and %d request bytes, the node %d", a, b, held)
+	}
 	w := dialRaw(t, addr)
 	w.hello(fmt.Sprintf("token-tenant-%d", flooders+1))
 	w.send(put(flooders+1, 2))

@@ -139,6 +139,10 @@ func TestRequestBytesPerTenantThrottles(t *testing.T) {
 	if s.Stats().ResponsesThrottled != 1 {
 		t.Fatalf("throttled %d, want 1", s.Stats().ResponsesThrottled)
 	}
+	// The refusal is tenant 1's, in its own count.
+	if a, b := s.TenantBudget(1), s.TenantBudget(2); a.Throttled != 1 || b.Throttled != 0 {
+		t.Fatalf("tenant budgets %+v and %+v: want tenant 1's one THROTTLED", a, b)
+	}
 }
 
 // TestRequestBytesPerNodeThrottles: with the node's request budget held by

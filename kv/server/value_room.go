@@ -47,7 +47,7 @@ func (c *conn) withValueRoom(ctx context.Context, held *int64) context.Context {
 			*held = need
 			return nil
 		}
-		c.s.throttled.Add(1)
+		c.countThrottled()
 		r := proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes %s", need, full.refusal())
 		r.RetryAfter = budgetRetryAfter
 		return r
