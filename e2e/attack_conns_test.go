@@ -85,6 +85,7 @@ func connAttacks() []attack {
 		{"600 connections with a wrong token (log flood)", badTokenAttack},
 		{"HELLO naming a tenant in its header", helloTenantAttack},
 		{"idle, silent and half-sent connections (1 s timeouts, own node)", timeoutAttack},
+		{"5 tenants pipeline megabyte GETs and never read while a 6th reads (own node)", unreadTenantsAttack},
 	}
 }
 
@@ -395,12 +396,18 @@ func scanPipelineAttack(t *testing.T, c *cluster, cl *client.Client) string {
 // any case (also when it fails to start).
 func newLimitsCluster(t *testing.T, tables string) *cluster {
 	t.Helper()
+	return newLimitsClusterOf(t, tables, []tenant{tenantA})
+}
+
+// newLimitsClusterOf is newLimitsCluster with the tenants ts.
+func newLimitsClusterOf(t *testing.T, tables string, ts []tenant) *cluster {
+	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir()}
 	mode := c.pmemDir("synod-e2e-limits-")
 	nd := &node{id: 1, client: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		consensus: fmt.Sprintf("127.0.0.1:%d", freePort(t)), admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	c.nodes = []*node{nd}
-	c.writeConfig(nd, 12, mode, "", tables, []tenant{tenantA})
+	c.writeConfig(nd, 12, mode, "", tables, ts)
 	t.Cleanup(func() { c.stopAll(false) })
 	c.start(nd)
 	return c
