@@ -60,8 +60,6 @@ func unreadTenantsAttack(t *testing.T, _ *cluster, _ *client.Client) string {
 			return fmt.Sprintf("setting up tenant %s: %v", tn.name, err)
 		}
 	}
-	// reads has the reader GET its value unreadReads times, one at a
-	// time, and returns how long each took, sorted, or why it failed.
 	reader := ts[unreadFlooders]
 	rc, br, resp, err := rawDial(nd.client, reader.token, 0)
 	if err != nil || resp.Status != proto.StatusOK {
@@ -69,6 +67,8 @@ func unreadTenantsAttack(t *testing.T, _ *cluster, _ *client.Client) string {
 	}
 	defer rc.Close()
 	id := uint64(1)
+	// reads has the reader GET its value unreadReads times, one at a
+	// time, and returns how long each took, sorted, or why it failed.
 	reads := func() ([]time.Duration, string) {
 		var took []time.Duration
 		for i := 0; i < unreadReads; i++ {
