@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -35,10 +36,20 @@ const (
 // shutdownTimeout bounds a graceful shutdown; past it the process exits.
 const shutdownTimeout = 10 * time.Second
 
+// logTimeFormat is the log lines' "time": RFC 3339 in milliseconds, so
+// that a stall, a leader change and a client's timeout a few milliseconds
+// apart can be put in order (whole seconds, zerolog's default, cannot).
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // newLogger is the node's logger at cfg.LogLevel on stderr.
-func newLogger(cfg *Config) zerolog.Logger {
+func newLogger(cfg *Config) zerolog.Logger { return newLoggerTo(os.Stderr, cfg) }
+
+// newLoggerTo is newLogger writing to w. It sets zerolog's time format,
+// which is process-wide.
+func newLoggerTo(w io.Writer, cfg *Config) zerolog.Logger {
+	zerolog.TimeFieldFormat = logTimeFormat
 	level, _ := zerolog.ParseLevel(cfg.LogLevel)
-	return zerolog.New(os.Stderr).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
+	return zerolog.New(w).Level(level).With().Timestamp().Uint64("node", cfg.NodeID).Logger()
 }
 
 // newPromRegistry is a Prometheus registry with the Go and process
