@@ -391,6 +391,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	// The records from the tail's floor (recover_tail.go): the committed
 	// tail at or below applied, the accepted entries above it.
 	floor := tailFloor(applied, alog.TruncatedBelow(), paxos.Slot(stm.Installed()), r.members.slot)
+	recoverStart := cfg.Now() // for the log line: how long recovery took
 	promised, recovered, err := alog.Recover(floor - 1)
 	if err != nil {
 		return nil, fmt.Errorf("recovering the acceptor log: %w", err)
@@ -452,7 +453,8 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		Uint64("tail_from", uint64(first)).Int("tail_slots", len(tail)).
 		Uint64("chosen_noted", uint64(st.Chosen)).Uint64("committed", uint64(s.Commit)).
 		Uint64("promised_round", promised.Round).Uint64("promised_node", uint64(promised.Node)).
-		Str("durability", alog.Mode()).Msg("replica recovered")
+		Str("durability", alog.Mode()).Float64("took_ms", float64(cfg.Now().Sub(recoverStart).Microseconds())/1000).
+		Msg("replica recovered")
 
 	if cfg.simulated {
 		return r, nil
