@@ -538,7 +538,7 @@ func (r *Replica) checkLogUsage() {
 	}
 	used, capacity := r.alog.Usage()
 	r.metrics.setLogUsage(used, capacity)
-	r.noteChosen(used, capacity)
+	r.noteChosen()
 	if capacity <= 0 || used*100 < capacity*pct {
 		return
 	}

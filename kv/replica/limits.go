@@ -146,8 +146,7 @@ const (
 	sideBodyTimeout = 30 * time.Second
 	// chosenNoteEvery bounds the chosen-through notes in the acceptor
 	// log's header (chosen.go): one header write (64 bytes persisted) per
-	// this interval at most, and only while the log is
-	// chosenNoteUsedPercent full. Short, because under a heavy load a
+	// this interval at most. Short, because under a heavy load a
 	// small log turns over in about a second (16 MiB at 25 MB/s): a note
 	// a second old covered none of the records a killed node held.
 	chosenNoteEvery = 100 * time.Millisecond
@@ -185,10 +184,6 @@ const (
 	// a snapshot is requested (at most once per election timeout) so the
 	// log truncates before it fills.
 	logSnapshotUsedPercent = 50
-	// chosenNoteUsedPercent: past this share of the acceptor log in use,
-	// the chosen-through slot is noted in its header (chosen.go): below
-	// it, the records a restart would count uncommitted fit easily.
-	chosenNoteUsedPercent = 25
 	// catchUpTailDivisor: compaction keeps the last
 	// every/catchUpTailDivisor slots below a snapshot in the log
 	// (snapshot_compact.go, catchUpFloor): 5,000 slots at the default

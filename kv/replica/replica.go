@@ -102,10 +102,6 @@ type Config struct {
 	// simulated: no goroutines, no side channel; the simulator drives
 	// the loops one step at a time (replicasim_test.go).
 	simulated bool
-	// chosenNoteAlways takes the chosen-through notes whatever the log's
-	// usage (chosen.go): the simulator's logs are large, and its crashes
-	// must exercise the restarts that commit what was noted.
-	chosenNoteAlways bool
 	// recoveredTail, when set (the simulator), is given the committed
 	// tail recovery hands paxos (recover_tail.go), for its oracle.
 	recoveredTail func(tail []paxos.Entry)

@@ -338,7 +338,6 @@ func (s *rsim) start(n *rsimNode) {
 		DeltaSnapshots:    s.snapEvery%2 == 0,
 		CatchUpLogPercent: tailPct,
 		Accel:             ac, Now: func() time.Time { return s.nodeNow(n) }, Seed: int64(s.rng.Uint64() >> 1), simulated: true,
-		chosenNoteAlways: true,
 		// The tail recovered as committed must hold the values applied
 		// at its slots (recover_tail.go): the agreement oracle judges it
 		// as if the node applied it again.
