@@ -910,7 +910,13 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 
 // writeLoop writes queued responses, coalescing everything queued at the
 // moment into one flush, and gives their bytes back to the budgets once
-// the kernel has them.
+// the kernel has them. A large answer (writeBufferBytes or more) is
+// flushed and given back at once rather than at the end of the burst: a
+// client reading megabyte answers one at a time receives each as soon as
+// the kernel has it and sends its next GET, whose answer joins the same
+// burst, so answers it had read stayed charged, and an outside tester's
+// one-at-a-time reader got THROTTLED ("read the connection's answers") on
+// a connection budget of three such answers.
 func (c *conn) writeLoop() {
 	defer c.s.wg.Done()
 	for {
@@ -922,13 +928,28 @@ func (c *conn) writeLoop() {
 		}
 		bw := writerPool.Get().(*bufio.Writer)
 		bw.Reset(c.nc)
-		closeAfter, charged := f.closeAfter, f.charged
 		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		_, err := bw.Write(f.b)
+		var charged int64 // written into bw and not yet given back
+		write := func(f outFrame) error {
+			_, err := bw.Write(f.b)
+			charged += f.charged
+			if err == nil && len(f.b) >= writeBufferBytes {
+				if err = bw.Flush(); err == nil {
+					if !testingUnchargeAtBurstEnd {
+						c.uncharge(charged)
+						charged = 0
+					}
+					c.afterLargeFrame()
+				}
+			}
+			return err
+		}
+		closeAfter := f.closeAfter
+		err := write(f)
 		for err == nil && !closeAfter && len(c.out) > 0 {
 			f = <-c.out
-			closeAfter, charged = f.closeAfter, charged+f.charged
-			_, err = bw.Write(f.b)
+			closeAfter = f.closeAfter
+			err = write(f)
 		}
 		if err == nil {
 			err = bw.Flush()
@@ -946,6 +967,23 @@ func (c *conn) writeLoop() {
 		}
 	}
 }
+
+// afterLargeFrame is a test hook: called by the writer after it gave a
+// large answer's bytes back (nil: nothing).
+func (c *conn) afterLargeFrame() {
+	if testingAfterLargeFrame != nil {
+		testingAfterLargeFrame(c)
+	}
+}
+
+// testingAfterLargeFrame, when set, runs after the writer gave a large
+// frame's bytes back (a test holds the writer there, as a busy machine
+// does).
+var testingAfterLargeFrame func(*conn)
+
+// testingUnchargeAtBurstEnd plants the old behaviour: a large frame's
+// bytes are given back only at the end of the writer's burst.
+var testingUnchargeAtBurstEnd bool
 
 // statusOf maps a decoding error to the status that answers it.
 func statusOf(err error) proto.Status {

@@ -701,3 +701,48 @@ func TestCollector(t *testing.T) {
 		}
 	}
 }
+
+// TestOneAtATimeReaderNeverThrottled: a client reading the largest values
+// one GET at a time on a connection whose budget holds three of them is
+// never THROTTLED, even when the writer is slow to come back from each
+// answer (held until the next answer is queued, as on a busy machine):
+// each large answer's bytes are given back once the kernel has it, not at
+// the end of the writer's burst. Planted (testingUnchargeAtBurstEnd): the
+// third GET is THROTTLED.
+func TestOneAtATimeReaderNeverThrottled(t *testing.T) {
+	for _, planted := range []bool{false, true} {
+		got := oneAtATimeThrottled(t, planted)
+		t.Logf("planted %v: %d of 12 THROTTLED", planted, got)
+		switch {
+		case !planted && got != 0:
+			t.Fatalf("a one-at-a-time reader: %d of 12 GETs THROTTLED", got)
+		case planted && got == 0:
+			t.Fatal("planted (bytes given back at the burst's end): no GET THROTTLED; the test does not show the bug")
+		}
+	}
+}
+
+func oneAtATimeThrottled(t *testing.T, planted bool) (throttled int) {
+	testingUnchargeAtBurstEnd = planted
+	testingAfterLargeFrame = func(c *conn) {
+		for deadline := time.Now().Add(200 * time.Millisecond); len(c.out) == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { testingUnchargeAtBurstEnd, testingAfterLargeFrame = false, nil }()
+	s, addr := start(t, newBigBackend(0, proto.ValueBytesMax), Config{ResponseBytesPerConnMax: ResponseBytesPerConnMin})
+	defer s.Close()
+	r := dialRaw(t, addr)
+	defer r.nc.Close()
+	r.hello(tokenA)
+	for i := 0; i < 12; i++ {
+		r.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(i + 2), Key: []byte("big")}))
+		switch resp := r.mustRecv(); {
+		case resp.Status == proto.StatusThrottled:
+			throttled++
+		case resp.Status != proto.StatusOK || len(resp.Value) != proto.ValueBytesMax:
+			t.Fatalf("GET %d: %v %q", i, resp.Status, resp.Message)
+		}
+	}
+	return throttled
+}
