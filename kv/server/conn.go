@@ -41,6 +41,9 @@ type Server struct {
 	// Response budgets: the node's, and each tenant's (fixed at New).
 	node    *budget
 	tenants map[tenants.ID]*budget
+	// now is the clock of the node reserve's memory (node_reserve.go);
+	// nil: time.Now.
+	now func() time.Time
 	// tenantThrottled counts each tenant's answers THROTTLED for want of
 	// response or request budget (fixed at New; throttled is their sum).
 	tenantThrottled map[tenants.ID]*atomic.Uint64

@@ -94,6 +94,9 @@ type budget struct {
 	peak    atomic.Int64
 	max     int64
 	waiters atomic.Int32
+	// heavyAt is when (unix ns) a tenant's budget last held more than the
+	// reserve's light bound (node_reserve.go); unused at other levels.
+	heavyAt atomic.Int64
 	mu      sync.Mutex
 	wake    chan struct{} // closed and replaced by a release while waiters > 0
 }

@@ -1,6 +1,10 @@
 package server
 
-import "synod/kv/proto"
+import (
+	"time"
+
+	"synod/kv/proto"
+)
 
 // The node's reserve. A tenant's response budget is a share of the
 // node's (a quarter, by default and when kvnode derives them), so four
@@ -9,84 +13,127 @@ import "synod/kv/proto"
 // outside tester: two flooding tenants at a half share THROTTLED a third's
 // one-at-a-time reader). So the node's budget keeps a reserve that only a
 // light tenant may take: one that holds at most tenantLightBytes once
-// charged, two largest GET answers (one being written, the next read) and
-// a few requests' reservations. Past that, a tenant charges only the
-// shared part, which the flooding tenants fill between them. A SCAN whose
-// reply may be larger than that (one of more than two megabytes of pairs)
-// is not light: beside a flood it is THROTTLED as before.
+// charged (two largest GET answers, one being written and the next read,
+// and a few requests' reservations) and has not held more for
+// tenantHeavyMemory. Past that, a tenant charges only the shared part,
+// which the flooding tenants fill between them. A SCAN whose reply may be
+// larger than that (one of more than two megabytes of pairs) is not
+// light: beside a flood it is THROTTLED as before.
+//
+// The memory is what keeps flooders out of the reserve: without it a
+// flooding tenant was light again whenever its connections were closed
+// (write_timeout) and opened again, or the kernel's buffers took its
+// answers, and six such tenants each held part of the reserve in unread
+// answers until a reader found no room (the second outside check of the
+// reserve: 56 and 69 THROTTLED GETs in two runs). A tenant that never held
+// more than tenantLightBytes, as a client reading its answers does, is
+// never affected by it.
 //
 // The node's request budget keeps the same reserve, for a tenant holding
-// at most tenantLightRequestBytes of request bodies once charged: a
-// tenant's request budget is half the node's, so two tenants pipelining
-// megabyte writes filled it, and a third tenant's writes were THROTTLED
-// at once (request_budget.go: the node's level does not wait).
+// at most tenantLightRequestBytes of request bodies: a tenant's request
+// budget is half the node's, so two tenants pipelining megabyte writes
+// filled it, and a third tenant's writes were THROTTLED at once
+// (request_budget.go: the node's level does not wait).
 //
 // Contract (TestNodeReserveKeepsRoomForALightTenant,
-// TestRequestReserveKeepsRoomForALightTenant): a charge takes the
-// node's budget past its shared part only for a tenant that holds at most
-// tenantLightBytes once charged. So each tenant holds at most that much of
-// the reserve (a flooding tenant too, while it is light: its first
-// answers, or when its kernel buffers drain), and a light tenant's answer
-// that fits its connection's and tenant's budgets finds room while fewer
-// than nodeReserveBytes/tenantLightBytes other tenants hold any of it.
+// TestRequestReserveKeepsRoomForALightTenant,
+// TestNodeReserveRemembersHeavyTenants): a charge takes a node budget
+// past its shared part only for a tenant that holds at most the light
+// bound once charged and held no more within tenantHeavyMemory. So a
+// tenant holds at most the light bound of the reserve, and only if it was
+// light throughout the last tenantHeavyMemory (a flooder only in its
+// first moments): a light tenant's answer that fits its connection's and
+// tenant's budgets finds room while fewer than nodeReserveBytes/light
+// other tenants hold any of the reserve.
 const (
-	// nodeReserveDivisor: the reserve is a quarter of the node's budget
-	// (at least one light tenant's holding, and never so much that the
-	// shared part holds less than that).
+	// nodeReserveDivisor: the reserve is at least a quarter of the node's
+	// budget...
 	nodeReserveDivisor = 4
+	// nodeReserveLightTenants: ... and room for this many light tenants'
+	// holdings, within half the node's budget (a 192 MiB node's 23 MiB
+	// response budget keeps 8.2 MiB; the default 96 MiB keeps 24).
+	nodeReserveLightTenants = 4
 	// tenantLightReservations is how many requests in flight a light
-	// tenant's holding counts beside its answer.
+	// tenant's holding counts beside its answers.
 	tenantLightReservations = 16
 	// tenantLightBytes is the most a tenant may hold and still charge
-	// the reserve: two largest GET answers (a reader's next answer is
-	// charged before the writer gives its last one back) and
-	// tenantLightReservations requests' reservations (2.1 MiB and
-	// 64 KiB).
+	// the reserve: two largest GET answers as the server bounds them
+	// before it sends them (HeaderBytes+64 around the value; a reader's
+	// next answer is charged before the writer gives its last one back)
+	// and tenantLightReservations requests' reservations: 2,160,508
+	// bytes, 2.06 MiB.
 	tenantLightBytes = 2*(proto.HeaderBytes+64+proto.ValueBytesMax) + tenantLightReservations*responseBytesReserved
 	// tenantLightRequestBytes is the most request body bytes a tenant may
 	// hold and still charge the request budget's reserve: two of the
 	// largest bodies (a writer's next request is read while its last one
 	// commits).
 	tenantLightRequestBytes = 2 * proto.RequestBodyBytesMax
+	// tenantHeavyMemory is how long a tenant that held more than the
+	// light bound is kept out of the reserve: write_timeout's default,
+	// how long unread answers stay before their connection is closed.
+	tenantHeavyMemory = WriteTimeoutDefault
 )
 
 // A light tenant can hold two answers of the largest value.
 var _ [tenantLightBytes - responseBytesReserved - 2*(proto.HeaderBytes+64+proto.ValueBytesMax)]struct{}
 
 // nodeReserveBytes is the reserve of a node budget of nodeMax bytes whose
-// light tenants hold at most light bytes. Validate keeps the node's
-// response budget at least ResponseBytesPerConnMin > tenantLightBytes, so
-// its shared part always holds a light tenant's holding too; a request
-// budget of fewer than two light holdings has no reserve.
+// light tenants hold at most light bytes: a quarter of it, or
+// nodeReserveLightTenants light holdings, within half of it, and never so
+// much that the shared part holds less than one light holding. Validate
+// keeps the node's response budget at least ResponseBytesPerConnMin >
+// tenantLightBytes; a request budget of less than one light holding has
+// no reserve.
 func nodeReserveBytes(nodeMax, light int64) int64 {
-	return max(0, min(max(nodeMax/nodeReserveDivisor, light), nodeMax-light))
+	r := min(max(nodeMax/nodeReserveDivisor, nodeReserveLightTenants*light), nodeMax/2)
+	return max(0, min(r, nodeMax-light))
 }
 
 // nodeLimitFor is how far a charge may take a node budget of nodeMax
-// bytes for a tenant that holds tenantHeld bytes once charged: all of it
-// for a light tenant (at most light bytes), the shared part for any other.
-func nodeLimitFor(nodeMax, tenantHeld, light int64) int64 {
-	if tenantHeld <= light {
+// bytes for a tenant: all of it for a light tenant, the shared part for
+// any other.
+func nodeLimitFor(nodeMax, light int64, isLight bool) int64 {
+	if isLight {
 		return nodeMax
 	}
 	return nodeMax - nodeReserveBytes(nodeMax, light)
 }
 
-// nodeLimit is nodeLimitFor the node's response budget and this
-// connection's tenant as it holds now (a connection before HELLO has no
-// tenant budget and charges nothing).
+// lightNow reports whether a tenant whose budget is tb, holding held
+// bytes once charged, is light (at most light bytes, and no more within
+// tenantHeavyMemory before now); a holding above light is remembered.
+func lightNow(tb *budget, held, light int64, now func() time.Time) bool {
+	t := now().UnixNano()
+	if held > light {
+		tb.heavyAt.Store(t)
+		return false
+	}
+	at := tb.heavyAt.Load()
+	return at == 0 || t-at >= int64(tenantHeavyMemory)
+}
+
+// clock is the server's clock (time.Now unless a test set one).
+func (s *Server) clock() func() time.Time {
+	if s.now != nil {
+		return s.now
+	}
+	return time.Now
+}
+
+// nodeLimit is how far a charge may take the node's response budget for
+// this connection's tenant as it holds now (a connection before HELLO has
+// no tenant budget and charges nothing).
 func (c *conn) nodeLimit() int64 {
 	if c.tbudget == nil {
 		return c.s.node.max
 	}
-	return nodeLimitFor(c.s.node.max, c.tbudget.used.Load(), tenantLightBytes)
+	return nodeLimitFor(c.s.node.max, tenantLightBytes, lightNow(c.tbudget, c.tbudget.used.Load(), tenantLightBytes, c.s.clock()))
 }
 
-// reqNodeLimit is nodeLimitFor the node's request budget and this
-// connection's tenant as it holds now.
+// reqNodeLimit is nodeLimit for the node's request budget.
 func (c *conn) reqNodeLimit() int64 {
 	if c.reqTenant == nil {
 		return c.s.reqNode.max
 	}
-	return nodeLimitFor(c.s.reqNode.max, c.reqTenant.used.Load(), tenantLightRequestBytes)
+	return nodeLimitFor(c.s.reqNode.max, tenantLightRequestBytes, lightNow(c.reqTenant, c.reqTenant.used.Load(), tenantLightRequestBytes, c.s.clock()))
 }

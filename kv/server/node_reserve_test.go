@@ -12,30 +12,32 @@ import (
 	"synod/tenants"
 )
 
-// TestNodeReserveBytes walks the reserve's bounds: a quarter of the node,
-// at least one light tenant's holding, and never so much that the shared
-// part holds less than that.
+// TestNodeReserveBytes walks the reserve's bounds: a quarter of the node
+// or four light holdings, within half the node, and never so much that the
+// shared part holds less than one light holding.
 func TestNodeReserveBytes(t *testing.T) {
-	const mib = 1 << 20
+	const mib, l = 1 << 20, tenantLightBytes
 	for _, tc := range []struct{ node, want int64 }{
 		{96 * mib, 24 * mib},
-		{16 * mib, 4 * mib},
-		{4 * tenantLightBytes, tenantLightBytes},
-		{4*tenantLightBytes - 1, tenantLightBytes},
-		{2 * tenantLightBytes, tenantLightBytes},
-		{2*tenantLightBytes - 1, tenantLightBytes - 1},
-		{tenantLightBytes + 8<<10, 8 << 10},
-		{tenantLightBytes, 0},
+		{64 * mib, 16 * mib},
+		{16 * l, 4 * l},
+		{16*l - 4, 4 * l},
+		{8 * l, 4 * l},
+		{8*l - 2, 4*l - 1},
+		{2 * l, l},
+		{2*l - 2, l - 2},
+		{l + 8<<10, 8 << 10},
+		{l, 0},
 	} {
-		got := nodeReserveBytes(tc.node, tenantLightBytes)
+		got := nodeReserveBytes(tc.node, l)
 		if got != tc.want {
 			t.Errorf("node budget %d: reserve %d, want %d", tc.node, got, tc.want)
 		}
-		if shared := tc.node - got; shared < tenantLightBytes {
-			t.Errorf("node budget %d: shared part %d holds less than a light tenant's %d", tc.node, shared, tenantLightBytes)
+		if shared := tc.node - got; shared < l {
+			t.Errorf("node budget %d: shared part %d holds less than a light tenant's %d", tc.node, shared, l)
 		}
-		if l, h := nodeLimitFor(tc.node, tenantLightBytes, tenantLightBytes), nodeLimitFor(tc.node, tenantLightBytes+1, tenantLightBytes); l != tc.node || h != tc.node-got {
-			t.Errorf("node budget %d: limit %d for a light tenant and %d for one a byte heavier, want %d and %d", tc.node, l, h, tc.node, tc.node-got)
+		if lo, hi := nodeLimitFor(tc.node, l, true), nodeLimitFor(tc.node, l, false); lo != tc.node || hi != tc.node-got {
+			t.Errorf("node budget %d: limit %d for a light tenant and %d for another, want %d and %d", tc.node, lo, hi, tc.node, tc.node-got)
 		}
 	}
 }
@@ -45,19 +47,19 @@ func TestNodeReserveBytes(t *testing.T) {
 // charged, and for no other.
 func TestNodeReserveOnlyForLightTenants(t *testing.T) {
 	const mib = 1 << 20
-	const node = 16 * mib // reserve 4 MiB, shared 12 MiB
+	const node = 64 * mib // reserve 16 MiB, shared 48 MiB
 	for _, tc := range []struct {
 		name                 string
 		tenantUsed, nodeUsed int64
 		n                    int64
 		want                 budgetFull
 	}{
-		{"heavy tenant within the shared part", 4 * mib, 10 * mib, mib, budgetNone},
-		{"heavy tenant past the shared part", 4 * mib, 11*mib + mib/2, mib, budgetNode},
-		{"light tenant past the shared part", 0, 13 * mib, mib, budgetNone},
+		{"heavy tenant within the shared part", 4 * mib, 46 * mib, mib, budgetNone},
+		{"heavy tenant past the shared part", 4 * mib, 47*mib + mib/2, mib, budgetNode},
+		{"light tenant past the shared part", 0, 60 * mib, mib, budgetNone},
 		{"light tenant to the last byte", tenantLightBytes - mib, node - mib, mib, budgetNone},
-		{"one byte past light", tenantLightBytes - mib + 1, 13 * mib, mib, budgetNode},
-		{"light tenant, node full", 0, 15*mib + mib/2, mib, budgetNode},
+		{"one byte past light", tenantLightBytes - mib + 1, 60 * mib, mib, budgetNode},
+		{"light tenant, node full", 0, 63*mib + mib/2, mib, budgetNode},
 	} {
 		c := &conn{queued: newBudget(8 * mib), tbudget: newBudget(8 * mib), s: &Server{node: newBudget(node)}}
 		c.tbudget.used.Store(tc.tenantUsed)
@@ -77,14 +79,43 @@ func TestNodeReserveOnlyForLightTenants(t *testing.T) {
 	}
 }
 
+// TestNodeReserveRemembersHeavyTenants: a tenant that held more than the
+// light bound stays out of the reserve for tenantHeavyMemory after, even
+// holding nothing (a flooder whose connections were closed and opened
+// again); then it is light again.
+func TestNodeReserveRemembersHeavyTenants(t *testing.T) {
+	const mib = 1 << 20
+	clk := &fakeClock{}
+	clk.Advance(time.Hour)
+	c := &conn{queued: newBudget(8 * mib), tbudget: newBudget(8 * mib), s: &Server{node: newBudget(64 * mib), now: clk.Now}}
+	c.s.node.used.Store(60 * mib) // past the shared 48 MiB
+	c.tbudget.used.Store(4 * mib)
+	if got := c.tryChargeOrFull(mib); got != budgetNode {
+		t.Fatalf("a heavy tenant past the shared part: %d", got)
+	}
+	c.tbudget.used.Store(0)
+	for _, step := range []struct {
+		advance time.Duration
+		want    budgetFull
+	}{{0, budgetNode}, {tenantHeavyMemory - time.Nanosecond, budgetNode}, {time.Nanosecond, budgetNone}} {
+		clk.Advance(step.advance)
+		if got := c.tryChargeOrFull(mib); got != step.want {
+			t.Fatalf("holding nothing, %v after it was heavy: %d, want %d", clk.Now().Sub(time.Unix(0, 0).Add(time.Hour)), got, step.want)
+		}
+	}
+}
+
 // TestNodeReserveWaiterSeesItsTenantLighten: a request of a heavy tenant
 // waiting for room past the node's shared part gets it once its tenant's
-// own answers are written and it is light again, although the node stays
-// past its shared part (the limit is asked again at each try, and a tenant
-// gives back before the node wakes the waiters).
+// own answers are written and it is light again (past tenantHeavyMemory),
+// although the node stays past its shared part (the limit is asked again
+// at each try, and a tenant gives back before the node wakes the
+// waiters).
 func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 	const mib = 1 << 20
-	s := &Server{node: newBudget(16 * mib)} // shared 12 MiB
+	clk := &fakeClock{}
+	clk.Advance(time.Hour)
+	s := &Server{node: newBudget(64 * mib), now: clk.Now} // shared 48 MiB
 	tb := newBudget(8 * mib)
 	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
 	defer cancel()
@@ -92,7 +123,7 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 	sibling := &conn{s: s, ctx: ctx, queued: newBudget(8 * mib), tbudget: tb}
 	sibling.queued.used.Store(3 * mib)
 	tb.used.Store(4 * mib)
-	s.node.used.Store(15 * mib)
+	s.node.used.Store(63 * mib)
 	got := make(chan bool, 1)
 	go func() { got <- waiter.charge(responseBytesReserved) }()
 	select {
@@ -100,7 +131,8 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 		t.Fatalf("a heavy tenant's charge past the shared part returned %v without waiting", ok)
 	case <-time.After(50 * time.Millisecond):
 	}
-	sibling.uncharge(3 * mib) // tenant 1 MiB (light), node 12 MiB: still at its shared part
+	clk.Advance(tenantHeavyMemory)
+	sibling.uncharge(3 * mib) // tenant 1 MiB (light), node 60 MiB: still past its shared part
 	select {
 	case ok := <-got:
 		if !ok {
@@ -109,7 +141,7 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 	case <-time.After(pollTimeout):
 		t.Fatal("the waiter did not see its tenant become light")
 	}
-	if n := s.node.used.Load(); n != 12*mib+responseBytesReserved {
+	if n := s.node.used.Load(); n != 60*mib+responseBytesReserved {
 		t.Fatalf("node holds %d", n)
 	}
 }
