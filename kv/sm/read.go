@@ -28,7 +28,7 @@ func (s *SM) getWithin(ctx context.Context, tenant tenants.ID, key []byte, room 
 	if tenant == 0 {
 		return nil, false, nil, ErrReservedTenant
 	}
-	if err := s.reads.take(ctx, 1); err != nil {
+	if err := s.reads.take(ctx, tenant, 1); err != nil {
 		return nil, false, nil, err
 	}
 	defer s.reads.give(1)
@@ -65,7 +65,7 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 		return 0, false, ErrReservedTenant
 	}
 	// It pins the value's block too; no deadline (read_slots.go).
-	if err := s.reads.take(context.Background(), 1); err != nil {
+	if err := s.reads.take(context.Background(), tenant, 1); err != nil {
 		return 0, false, err
 	}
 	defer s.reads.give(1)
@@ -101,7 +101,7 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, false, nil
 	}
-	if err := s.reads.take(ctx, ScanReadSlots); err != nil {
+	if err := s.reads.take(ctx, tenant, ScanReadSlots); err != nil {
 		return nil, false, err
 	}
 	defer s.reads.give(ScanReadSlots)

@@ -3,10 +3,13 @@ package sm
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"synod/kv/proto"
+	"synod/tenants"
 )
 
 // TestReadSlotsFor: without ReadSlots the slots follow the cache (half of
@@ -87,7 +90,7 @@ func TestReadsWaitForASlot(t *testing.T) {
 		{"SCAN", ScanReadSlots, func() error { _, _, err := s.Scan(1, nil, nil, 10); return err }},
 	} {
 		held := s.reads.n - read.slots + 1 // one short of what the read needs
-		if err := s.reads.take(bg, held); err != nil {
+		if err := s.reads.take(bg, 9, held); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
@@ -120,7 +123,7 @@ func TestReadSlotWaitEndsWithDeadline(t *testing.T) {
 	a := newApplier(t, s)
 	a.apply(1, put("k", "v"))
 	bg := context.Background()
-	if err := s.reads.take(bg, s.reads.n); err != nil {
+	if err := s.reads.take(bg, 9, s.reads.n); err != nil {
 		t.Fatal(err)
 	}
 	for _, req := range []*proto.Request{
@@ -141,11 +144,136 @@ func TestReadSlotWaitEndsWithDeadline(t *testing.T) {
 		cancel()
 	}
 	s.reads.give(s.reads.n)
-	if !s.reads.sem.TryAcquire(s.reads.n) {
-		t.Fatal("reads that gave up kept slots")
+	if free := s.reads.freeSlots(); free != s.reads.n {
+		t.Fatalf("reads that gave up kept slots: %d of %d free", free, s.reads.n)
 	}
-	s.reads.sem.Release(s.reads.n)
 	if resp := s.ReadResponseWithin(bg, 1, &proto.Request{Op: proto.OpGet, Key: []byte("k")}, nil); resp.Status != proto.StatusOK {
 		t.Fatalf("GET after the slots came back: %v %q", resp.Status, resp.Message)
+	}
+}
+
+// TestReadSlotsFairBetweenTenants: with every slot held, tenant 1 queues
+// 100 reads and then tenant 2 one; as slots are given back one at a time,
+// tenant 2's read is among the first two granted (turns between tenants),
+// tenant 1's in their arrival order, and every slot comes back at the end.
+// Planted (one queue for all, testingReadSlotsFIFO): tenant 2's read is
+// granted 101st.
+func TestReadSlotsFairBetweenTenants(t *testing.T) {
+	for _, fifo := range []bool{false, true} {
+		pos := readSlotsTurnOf(t, fifo)
+		switch {
+		case !fifo && pos > 2:
+			t.Fatalf("tenant 2's read behind 100 of tenant 1's was granted %d-th", pos)
+		case fifo && pos <= 2:
+			t.Fatalf("planted FIFO: tenant 2's read granted %d-th; the test does not show the queue", pos)
+		}
+		t.Logf("fifo=%v: tenant 2's read granted %d-th", fifo, pos)
+	}
+}
+
+func readSlotsTurnOf(t *testing.T, fifo bool) (pos int) {
+	testingReadSlotsFIFO = fifo
+	defer func() { testingReadSlotsFIFO = false }()
+	r := newReadSlots(4)
+	bg := context.Background()
+	if err := r.take(bg, 1, 4); err != nil {
+		t.Fatal(err)
+	}
+	const behind = 100
+	granted := make(chan int, behind+1)
+	queued := func(n int) {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			r.mu.Lock()
+			waiting := 0
+			for _, q := range r.queues {
+				waiting += q.Len()
+			}
+			r.mu.Unlock()
+			if waiting == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reads waiting, want %d", waiting, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := 0; i < behind; i++ {
+		go func() {
+			if err := r.take(bg, 1, 1); err == nil {
+				granted <- i
+			}
+		}()
+		queued(i + 1) // in order
+	}
+	go func() {
+		if err := r.take(bg, 2, 1); err == nil {
+			granted <- -1
+		}
+	}()
+	queued(behind + 1)
+	last := -1
+	for n := 1; n <= behind+1; n++ {
+		r.give(1)
+		switch g := <-granted; {
+		case g == -1:
+			pos = n
+		case g < last:
+			t.Fatalf("tenant 1's read %d granted after its read %d", g, last)
+		default:
+			last = g
+		}
+	}
+	r.give(4) // what the granted reads hold (each of the 101 gives went to one)
+	if free := r.freeSlots(); free != 4 {
+		t.Fatalf("%d of 4 slots free at the end", free)
+	}
+	return pos
+}
+
+// TestReadSlotsUnderCancellation: many tenants' reads of 1 and 4 slots,
+// a third of them with contexts that end while they wait, never hold more
+// than there are, and leave every slot free.
+func TestReadSlotsUnderCancellation(t *testing.T) {
+	const slots = 6
+	r := newReadSlots(slots)
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				w := int64(1)
+				if i%5 == 0 {
+					w = ScanReadSlots
+				}
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if i%3 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%7)*50*time.Microsecond)
+				}
+				if err := r.take(ctx, tenants.ID(1+g%4), w); err == nil {
+					n := held.Add(r.weight(w))
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					time.Sleep(time.Duration(i%3) * 20 * time.Microsecond)
+					held.Add(-r.weight(w))
+					r.give(w)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > slots {
+		t.Fatalf("reads held %d slots at once, there are %d", p, slots)
+	}
+	if free := r.freeSlots(); free != slots {
+		t.Fatalf("%d of %d slots free at the end", free, slots)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ring) != 0 || len(r.queues) != 0 {
+		t.Fatalf("waiters left: ring %v, queues %d", r.ring, len(r.queues))
 	}
 }

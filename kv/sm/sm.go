@@ -169,7 +169,7 @@ type SM struct {
 	dbMu     sync.RWMutex
 	dbClosed bool
 	// reads bounds the GETs and SCANs inside Pebble at once (read_slots.go).
-	reads readSlots
+	reads *readSlots
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
 	clients map[tenants.ID]*tenantClients
