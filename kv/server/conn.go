@@ -426,6 +426,7 @@ func (c *conn) countThrottled() {
 }
 
 func (c *conn) uncharge(n int64) {
+	c.s.noteHeavy(c.tbudget, tenantLightBytes)
 	c.tbudget.release(n)
 	c.s.node.release(n)
 	c.queued.release(n)

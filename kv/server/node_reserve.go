@@ -15,7 +15,8 @@ import (
 // light tenant may take: one that holds at most tenantLightBytes once
 // charged (two largest GET answers, one being written and the next read,
 // and a few requests' reservations) and has not held more for
-// tenantHeavyMemory. Past that, a tenant charges only the shared part,
+// tenantHeavyMemory (counted from the last moment it held more). Past
+// that, a tenant charges only the shared part,
 // which the flooding tenants fill between them. A SCAN whose reply may be
 // larger than that (one of more than two megabytes of pairs) is not
 // light: beside a flood it is THROTTLED as before.
@@ -110,6 +111,17 @@ func lightNow(tb *budget, held, light int64, now func() time.Time) bool {
 	}
 	at := tb.heavyAt.Load()
 	return at == 0 || t-at >= int64(tenantHeavyMemory)
+}
+
+// noteHeavy records, before a release, that the tenant whose budget is tb
+// still holds more than light: the memory runs from the last moment it
+// held more, not from its last charge (a flooder whose charges all fail at
+// its own budget charges nothing for the 10 s before write_timeout closes
+// its connections, and was light again at once when they reopened).
+func (s *Server) noteHeavy(tb *budget, light int64) {
+	if tb != nil && tb.used.Load() > light {
+		tb.heavyAt.Store(s.clock()().UnixNano())
+	}
 }
 
 // clock is the server's clock (time.Now unless a test set one).

@@ -102,15 +102,32 @@ func TestNodeReserveRemembersHeavyTenants(t *testing.T) {
 		if got := c.tryChargeOrFull(mib); got != step.want {
 			t.Fatalf("holding nothing, %v after it was heavy: %d, want %d", clk.Now().Sub(time.Unix(0, 0).Add(time.Hour)), got, step.want)
 		}
+		if step.want == budgetNone {
+			c.uncharge(mib)
+		}
+	}
+	// The memory runs from the last moment it held more: heavy at a
+	// charge, then 20 s without one (its charges failing at its own
+	// budget), then its answers written: still heavy right after.
+	c.tbudget.used.Store(4 * mib)
+	c.queued.used.Store(4 * mib)
+	c.s.node.used.Store(50 * mib)
+	if got := c.tryChargeOrFull(mib); got != budgetNode {
+		t.Fatalf("a heavy tenant past the shared part: %d", got)
+	}
+	clk.Advance(2 * tenantHeavyMemory)
+	c.uncharge(4 * mib) // tenant 0, node 46 MiB
+	c.s.node.used.Store(60 * mib)
+	if got := c.tryChargeOrFull(mib); got != budgetNode {
+		t.Fatalf("just after it stopped holding more than the light bound (last charged %v before): %d, want the node refused", 2*tenantHeavyMemory, got)
 	}
 }
 
 // TestNodeReserveWaiterSeesItsTenantLighten: a request of a heavy tenant
 // waiting for room past the node's shared part gets it once its tenant's
-// own answers are written and it is light again (past tenantHeavyMemory),
-// although the node stays past its shared part (the limit is asked again
-// at each try, and a tenant gives back before the node wakes the
-// waiters).
+// own answers are written and tenantHeavyMemory has passed since, although
+// the node stays past its shared part (the limit is asked again at each
+// try).
 func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 	const mib = 1 << 20
 	clk := &fakeClock{}
@@ -131,8 +148,14 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 		t.Fatalf("a heavy tenant's charge past the shared part returned %v without waiting", ok)
 	case <-time.After(50 * time.Millisecond):
 	}
+	sibling.uncharge(3 * mib) // tenant 1 MiB, node 60 MiB: still past its shared part
+	select {
+	case ok := <-got:
+		t.Fatalf("the charge returned %v while its tenant was heavy less than %v ago", ok, tenantHeavyMemory)
+	case <-time.After(50 * time.Millisecond):
+	}
 	clk.Advance(tenantHeavyMemory)
-	sibling.uncharge(3 * mib) // tenant 1 MiB (light), node 60 MiB: still past its shared part
+	s.node.release(mib) // another tenant's answer written: node 59 MiB, the waiter tries again
 	select {
 	case ok := <-got:
 		if !ok {
@@ -141,7 +164,7 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 	case <-time.After(pollTimeout):
 		t.Fatal("the waiter did not see its tenant become light")
 	}
-	if n := s.node.used.Load(); n != 60*mib+responseBytesReserved {
+	if n := s.node.used.Load(); n != 59*mib+responseBytesReserved {
 		t.Fatalf("node holds %d", n)
 	}
 }

@@ -83,6 +83,7 @@ func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
 
 // releaseRequest gives back n body bytes at every level.
 func (c *conn) releaseRequest(n int64) {
+	c.s.noteHeavy(c.reqTenant, tenantLightRequestBytes)
 	c.s.reqNode.release(n)
 	c.reqTenant.release(n)
 	c.reqQueued.release(n)
