@@ -383,6 +383,7 @@ func (c *conn) charge(n int64) bool {
 		c.queued.release(n)
 		return false
 	}
+	c.s.noteHeavy(c.tbudget, tenantLightBytes)
 	return true
 }
 
@@ -413,6 +414,7 @@ func (c *conn) tryChargeSharedOrFull(n int64) budgetFull {
 		c.tbudget.release(n)
 		return budgetNode
 	}
+	c.s.noteHeavy(c.tbudget, tenantLightBytes)
 	return budgetNone
 }
 
@@ -764,13 +766,13 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	}
 	// The body's bytes, held until the request is answered.
 	n := int64(h.Length)
-	switch ok, throttled, waited := c.chargeRequest(n); {
-	case throttled:
+	switch ok, full, waited := c.chargeRequest(n); {
+	case full != budgetNone:
 		c.countThrottled()
 		if !c.discard(br, h, held) {
 			return false
 		}
-		resp := requestThrottled(h, n)
+		resp := requestThrottled(h, n, full)
 		resp.Tenant = c.tenant
 		c.answer(resp, held)
 		return true

@@ -127,10 +127,10 @@ func (h *Hosted) Authenticate(spec tenants.Spec) *proto.Response {
 // the whole budget (charged is what ReleaseRequest must give back).
 func (h *Hosted) ChargeRequest(n int64) (charged int64, ok bool, throttled *proto.Response) {
 	n = min(n, h.c.reqQueued.max)
-	ok, thr, _ := h.c.chargeRequest(n)
-	if thr {
+	ok, full, _ := h.c.chargeRequest(n)
+	if full != budgetNone {
 		h.c.countThrottled()
-		resp := requestThrottled(proto.Header{}, n)
+		resp := requestThrottled(proto.Header{}, n, full)
 		resp.Tenant = h.c.tenant
 		return 0, false, resp
 	}

@@ -101,23 +101,26 @@ func nodeLimitFor(nodeMax, light int64, isLight bool) int64 {
 }
 
 // lightNow reports whether a tenant whose budget is tb, holding held
-// bytes once charged, is light (at most light bytes, and no more within
-// tenantHeavyMemory before now); a holding above light is remembered.
+// bytes once charged, is light: at most light bytes, and no more within
+// tenantHeavyMemory before now. It remembers nothing: only a charge that
+// succeeds (noteHeavy after it) or a release marks a tenant heavy, so a
+// refused reservation (a SCAN of three megabyte values beside a flood)
+// does not keep its tenant out of the reserve (an outside tester: its
+// 2-in-flight reader got 0 of 91 answers for 10 s after such a SCAN).
 func lightNow(tb *budget, held, light int64, now func() time.Time) bool {
-	t := now().UnixNano()
 	if held > light {
-		tb.heavyAt.Store(t)
 		return false
 	}
 	at := tb.heavyAt.Load()
-	return at == 0 || t-at >= int64(tenantHeavyMemory)
+	return at == 0 || now().UnixNano()-at >= int64(tenantHeavyMemory)
 }
 
-// noteHeavy records, before a release, that the tenant whose budget is tb
-// still holds more than light: the memory runs from the last moment it
-// held more, not from its last charge (a flooder whose charges all fail at
-// its own budget charges nothing for the 10 s before write_timeout closes
-// its connections, and was light again at once when they reopened).
+// noteHeavy records that the tenant whose budget is tb holds more than
+// light now: after each charge that succeeded, and before each release,
+// so the memory runs from the last moment it held more, not from its last
+// charge (a flooder whose charges all fail at its own budget charges
+// nothing for the 10 s before write_timeout closes its connections, and
+// was light again at once when they reopened).
 func (s *Server) noteHeavy(tb *budget, light int64) {
 	if tb != nil && tb.used.Load() > light {
 		tb.heavyAt.Store(s.clock()().UnixNano())

@@ -80,43 +80,57 @@ func TestNodeReserveOnlyForLightTenants(t *testing.T) {
 }
 
 // TestNodeReserveRemembersHeavyTenants: a tenant that held more than the
-// light bound stays out of the reserve for tenantHeavyMemory after, even
-// holding nothing (a flooder whose connections were closed and opened
-// again); then it is light again.
+// light bound stays out of the reserve for tenantHeavyMemory after the
+// last moment it did, even holding nothing (a flooder whose connections
+// were closed and opened again); then it is light again. A charge that
+// was refused (a SCAN's reservation too large for the reserve) does not
+// count as holding it.
 func TestNodeReserveRemembersHeavyTenants(t *testing.T) {
 	const mib = 1 << 20
 	clk := &fakeClock{}
 	clk.Advance(time.Hour)
 	c := &conn{queued: newBudget(8 * mib), tbudget: newBudget(8 * mib), s: &Server{node: newBudget(64 * mib), now: clk.Now}}
-	c.s.node.used.Store(60 * mib) // past the shared 48 MiB
-	c.tbudget.used.Store(4 * mib)
-	if got := c.tryChargeOrFull(mib); got != budgetNode {
-		t.Fatalf("a heavy tenant past the shared part: %d", got)
+	since := func() time.Duration { return clk.Now().Sub(time.Unix(0, 0).Add(time.Hour)) }
+
+	// Refused past the shared part (48 MiB) for its size: not remembered.
+	c.s.node.used.Store(60 * mib)
+	if got := c.tryChargeOrFull(3 * mib); got != budgetNode {
+		t.Fatalf("3 MiB past the shared part: %d", got)
 	}
-	c.tbudget.used.Store(0)
+	if got := c.tryChargeOrFull(mib); got != budgetNone {
+		t.Fatalf("1 MiB past the shared part after a refused 3 MiB: %d, want charged", got)
+	}
+	c.uncharge(mib)
+
+	// Heavy within the shared part: 3 MiB charged.
+	c.s.node.used.Store(40 * mib)
+	if got := c.tryChargeOrFull(3 * mib); got != budgetNone {
+		t.Fatalf("3 MiB within the shared part: %d", got)
+	}
+	c.uncharge(3 * mib) // its answers written: holds nothing
+	c.s.node.used.Store(60 * mib)
 	for _, step := range []struct {
 		advance time.Duration
 		want    budgetFull
 	}{{0, budgetNode}, {tenantHeavyMemory - time.Nanosecond, budgetNode}, {time.Nanosecond, budgetNone}} {
 		clk.Advance(step.advance)
 		if got := c.tryChargeOrFull(mib); got != step.want {
-			t.Fatalf("holding nothing, %v after it was heavy: %d, want %d", clk.Now().Sub(time.Unix(0, 0).Add(time.Hour)), got, step.want)
+			t.Fatalf("holding nothing, %v after it held 3 MiB: %d, want %d", since(), got, step.want)
 		}
 		if step.want == budgetNone {
 			c.uncharge(mib)
 		}
 	}
+
 	// The memory runs from the last moment it held more: heavy at a
 	// charge, then 20 s without one (its charges failing at its own
 	// budget), then its answers written: still heavy right after.
-	c.tbudget.used.Store(4 * mib)
-	c.queued.used.Store(4 * mib)
-	c.s.node.used.Store(50 * mib)
-	if got := c.tryChargeOrFull(mib); got != budgetNode {
-		t.Fatalf("a heavy tenant past the shared part: %d", got)
+	c.s.node.used.Store(40 * mib)
+	if got := c.tryChargeOrFull(3 * mib); got != budgetNone {
+		t.Fatalf("3 MiB within the shared part: %d", got)
 	}
 	clk.Advance(2 * tenantHeavyMemory)
-	c.uncharge(4 * mib) // tenant 0, node 46 MiB
+	c.uncharge(3 * mib)
 	c.s.node.used.Store(60 * mib)
 	if got := c.tryChargeOrFull(mib); got != budgetNode {
 		t.Fatalf("just after it stopped holding more than the light bound (last charged %v before): %d, want the node refused", 2*tenantHeavyMemory, got)

@@ -53,14 +53,14 @@ const requestBudgetRetryAfter = budgetRetryAfter
 // callers clamp) at every level: it waits for the connection's own room,
 // then for the tenant's at most requestTenantWaitMax, then takes the
 // node's room if there is some (waited reports that it had to wait).
-// throttled (with nothing held) when the tenant's wait ran out or the node
-// had no room; false and not throttled (nothing held) when the connection
-// ended while it waited.
-func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
+// full names the budget without room (nothing held) when the tenant's
+// wait ran out or the node had none; ok is false and full budgetNone
+// (nothing held) when the connection ended while it waited.
+func (c *conn) chargeRequest(n int64) (ok bool, full budgetFull, waited bool) {
 	if !c.reqQueued.tryAdd(n) {
 		waited = true
 		if !c.reqQueued.wait(c.ctx, n) {
-			return false, false, waited
+			return false, budgetNone, waited
 		}
 	}
 	if !c.reqTenant.tryAdd(n) {
@@ -70,15 +70,19 @@ func (c *conn) chargeRequest(n int64) (ok, throttled, waited bool) {
 		cancel()
 		if !room {
 			c.reqQueued.release(n)
-			return false, c.ctx.Err() == nil, waited
+			if c.ctx.Err() != nil {
+				return false, budgetNone, waited
+			}
+			return false, budgetTenant, waited
 		}
 	}
 	if !c.s.reqNode.tryAddWithin(n, c.reqNodeLimit()) {
 		c.reqTenant.release(n)
 		c.reqQueued.release(n)
-		return false, true, waited
+		return false, budgetNode, waited
 	}
-	return true, false, waited
+	c.s.noteHeavy(c.reqTenant, tenantLightRequestBytes)
+	return true, budgetNone, waited
 }
 
 // releaseRequest gives back n body bytes at every level.
@@ -90,9 +94,13 @@ func (c *conn) releaseRequest(n int64) {
 }
 
 // requestThrottled is the answer to a frame whose body finds no room in
-// the tenant's or the node's request budget.
-func requestThrottled(h proto.Header, n int64) *proto.Response {
-	resp := proto.Errorf(proto.StatusThrottled, "no room for a request body of %d bytes in the tenant's or the node's request budget (writes in flight)", n)
+// the tenant's or the node's request budget (full), naming which.
+func requestThrottled(h proto.Header, n int64, full budgetFull) *proto.Response {
+	why := "the tenant's request budget (request_bytes_per_tenant_max): the tenant's writes in flight hold it"
+	if full == budgetNode {
+		why = "the node's request budget (request_bytes_per_node_max): other tenants' writes in flight hold it"
+	}
+	resp := proto.Errorf(proto.StatusThrottled, "no room for a request body of %d bytes in %s; retry", n, why)
 	resp.Op, resp.ID, resp.RetryAfter = h.Op, h.ID, requestBudgetRetryAfter
 	return resp
 }

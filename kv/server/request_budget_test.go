@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,8 +113,8 @@ func TestRequestBytesPerTenantThrottles(t *testing.T) {
 	second.hello(tokenA)
 	second.send(proto.AppendRequest(nil, bigPut(2, body)))
 	r := second.mustRecv()
-	if r.Status != proto.StatusThrottled || r.RetryAfter <= 0 {
-		t.Fatalf("a body past the tenant's request budget: %v retry-after %v %s", r.Status, r.RetryAfter, r.Message)
+	if r.Status != proto.StatusThrottled || r.RetryAfter <= 0 || !strings.Contains(r.Message, "request_bytes_per_tenant_max") {
+		t.Fatalf("a body past the tenant's request budget: %v retry-after %v %q (want THROTTLED naming request_bytes_per_tenant_max)", r.Status, r.RetryAfter, r.Message)
 	}
 	// The body was skipped: the connection still speaks frames.
 	second.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: 1, ID: 3}))
@@ -167,8 +168,8 @@ func TestRequestBytesPerNodeThrottles(t *testing.T) {
 	}
 	req := smallPut(2, 65)
 	b.send(proto.AppendRequest(nil, req))
-	if r := b.mustRecv(); r.Status != proto.StatusThrottled || r.RetryAfter <= 0 {
-		t.Fatalf("a body of 65 bytes with 64 left in the node's budget: %v %s", r.Status, r.Message)
+	if r := b.mustRecv(); r.Status != proto.StatusThrottled || r.RetryAfter <= 0 || !strings.Contains(r.Message, "request_bytes_per_node_max") {
+		t.Fatalf("a body of 65 bytes with 64 left in the node's budget: %v %q (want THROTTLED naming request_bytes_per_node_max)", r.Status, r.Message)
 	}
 	b.send(proto.AppendRequest(nil, smallPut(3, 64))) // fits
 	close(be.gate)
