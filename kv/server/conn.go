@@ -830,13 +830,20 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			return false
 		}
 		if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
-			c.queued.release(extra)
-			c.countThrottled()
-			resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
-			resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
-			c.releaseRequest(n)
-			c.answer(resp, held)
-			return true
+			// No room for the largest reply: a shorter SCAN, if one
+			// pair's reply fits (More tells the client to go on).
+			limit, shorter := c.shorterScan(req.Limit, held)
+			if limit == 0 {
+				c.queued.release(extra)
+				c.countThrottled()
+				resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
+				resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
+				c.releaseRequest(n)
+				c.answer(resp, held)
+				return true
+			}
+			c.queued.release(need - shorter)
+			req.Limit, need = limit, shorter
 		}
 		held = need
 	}

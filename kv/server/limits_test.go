@@ -354,6 +354,8 @@ type bigBackend struct {
 	// copies counts GET values copied: a GET asks ValueRoom first, as the
 	// state machine does, and copies nothing when refused.
 	copies atomic.Int64
+	// lastScanLimit is the limit of the last SCAN it ran.
+	lastScanLimit atomic.Int64
 }
 
 func newBigBackend(scanBytes, getBytes int) *bigBackend {
@@ -369,7 +371,8 @@ func (b *bigBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Reque
 	switch req.Op {
 	case proto.OpScan:
 		b.scans.Add(1)
-		return &proto.Response{Pairs: b.pairs, More: true}
+		b.lastScanLimit.Store(int64(req.Limit))
+		return &proto.Response{Pairs: b.pairs[:min(len(b.pairs), int(max(1, req.Limit)))], More: true}
 	case proto.OpGet:
 		b.gets.Add(1)
 		if room := ValueRoom(ctx); room != nil {
@@ -745,4 +748,47 @@ func oneAtATimeThrottled(t *testing.T, planted bool) (throttled int) {
 		}
 	}
 	return throttled
+}
+
+// TestShorterScanWhenTheBudgetIsShort: a SCAN whose largest reply does not
+// fit what its tenant's response budget has left runs with the largest
+// limit whose reply does (More set: the client goes on), and is THROTTLED
+// only when not even one pair's reply fits; nothing is left charged.
+func TestShorterScanWhenTheBudgetIsShort(t *testing.T) {
+	const mib = 1 << 20
+	be := newBigBackend(2<<20, 0) // 8 pairs of 256 KiB
+	cfg := Config{ConnsMax: 16, ResponseBytesPerConnMax: 2 * ResponseBytesPerConnMin}
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 16*responseBytesReserved
+	s, addr := start(t, be, cfg)
+	c := dialRaw(t, addr)
+	c.hello(tokenA)
+	other := s.tenants[1] // what the tenant's other connections would hold
+	for _, tc := range []struct {
+		name      string
+		free      int64
+		wantLimit int64 // 0: THROTTLED
+	}{
+		{"room for the largest reply", cfg.ResponseBytesPerTenantMax, proto.ScanLimitMax},
+		{"room for two pairs' reply", scanReplyBytesMax(2, tenants.Spec{}) + 8<<10, 2},
+		{"room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) + 8<<10, 1},
+		{"no room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) - mib/2, 0},
+	} {
+		held := cfg.ResponseBytesPerTenantMax - tc.free
+		other.used.Add(held)
+		be.lastScanLimit.Store(-1)
+		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpScan, Tenant: 1, ID: 7, Limit: proto.ScanLimitMax}))
+		r := c.mustRecv()
+		other.used.Add(-held)
+		switch {
+		case tc.wantLimit == 0 && r.Status != proto.StatusThrottled:
+			t.Fatalf("%s: %v, want THROTTLED", tc.name, r.Status)
+		case tc.wantLimit > 0 && (r.Status != proto.StatusOK || !r.More):
+			t.Fatalf("%s: %v more=%v %q, want OK with More", tc.name, r.Status, r.More, r.Message)
+		case tc.wantLimit > 0 && be.lastScanLimit.Load() != tc.wantLimit:
+			t.Fatalf("%s: the SCAN ran with limit %d, want %d", tc.name, be.lastScanLimit.Load(), tc.wantLimit)
+		}
+		t.Logf("%s: %v, ran with limit %d, %d pairs", tc.name, r.Status, be.lastScanLimit.Load(), len(r.Pairs))
+	}
+	c.nc.Close()
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
 }
