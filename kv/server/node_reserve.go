@@ -19,7 +19,8 @@ import (
 // that, a tenant charges only the shared part,
 // which the flooding tenants fill between them. A SCAN whose reply may be
 // larger than that (one of more than two megabytes of pairs) is not
-// light: beside a flood it is THROTTLED as before.
+// light: beside a flood it runs with a limit whose reply fits, or is
+// THROTTLED (shorterScan).
 //
 // The memory is what keeps flooders out of the reserve: without it a
 // flooding tenant was light again whenever its connections were closed
