@@ -60,11 +60,11 @@ const (
 	tenantLightReservations = 16
 	// tenantLightBytes is the most a tenant may hold and still charge
 	// the reserve: two largest GET answers as the server bounds them
-	// before it sends them (HeaderBytes+64 around the value; a reader's
+	// before it sends them (getAnswerOverheadBytes around the value; a reader's
 	// next answer is charged before the writer gives its last one back)
 	// and tenantLightReservations requests' reservations: 2,160,508
 	// bytes, 2.06 MiB.
-	tenantLightBytes = 2*(proto.HeaderBytes+64+proto.ValueBytesMax) + tenantLightReservations*responseBytesReserved
+	tenantLightBytes = 2*(getAnswerOverheadBytes+proto.ValueBytesMax) + tenantLightReservations*responseBytesReserved
 	// tenantLightRequestBytes is the most request body bytes a tenant may
 	// hold and still charge the request budget's reserve: two of the
 	// largest bodies (a writer's next request is read while its last one
@@ -77,7 +77,7 @@ const (
 )
 
 // A light tenant can hold two answers of the largest value.
-var _ [tenantLightBytes - responseBytesReserved - 2*(proto.HeaderBytes+64+proto.ValueBytesMax)]struct{}
+var _ [tenantLightBytes - responseBytesReserved - 2*(getAnswerOverheadBytes+proto.ValueBytesMax)]struct{}
 
 // nodeReserveBytes is the reserve of a node budget of nodeMax bytes whose
 // light tenants hold at most light bytes: a quarter of it, or

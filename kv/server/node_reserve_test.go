@@ -190,14 +190,7 @@ func TestNodeReserveWaiterSeesItsTenantLighten(t *testing.T) {
 // the reserve they filled the node and the reader was THROTTLED.
 func TestNodeReserveKeepsRoomForALightTenant(t *testing.T) {
 	const flooders, connsEach = 5, 4
-	var specs []tenants.Spec
-	for i := 1; i <= flooders+1; i++ {
-		specs = append(specs, tenants.Spec{ID: tenants.ID(i), Name: fmt.Sprintf("t%d", i), Token: fmt.Sprintf("token-tenant-%d", i)})
-	}
-	reg, err := tenants.NewRegistry(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := numberedTenants(t, flooders+1)
 	// The kvnode proportions: a tenant a quarter of the node. At most
 	// five flooders and the reader hold a light tenant's share of the
 	// reserve each: 6 x 2.1 MiB of 16 MiB.
@@ -208,7 +201,7 @@ func TestNodeReserveKeepsRoomForALightTenant(t *testing.T) {
 	for i := 1; i <= flooders; i++ {
 		for j := 0; j < connsEach; j++ {
 			c := dialRaw(t, addr)
-			c.hello(fmt.Sprintf("token-tenant-%d", i))
+			c.hello(tenantToken(i))
 			pipelineGets(c, tenants.ID(i), 8*proto.InflightPerConnMax)
 			conns = append(conns, c)
 		}
@@ -221,7 +214,7 @@ func TestNodeReserveKeepsRoomForALightTenant(t *testing.T) {
 		return s.Stats().ResponseBytes > shared-getAnswerBytesMax(proto.ValueBytesMax)
 	})
 	reader := dialRaw(t, addr)
-	reader.hello(fmt.Sprintf("token-tenant-%d", flooders+1))
+	reader.hello(tenantToken(flooders + 1))
 	for i := 0; i < 8; i++ {
 		reader.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: flooders + 1, ID: uint64(i + 2), Key: []byte("big")}))
 		if r := reader.mustRecv(); r.Status != proto.StatusOK || len(r.Value) != proto.ValueBytesMax {
@@ -260,14 +253,7 @@ func TestNodeReserveLightBounds(t *testing.T) {
 func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
 	const body = RequestBytesPerConnMin
 	const flooders, connsEach, framesEach = 2, 3, 8
-	var specs []tenants.Spec
-	for i := 1; i <= flooders+1; i++ {
-		specs = append(specs, tenants.Spec{ID: tenants.ID(i), Name: fmt.Sprintf("t%d", i), Token: fmt.Sprintf("token-tenant-%d", i)})
-	}
-	reg, err := tenants.NewRegistry(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := numberedTenants(t, flooders+1)
 	// The kvnode proportions: a tenant half the node's budget.
 	cfg := Config{RequestBytesPerConnMax: 2 * body, RequestBytesPerTenantMax: 6 * body, RequestBytesPerNodeMax: 12 * body}
 	be := &echoBackend{gate: make(chan struct{})}
@@ -281,7 +267,7 @@ func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
 	for i := 1; i <= flooders; i++ {
 		for j := 0; j < connsEach; j++ {
 			c := dialRaw(t, addr)
-			c.hello(fmt.Sprintf("token-tenant-%d", i))
+			c.hello(tenantToken(i))
 			var frames []byte
 			for k := range framesEach {
 				frames = append(frames, put(tenants.ID(i), uint64(k+2))...)
@@ -307,7 +293,7 @@ func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
 		t.Fatalf("tenants hold %d and %d request bytes, the node %d", a, b, held)
 	}
 	w := dialRaw(t, addr)
-	w.hello(fmt.Sprintf("token-tenant-%d", flooders+1))
+	w.hello(tenantToken(flooders + 1))
 	w.send(put(flooders+1, 2))
 	eventually(t, "the light tenant's write admitted", func() bool {
 		st := s.Stats()
@@ -329,3 +315,20 @@ func TestRequestReserveKeepsRoomForALightTenant(t *testing.T) {
 	}
 	eventually(t, "every budget is given back", func() bool { return s.Stats().RequestBytes == 0 })
 }
+
+// numberedTenants is a registry of tenants 1..n, tenant i's token
+// tenantToken(i).
+func numberedTenants(t *testing.T, n int) *tenants.Registry {
+	t.Helper()
+	var specs []tenants.Spec
+	for i := 1; i <= n; i++ {
+		specs = append(specs, tenants.Spec{ID: tenants.ID(i), Name: fmt.Sprintf("t%d", i), Token: tenantToken(i)})
+	}
+	reg, err := tenants.NewRegistry(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func tenantToken(i int) string { return fmt.Sprintf("token-tenant-%d", i) }

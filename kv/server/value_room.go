@@ -31,7 +31,10 @@ func ValueRoom(ctx context.Context) func(valueBytes int) *proto.Response {
 
 // getAnswerBytesMax bounds the encoded answer around a value of n bytes
 // (responseBytesHint starts from it).
-func getAnswerBytesMax(n int) int64 { return int64(proto.HeaderBytes + 64 + n) }
+func getAnswerBytesMax(n int) int64 { return int64(getAnswerOverheadBytes + n) }
+
+// getAnswerOverheadBytes bounds a GET answer's bytes around its value.
+const getAnswerOverheadBytes = proto.HeaderBytes + 64
 
 // withValueRoom returns ctx with a room check charging c's budgets beyond
 // *held (which it raises to what it charged). Called on the request's own
