@@ -773,6 +773,9 @@ func TestShorterScanWhenTheBudgetIsShort(t *testing.T) {
 		{"room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) + 8<<10, 1},
 		{"no room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) - mib/2, 0},
 	} {
+		// The last answer's bytes are given back once the writer is
+		// done with it, which may be just after the client read it.
+		eventually(t, "the last answer given back", func() bool { return other.used.Load() <= responseBytesReserved })
 		held := cfg.ResponseBytesPerTenantMax - tc.free
 		other.used.Add(held)
 		be.lastScanLimit.Store(-1)
