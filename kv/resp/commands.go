@@ -268,13 +268,15 @@ func cmdScan(x *exec) {
 		x.scanReply(0, nil)
 		return
 	}
-	held, refusal := x.c.h.ReserveScan(x.held, uint32(count))
+	// COUNT is a hint (as in Redis): with little room in the response
+	// budgets the page is shorter and the cursor goes on.
+	held, limit, refusal := x.c.h.ReserveScan(x.held, uint32(count))
 	x.held = held
 	if refusal != nil {
 		x.fail(refusal, false)
 		return
 	}
-	resp := x.do(&proto.Request{Op: proto.OpScan, Start: start, End: end, Limit: uint32(count)})
+	resp := x.do(&proto.Request{Op: proto.OpScan, Start: start, End: end, Limit: limit})
 	if resp.Status != proto.StatusOK {
 		x.fail(resp, false)
 		return

@@ -312,9 +312,9 @@ func (c *conn) readFailed(cfg server.Config, err error) {
 }
 
 // execLoop runs the queued commands in order and writes their answers,
-// flushing when nothing more is queued (write coalescing) or a buffer's
-// worth is waiting; each answer's bytes stay charged to the budgets until
-// the flush hands them to the kernel. It returns when the queue is closed
+// flushing when nothing more is queued (write coalescing), a buffer's
+// worth is waiting or a large answer was written; each answer's bytes stay
+// charged to the budgets until the flush hands them to the kernel. It returns when the queue is closed
 // and drained.
 func (c *conn) execLoop(cfg server.Config) {
 	ctx := c.h.Context()
@@ -350,7 +350,11 @@ func (c *conn) execLoop(cfg server.Config) {
 		}
 		unflushed += held
 		answered++
-		if closeAfter || len(c.queue) == 0 || bw.Buffered() >= writeBufferBytes/2 {
+		// A large answer went to the kernel as it was written (bufio
+		// writes through what does not fit its buffer): give its bytes
+		// back now, not after the rest of a pipeline, or a client reading
+		// every answer at once sees its third megabyte GET in a row -BUSY.
+		if closeAfter || len(c.queue) == 0 || bw.Buffered() >= writeBufferBytes/2 || len(b) >= writeBufferBytes/2 {
 			flush()
 		}
 		if closeAfter {

@@ -399,9 +399,10 @@ func TestReadAheadBoundedByRequestBytes(t *testing.T) {
 	}
 }
 
-// TestUnreadGetsStallOnlyTheirTenant: six RESP connections of one tenant
-// pipelining GETs of a megabyte and never reading fill that tenant's
-// response budget; the tenant's own other connections then wait (the
+// TestUnreadGetsStallOnlyTheirTenant: twelve RESP connections of one
+// tenant pipelining GETs of a megabyte and never reading fill that
+// tenant's response budget (each holds the answer it is blocked writing
+// and the reservations of the GETs read behind it, about 2 MB); the tenant's own other connections then wait (the
 // tenant's bound, by design) but another tenant is served at once.
 func TestUnreadGetsStallOnlyTheirTenant(t *testing.T) {
 	// The write timeout closes unread connections, giving their bytes
@@ -419,7 +420,7 @@ func TestUnreadGetsStallOnlyTheirTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := encodeCommand("GET", "big")
-	for range 6 {
+	for range 12 {
 		r := dialRaw(t, ts.addr)
 		r.send(encodeCommand("AUTH", specAlpha.Token))
 		r.expect("+OK")
@@ -478,5 +479,108 @@ func TestClientNameErrors(t *testing.T) {
 		if got := nameErr(tc.name, "Client names"); got != tc.want {
 			t.Errorf("name of %d bytes: %q, want %q", len(tc.name), got, tc.want)
 		}
+	}
+}
+
+// TestScanShorterWhenTheBudgetIsShort: a SCAN whose largest reply does not
+// fit what its tenant's response budget has left (other connections of
+// the tenant hold unread megabyte answers) returns a shorter page and a
+// cursor that goes on, as the binary protocol's SCAN runs with a smaller
+// limit; COUNT is a hint in Redis too. Before, it was -BUSY until the
+// other connections read their answers.
+func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
+	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
+		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
+	// Beside three megabyte answers and the 4 KiB reservations of the
+	// GETs queued behind them (3.15-3.92 MB), room for one or two pairs'
+	// largest reply (1.05 MB each), not for a thousand (3.15 MB).
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
+	ts := startServer(t, cfg, nil)
+	setup := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	if err := setup.Set(ctx, "big", strings.Repeat("v", proto.ValueBytesMax), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"big", "k1", "k2", "k3"}
+	for _, k := range keys[1:] {
+		if err := setup.Set(ctx, k, "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three connections of the tenant pipeline GETs of it and never
+	// read: each holds the answer it is blocked writing.
+	for range 3 {
+		holder := dialRaw(t, ts.addr)
+		holder.send(encodeCommand("AUTH", specAlpha.Token))
+		holder.expect("+OK")
+		go func() {
+			for range 64 {
+				if _, err := holder.nc.Write(encodeCommand("GET", "big")); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(20 * time.Second); ts.host.Stats().ResponseBytes < 3*(proto.ValueBytesMax+64); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte", ts.host.Stats().ResponseBytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var seen []string
+	cursor, pages := uint64(0), 0
+	for {
+		page, next, err := setup.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			t.Fatalf("SCAN page %d: %v", pages+1, err)
+		}
+		// Unshortened, the first page holds every key (2 MiB of
+		// keys and values read) and ends the scan.
+		if pages++; pages == 1 && (len(page) >= len(keys) || next == 0) {
+			t.Fatalf("the first page: %q, cursor %d; want fewer keys and a cursor that goes on", page, next)
+		}
+		seen = append(seen, page...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+		if pages > len(keys)+1 {
+			t.Fatalf("%d pages for %d keys", pages, len(keys))
+		}
+	}
+	if strings.Join(seen, ",") != strings.Join(keys, ",") {
+		t.Fatalf("the scan saw %q, want %q", seen, keys)
+	}
+	t.Logf("%d keys in %d pages beside %d bytes of unread answers", len(seen), pages, ts.host.Stats().ResponseBytes)
+}
+
+// TestPipelinedLargeGetsNeverBusy: a client pipelining GETs of a megabyte
+// value and reading every answer is never -BUSY for want of its own
+// connection's budget: each large answer's bytes are given back once it
+// is written, not after the last command of the pipeline (before, the
+// third answer in a row found 3 MB still charged: -BUSY).
+func TestPipelinedLargeGetsNeverBusy(t *testing.T) {
+	ts := startServer(t, server.Config{ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}, nil)
+	c := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	big := strings.Repeat("v", proto.ValueBytesMax)
+	if err := c.Set(ctx, "big", big, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const gets = 8
+	for round := range 3 {
+		p := c.Pipeline()
+		cmds := make([]*redis.StringCmd, gets)
+		for i := range cmds {
+			cmds[i] = p.Get(ctx, "big")
+		}
+		p.Exec(ctx)
+		for i, cmd := range cmds {
+			if v, err := cmd.Result(); err != nil || len(v) != len(big) {
+				t.Fatalf("round %d, GET %d of %d: %d bytes, %v", round, i+1, gets, len(v), err)
+			}
+		}
+	}
+	if st := ts.host.Stats(); st.ResponsesThrottled != 0 {
+		t.Fatalf("%d answers THROTTLED", st.ResponsesThrottled)
 	}
 }

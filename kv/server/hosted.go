@@ -200,26 +200,33 @@ func BudgetThrottled(n int64) *proto.Response {
 // ReserveScan raises a SCAN's reservation from held to the largest reply
 // a SCAN of limit pairs can have, as the binary protocol does before it
 // runs a SCAN: it waits for the connection's own budget and takes the
-// tenant's and node's only if they have room now. It returns the bytes
-// the request holds afterwards, or a THROTTLED answer (holding held).
-func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, *proto.Response) {
+// tenant's and node's only if they have room now; when they have room for
+// a smaller limit's reply only, it takes that (shorterScan). It returns
+// the bytes the request holds afterwards and the limit to scan with, or a
+// THROTTLED answer (holding held) when not even one pair's reply fits.
+func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, uint32, *proto.Response) {
 	c := h.c
 	need := scanReplyBytesMax(limit, c.spec)
 	if need <= held {
-		return held, nil
+		return held, limit, nil
 	}
 	extra := need - held
 	if !c.queued.wait(c.ctx, extra) {
-		return held, proto.Errorf(proto.StatusUnavailable, "connection closing")
+		return held, 0, proto.Errorf(proto.StatusUnavailable, "connection closing")
 	}
 	if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
-		c.queued.release(extra)
-		c.countThrottled()
-		r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
-		r.RetryAfter = budgetRetryAfter
-		return held, r
+		shorter, holds := c.shorterScan(limit, held)
+		if shorter == 0 {
+			c.queued.release(extra)
+			c.countThrottled()
+			r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
+			r.RetryAfter = budgetRetryAfter
+			return held, 0, r
+		}
+		c.queued.release(need - holds)
+		return holds, shorter, nil
 	}
-	return need, nil
+	return need, limit, nil
 }
 
 // Admit checks one request of the authenticated tenant as the binary
