@@ -127,6 +127,13 @@ func restartedFullLog(t *testing.T, fillPct int64, wait time.Duration) (caughtUp
 			return l
 		}
 	})
+	// Stopped on return: the callers change paxos's testing knobs next,
+	// which its loops read.
+	defer func() {
+		for id := range c.nodes {
+			c.stop(id)
+		}
+	}()
 	c.put("before", "1")
 	leader := c.leader()
 	if leader == 3 {

@@ -69,7 +69,7 @@ func (m *tenantMix) contended(now time.Time) bool {
 
 // gateEngaged reports whether the gate bounds the pipeline now.
 func (r *Replica) gateEngaged() bool {
-	return !testingNoPipelineGate && r.mix.contended(r.cfg.Now())
+	return !testingNoPipelineGate.Load() && r.mix.contended(r.cfg.Now())
 }
 
 // pipelineCmds is how many proposed writes wait for their answer: every

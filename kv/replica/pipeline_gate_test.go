@@ -133,8 +133,8 @@ func TestPipelineGateLetsVictimOvertake(t *testing.T) {
 		t.Errorf("the victim overtook %d of %d flood writes (%d queued in the scheduler at its arrival), want at least %d: writes wait in paxos's FIFO queue, not the scheduler", gate.overtaken, gate.accepted, gate.queued, gateOvertakenMin)
 	}
 
-	testingNoPipelineGate = true
-	defer func() { testingNoPipelineGate = false }()
+	testingNoPipelineGate.Store(true) // the running cluster's loops read it
+	defer testingNoPipelineGate.Store(false)
 	// Without the gate the victim overtakes only the flood writes the
 	// consensus loop had not yet drained into paxos: about none on a
 	// quiet machine (1 of 325-1026 here), more when the loop is starved

@@ -70,7 +70,7 @@ func restartAllWithFollowerBehind(t *testing.T) (snaps float64, from, behind pax
 	c.start(f)
 	nl := c.leader(f)
 	applied := c.nodes[nl].r.Applied()
-	from = c.nodes[nl].r.node.Status().FirstSlot
+	from = c.nodes[nl].r.Status().FirstSlot
 	c.waitApplied(f, applied)
 	c.put("after", "v")
 	// The write may have been answered by a leader elected after nl (CI

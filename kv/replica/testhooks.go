@@ -1,6 +1,9 @@
 package replica
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Planted bugs. Each is off unless a test (or a kvnode built with the
 // synod_plant build tag, see cmd/kvnode/plant.go) turns it on before any
@@ -37,7 +40,7 @@ var testingDelayAfterControl time.Duration
 // paxos's FIFO queue on every input, as it did before the gate. Tests
 // plant it to show TestPipelineGateLetsVictimOvertake catches the loss of
 // fair queuing.
-var testingNoPipelineGate bool
+var testingNoPipelineGate atomic.Bool
 
 // testingNoCatchUpTail, when true, turns catchUpFloor off
 // (snapshot_compact.go): a node compacts through its snapshot, keeping no
