@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,7 +188,7 @@ func cmdExists(x *exec) {
 func cmdMGet(x *exec) {
 	keys := x.args()[1:]
 	x.w.array(len(keys))
-	for _, k := range keys {
+	for i, k := range keys {
 		v, ok, errResp := x.get(k)
 		if errResp != nil {
 			x.w.b = x.w.b[:0]
@@ -198,6 +199,13 @@ func cmdMGet(x *exec) {
 			x.w.bulk(v)
 		} else {
 			x.w.null()
+		}
+		if n := int64(len(x.w.b)); n > x.c.h.AnswerBytesMax() {
+			// -BUSY would have the client retry what can never fit.
+			x.w.b = x.w.b[:0]
+			x.c.s.stats.errors.Add(1)
+			x.w.err(fmt.Sprintf("ERR the MGET answer reached %d bytes after %d of %d keys, over the connection's response budget of %d (response_bytes_per_conn_max): ask for fewer keys", n, i+1, len(keys), x.c.h.AnswerBytesMax()))
+			return
 		}
 		if !x.fits() {
 			x.busy()

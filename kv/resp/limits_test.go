@@ -584,3 +584,40 @@ func TestPipelinedLargeGetsNeverBusy(t *testing.T) {
 		t.Fatalf("%d answers THROTTLED", st.ResponsesThrottled)
 	}
 }
+
+// TestMGetOverTheConnectionBudget: an MGET whose answer can never fit the
+// connection's response budget is an error that says so, not -BUSY (which
+// tells the client to retry what will never fit); one that fits is served
+// whole, and the connection goes on.
+func TestMGetOverTheConnectionBudget(t *testing.T) {
+	ts := startServer(t, server.Config{ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}, nil)
+	c := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	big := strings.Repeat("v", proto.ValueBytesMax)
+	for _, k := range []string{"b1", "b2", "b3", "b4"} {
+		if err := c.Set(ctx, k, big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two values fit the 3 MB connection budget; four never do.
+	if vs, err := c.MGet(ctx, "b1", "b2").Result(); err != nil || len(vs) != 2 || vs[1] != big {
+		t.Fatalf("MGET of two megabyte values: %d values, %v", len(vs), err)
+	}
+	_, err := c.MGet(ctx, "b1", "b2", "b3", "b4").Result()
+	if err == nil || !strings.HasPrefix(err.Error(), "ERR the MGET answer reached ") || !strings.Contains(err.Error(), "ask for fewer keys") {
+		t.Fatalf("MGET of four megabyte values on a 3 MB connection: %v, want the ERR that it never fits", err)
+	}
+	t.Logf("%v", err)
+	if v, err := c.Get(ctx, "b4").Result(); err != nil || v != big {
+		t.Fatalf("GET after the refused MGET: %d bytes, %v", len(v), err)
+	}
+	// The last answer's bytes go back once its write returns, which may
+	// be just after the client read it; the idle connection then holds
+	// its next command's reservation.
+	for deadline := time.Now().Add(5 * time.Second); ts.host.Stats().ResponseBytes > server.RequestBytesReserved; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d response bytes still held after the answers", ts.host.Stats().ResponseBytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

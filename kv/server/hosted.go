@@ -180,6 +180,12 @@ func (h *Hosted) Fit(held, n int64) bool {
 	return true
 }
 
+// AnswerBytesMax is the largest answer this connection can ever be
+// given: its own response budget (response_bytes_per_conn_max; the
+// tenant's and the node's are at least as large). An answer larger than
+// this is refused for good, not THROTTLED.
+func (h *Hosted) AnswerBytesMax() int64 { return h.c.queued.max }
+
 // Release gives back n bytes: an answer's once it is written, or a
 // request's reservation when it is never answered.
 func (h *Hosted) Release(n int64) { h.c.uncharge(n) }
