@@ -836,7 +836,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 			if limit == 0 {
 				c.queued.release(extra)
 				c.countThrottled()
-				resp := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
+				resp := c.scanThrottled(req.Limit, full)
 				resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
 				c.releaseRequest(n)
 				c.answer(resp, held)

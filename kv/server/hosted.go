@@ -225,7 +225,7 @@ func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, uint32, *proto.Re
 		if shorter == 0 {
 			c.queued.release(extra)
 			c.countThrottled()
-			r := proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of up to %d bytes: it %s", need, full.refusal())
+			r := c.scanThrottled(limit, full)
 			r.RetryAfter = budgetRetryAfter
 			return held, 0, r
 		}

@@ -104,6 +104,14 @@ func (c *conn) shorterScan(limit uint32, held int64) (uint32, int64) {
 	return lo, max(need, held)
 }
 
+// scanThrottled is the THROTTLED answer for a SCAN of limit pairs when
+// not even one pair's reply fits (shorterScan found none): it names the
+// one-pair reservation that failed, not only the limit's.
+func (c *conn) scanThrottled(limit uint32, full budgetFull) *proto.Response {
+	one, need := scanReplyBytesMax(1, c.spec), scanReplyBytesMax(limit, c.spec)
+	return proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of even one pair (up to %d bytes; %d for the limit of %d asked): it %s", one, need, limit, full.refusal())
+}
+
 // responseBytesHint is about the encoded size of resp (exactly, for the
 // large ones), so a megabyte answer is encoded into one allocation rather
 // than a series of doublings.
