@@ -399,6 +399,25 @@ func TestReadAheadBoundedByRequestBytes(t *testing.T) {
 	}
 }
 
+// unreadGets opens conns connections of the tenant of token, each sending
+// gets GETs of key and never reading an answer.
+func unreadGets(t *testing.T, addr, token, key string, conns, gets int) {
+	t.Helper()
+	get := encodeCommand("GET", key)
+	for range conns {
+		r := dialRaw(t, addr)
+		r.send(encodeCommand("AUTH", token))
+		r.expect("+OK")
+		go func() {
+			for range gets {
+				if _, err := r.nc.Write(get); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
 // TestUnreadGetsStallOnlyTheirTenant: twelve RESP connections of one
 // tenant pipelining GETs of a megabyte and never reading fill that
 // tenant's response budget (each holds the answer it is blocked writing
@@ -419,19 +438,7 @@ func TestUnreadGetsStallOnlyTheirTenant(t *testing.T) {
 	if err := other.Set(ctx, "small", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	get := encodeCommand("GET", "big")
-	for range 12 {
-		r := dialRaw(t, ts.addr)
-		r.send(encodeCommand("AUTH", specAlpha.Token))
-		r.expect("+OK")
-		go func() {
-			for range 512 {
-				if _, err := r.nc.Write(get); err != nil {
-					return
-				}
-			}
-		}()
-	}
+	unreadGets(t, ts.addr, specAlpha.Token, "big", 12, 512)
 	// Near its budget: within two answers of it, or refused for want of
 	// room (THROTTLED) while holding at least half of it. The second
 	// matters: the answers' 4 KB reserves for the requests in flight can
@@ -509,18 +516,7 @@ func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
 	}
 	// Three connections of the tenant pipeline GETs of it and never
 	// read: each holds the answer it is blocked writing.
-	for range 3 {
-		holder := dialRaw(t, ts.addr)
-		holder.send(encodeCommand("AUTH", specAlpha.Token))
-		holder.expect("+OK")
-		go func() {
-			for range 64 {
-				if _, err := holder.nc.Write(encodeCommand("GET", "big")); err != nil {
-					return
-				}
-			}
-		}()
-	}
+	unreadGets(t, ts.addr, specAlpha.Token, "big", 3, 64)
 	for deadline := time.Now().Add(20 * time.Second); ts.host.Stats().ResponseBytes < 3*(proto.ValueBytesMax+64); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte", ts.host.Stats().ResponseBytes)
