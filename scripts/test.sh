@@ -52,14 +52,14 @@ set +e
 go test -json -p 2 -timeout 40m "$@" ./... | tee "$log" | "$report"
 st=("${PIPESTATUS[@]}"); rc=${st[0]}; rep=${st[2]}
 # The race detector over packages whose goroutines share state in
-# production (snapshots and read slots, RESP connections, the client). It
-# also turns on Pebble's invariants, which found an empty key Pebble
-# mishandled (kv/sm pebbleKey). Under it kv/server and kv/replica report
-# no race in their code, but their megabyte and catch-up tests run 10-15x
-# slower, past their time bounds on two loaded cores: run those by hand
-# (`go test -race ./kv/server ./kv/replica` on an idle machine).
-echo "== go test -race ./kv/sm ./kv/resp ./kv/client"
-go test -json -race -p 2 -timeout 20m "$@" ./kv/sm ./kv/resp ./kv/client | tee -a "$log" | "$report"
+# production (budgets and connections, snapshots and read slots, RESP
+# connections, the client). It also turns on Pebble's invariants, which
+# found an empty key Pebble mishandled (kv/sm pebbleKey). kv/replica
+# reports no race in its code under it, but its catch-up tests run 10-15x
+# slower there, past their time bounds on two cores: run it by hand
+# (`go test -race ./kv/replica` on an idle machine).
+echo "== go test -race ./kv/sm ./kv/server ./kv/resp ./kv/client"
+go test -json -race -p 2 -timeout 20m "$@" ./kv/sm ./kv/server ./kv/resp ./kv/client | tee -a "$log" | "$report"
 rst=("${PIPESTATUS[@]}")
 set -e
 echo "(raw go test -json log: $log)"

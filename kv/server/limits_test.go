@@ -23,8 +23,10 @@ import (
 // level with the harm it used to do checked absent. No assertion depends
 // on speed: waits are polls with generous deadlines.
 
-// pollTimeout bounds every wait for a condition in these tests.
-const pollTimeout = 20 * time.Second
+// pollTimeout bounds every wait for a condition in these tests: 20 s, and
+// 3x that under the race detector, which runs their megabyte traffic
+// 10-15x slower (race_test.go).
+const pollTimeout = 20 * time.Second * raceSlowdown
 
 // eventually polls cond until it holds or pollTimeout passes.
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -1,0 +1,6 @@
+//go:build race
+
+package server
+
+// raceSlowdown stretches the tests' waits under the race detector.
+const raceSlowdown = 3
