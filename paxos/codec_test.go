@@ -84,6 +84,31 @@ func TestEntryAndConfChangeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestUnmarshalEntryDoesNotAlias holds UnmarshalEntry's contract: the
+// entry shares no bytes with its input (the acceptor log's recovery
+// decodes straight from the mapped region), and its commands, which share
+// one copy, are capped: appending to one never writes over the next.
+func TestUnmarshalEntryDoesNotAlias(t *testing.T) {
+	want := Entry{Slot: 9, Ballot: Ballot{Round: 2, Node: 1}, Type: EntryNormal,
+		Cmds: [][]byte{[]byte("first"), {}, []byte("third command")}}
+	b := AppendEntry(nil, &want)
+	e, err := UnmarshalEntry(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] ^= 0xff
+	}
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("after the input changed: %+v, want %+v", e, want)
+	}
+	_ = append(e.Cmds[0], "XXXXXXXXXXXXXXXXXXXX"...)
+	_ = append(e.Cmds[1], "YYYY"...)
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("after appending to the commands: %+v, want %+v", e, want)
+	}
+}
+
 // TestWriteFuzzCorpus regenerates the seed corpus when -rewrite is given.
 func TestWriteFuzzCorpus(t *testing.T) {
 	if !rewriting() {

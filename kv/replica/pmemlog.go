@@ -88,8 +88,9 @@ func (p *PMemLog) Recover(applied paxos.Slot) (paxos.Ballot, []paxos.Entry, erro
 			}
 			return resolveReballot(latest, rb)
 		}
-		// The payload aliases the region: decode a copy.
-		e, err := paxos.UnmarshalEntry(append([]byte(nil), rec.Payload...))
+		// The payload aliases the region; the entry does not
+		// (UnmarshalEntry's contract), so no copy before decoding.
+		e, err := paxos.UnmarshalEntry(rec.Payload)
 		if err != nil {
 			return fmt.Errorf("decoding the entry of slot %d: %w", rec.Slot, err)
 		}
