@@ -313,9 +313,9 @@ func (c *conn) readFailed(cfg server.Config, err error) {
 
 // execLoop runs the queued commands in order and writes their answers,
 // flushing when nothing more is queued (write coalescing), a buffer's
-// worth is waiting or a large answer was written; each answer's bytes stay
-// charged to the budgets until the flush hands them to the kernel. It returns when the queue is closed
-// and drained.
+// worth is waiting or a large answer was written; each answer's bytes
+// stay charged to the budgets until the flush hands them to the kernel.
+// It returns when the queue is closed and drained.
 func (c *conn) execLoop(cfg server.Config) {
 	ctx := c.h.Context()
 	bw := bufio.NewWriterSize(c.nc, writeBufferBytes)
