@@ -228,6 +228,15 @@ func (c *testCluster) start(id paxos.NodeID) {
 	c.nodes[id] = &testNode{r: r, sm: store, be: NewBackend(r, store)}
 }
 
+// stopAll stops every node. A test that runs a second cluster after
+// changing a testing knob stops the first one before (deferred in the
+// helper that made it): its loops read the knobs too.
+func (c *testCluster) stopAll() {
+	for id := range c.nodes {
+		c.stop(id)
+	}
+}
+
 func (c *testCluster) stop(id paxos.NodeID) {
 	n := c.nodes[id]
 	if n == nil || n.r.stopped.Load() {

@@ -127,13 +127,7 @@ func restartedFullLog(t *testing.T, fillPct int64, wait time.Duration) (caughtUp
 			return l
 		}
 	})
-	// Stopped on return: the callers change paxos's testing knobs next,
-	// which its loops read.
-	defer func() {
-		for id := range c.nodes {
-			c.stop(id)
-		}
-	}()
+	defer c.stopAll() // the callers change paxos's testing knobs next
 	c.put("before", "1")
 	leader := c.leader()
 	if leader == 3 {

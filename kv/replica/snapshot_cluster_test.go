@@ -364,6 +364,7 @@ func TestCatchUpTailServesShortLag(t *testing.T) {
 // follower installed to catch up, and its lag at the compaction.
 func shortLagCatchUp(t *testing.T, every uint64, planted bool) (kept bool, installed float64, lag uint64) {
 	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = every; c.secret = secretA })
+	defer c.stopAll() // the caller changes a testing knob next
 	putAll := func(k string) {
 		c.put(k, "v")
 		lead := c.leader()

@@ -54,6 +54,7 @@ type snapReplayResult struct {
 // counts those served.
 func snapRequestReplay(t *testing.T, planted bool) (res snapReplayResult) {
 	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
+	defer c.stopAll() // the caller changes a testing knob next
 	for i := range 30 {
 		c.put(fmt.Sprintf("k%d", i), "v")
 	}

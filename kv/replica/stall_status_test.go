@@ -66,6 +66,7 @@ func newSwitchedFullCluster(t *testing.T) (*testCluster, *[4]atomic.Bool) {
 
 func stalledLeaderStatus(t *testing.T) (stepped bool, line string) {
 	c, full := newSwitchedFullCluster(t)
+	defer c.stopAll() // the caller changes a testing knob next
 	c.put("before", "1")
 	l := c.leader()
 	full[l].Store(true)
