@@ -146,10 +146,10 @@ func rangeEnd(rs []deltaRange, i int) []byte {
 
 // pebbleKey is start as a bound to give Pebble: the first range starts at
 // the empty key, and Pebble mishandles an empty key as a bound. Its
-// invariants build (-race) panics seeking to one, and drops every range
-// deletion flushed beside one that starts there, so a key a delta deleted
-// came back after the install (TestDeltaRestoreMatchesServer under -race
-// saw it). "\x00" is below every key held: keys are never empty (a
+// invariants build (-race) panics seeking to one, and, with a range
+// deletion starting there among those it flushed, its compaction kept keys
+// the deletions covered, so a key a delta deleted came back after the
+// install (TestDeltaRestoreMatchesServer under -race saw it). "\x00" is below every key held: keys are never empty (a
 // tenant prefix) and "\x00" is a prefix of any that starts with 0.
 func pebbleKey(start []byte) []byte {
 	if len(start) == 0 {
