@@ -819,33 +819,19 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	case proto.OpScan:
 		// A SCAN's reply may be megabytes: reserve all of it before the
 		// scan runs, waiting for this connection's own answers to drain.
-		need := scanReplyBytesMax(req.Limit, c.spec)
-		if need <= held {
-			break
-		}
-		extra := need - held
-		if !c.queued.wait(c.ctx, extra) {
+		holds, limit, throttled, open := c.reserveScan(held, req.Limit)
+		switch {
+		case !open:
 			c.releaseRequest(n)
 			c.done(held)
 			return false
+		case throttled != nil:
+			throttled.Op, throttled.ID, throttled.Tenant = h.Op, h.ID, c.tenant
+			c.releaseRequest(n)
+			c.answer(throttled, held)
+			return true
 		}
-		if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
-			// No room for the largest reply: a shorter SCAN, if one
-			// pair's reply fits (More tells the client to go on).
-			limit, shorter := c.shorterScan(req.Limit, held)
-			if limit == 0 {
-				c.queued.release(extra)
-				c.countThrottled()
-				resp := c.scanThrottled(req.Limit, full)
-				resp.Op, resp.ID, resp.Tenant, resp.RetryAfter = h.Op, h.ID, c.tenant, budgetRetryAfter
-				c.releaseRequest(n)
-				c.answer(resp, held)
-				return true
-			}
-			c.queued.release(need - shorter)
-			req.Limit, need = limit, shorter
-		}
-		held = need
+		req.Limit, held = limit, holds
 	}
 	c.inflight.Add(1)
 	go c.do(req, held, n, received)

@@ -203,36 +203,17 @@ func BudgetThrottled(n int64) *proto.Response {
 	return r
 }
 
-// ReserveScan raises a SCAN's reservation from held to the largest reply
-// a SCAN of limit pairs can have, as the binary protocol does before it
-// runs a SCAN: it waits for the connection's own budget and takes the
-// tenant's and node's only if they have room now; when they have room for
-// a smaller limit's reply only, it takes that (shorterScan). It returns
-// the bytes the request holds afterwards and the limit to scan with, or a
-// THROTTLED answer (holding held) when not even one pair's reply fits.
+// ReserveScan raises a SCAN's reservation from held as the binary
+// protocol does before it runs a SCAN (reserveScan): it returns the bytes
+// the request holds afterwards and the limit to scan with (smaller than
+// limit when only a smaller reply finds room), or a THROTTLED or
+// UNAVAILABLE answer (holding held).
 func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, uint32, *proto.Response) {
-	c := h.c
-	need := scanReplyBytesMax(limit, c.spec)
-	if need <= held {
-		return held, limit, nil
-	}
-	extra := need - held
-	if !c.queued.wait(c.ctx, extra) {
+	holds, scanLimit, throttled, open := h.c.reserveScan(held, limit)
+	if !open {
 		return held, 0, proto.Errorf(proto.StatusUnavailable, "connection closing")
 	}
-	if full := c.tryChargeSharedOrFull(extra); full != budgetNone {
-		shorter, holds := c.shorterScan(limit, held)
-		if shorter == 0 {
-			c.queued.release(extra)
-			c.countThrottled()
-			r := c.scanThrottled(limit, full)
-			r.RetryAfter = budgetRetryAfter
-			return held, 0, r
-		}
-		c.queued.release(need - holds)
-		return holds, shorter, nil
-	}
-	return need, limit, nil
+	return holds, scanLimit, throttled
 }
 
 // Admit checks one request of the authenticated tenant as the binary

@@ -75,6 +75,41 @@ func scanReplyBytesMax(limit uint32, spec tenants.Spec) int64 {
 	return min(proto.HeaderBytes+4+n*(2+4)+pairs+1, scanResponseBytesMax)
 }
 
+// reserveScan raises a SCAN's reservation from held to the largest reply
+// a SCAN of limit pairs can have: it waits for the connection's own
+// budget and takes the tenant's and node's only if they have room now,
+// or, when they have room for a smaller limit's reply only, takes that
+// (shorterScan). It returns the bytes the request then holds and the
+// limit to scan with; or a THROTTLED answer (counted, holding held) when
+// not even one pair's reply fits; or open false (holding held) when the
+// connection ended while it waited. Both protocols' SCANs reserve here.
+func (c *conn) reserveScan(held int64, limit uint32) (holds int64, scanLimit uint32, throttled *proto.Response, open bool) {
+	need := scanReplyBytesMax(limit, c.spec)
+	if need <= held {
+		return held, limit, nil, true
+	}
+	extra := need - held
+	if !c.queued.wait(c.ctx, extra) {
+		return held, 0, nil, false
+	}
+	full := c.tryChargeSharedOrFull(extra)
+	if full == budgetNone {
+		return need, limit, nil, true
+	}
+	// No room for the largest reply: a shorter SCAN, if one pair's reply
+	// fits (More tells the client to go on).
+	shorter, holds := c.shorterScan(limit, held)
+	if shorter == 0 {
+		c.queued.release(extra)
+		c.countThrottled()
+		r := c.scanThrottled(limit, full)
+		r.RetryAfter = budgetRetryAfter
+		return held, 0, r, true
+	}
+	c.queued.release(need - holds)
+	return holds, shorter, nil, true
+}
+
 // shorterScan is, for a SCAN of limit pairs whose largest reply finds no
 // room in the tenant's or the node's response budget, the largest smaller
 // limit whose reply fits what they have now, charged to them beyond held:
