@@ -377,17 +377,14 @@ func (d *decoder) entry() Entry {
 		// slice of it: they are applied or dropped together, and one
 		// allocation a command cost a restart's recovery of a 40 MiB log
 		// tail tens of thousands of them (BenchmarkRecoverAcceptorLog).
+		// cmdsBytes sizes buf exactly; were it short, append would move
+		// buf and the earlier slices would keep the old copy: still no
+		// alias of the input.
 		buf := make([]byte, 0, cmdsBytes(d.b, int(n)))
 		for i := range e.Cmds {
 			c := d.view(CmdBytesMax)
 			if d.err != nil {
 				return Entry{}
-			}
-			if len(c) > cap(buf)-len(buf) {
-				// Not counted by cmdsBytes, which counts exactly the
-				// commands view accepts: unreachable, but never alias.
-				e.Cmds[i] = append([]byte{}, c...)
-				continue
 			}
 			buf = append(buf, c...)
 			e.Cmds[i] = buf[len(buf)-len(c) : len(buf) : len(buf)]
