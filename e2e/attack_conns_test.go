@@ -58,8 +58,9 @@ const (
 	// scanRSSGrowthMax bounds the leader's RSS growth during the SCAN
 	// attack. The tenant's response budget is 24 MiB (the four
 	// connections' 8 MiB each more than fill it); add the replies being
-	// built (each of the at most seven SCANs it admits at once holds its
-	// pairs and their encoding, 2 x 2.7 MB), and let the Go heap grow to
+	// built (the pairs SCANs copy are charged to that budget before they
+	// are copied, so at most about seven SCANs hold a reply's pairs at
+	// once, each also its encoding, 2 x 2.7 MB), and let the Go heap grow to
 	// twice its live size before a collection (GOGC=100): 2 x (24 + 38)
 	// MiB, about 128 MiB, plus room for the rest of the process. Without
 	// the bound the leader grew by 1.1 GB with one connection and 1.3 to

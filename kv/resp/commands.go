@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"synod/kv/proto"
+	"synod/kv/server"
 )
 
 // cmdSpec is one command: how it is checked and run, and what COMMAND
@@ -277,23 +278,50 @@ func cmdScan(x *exec) {
 		return
 	}
 	// COUNT is a hint (as in Redis): with little room in the response
-	// budgets the page is shorter and the cursor goes on.
-	held, limit, refusal := x.c.h.ReserveScan(x.held, uint32(count))
-	x.held = held
-	if refusal != nil {
-		x.fail(refusal, false)
-		return
-	}
-	resp := x.do(&proto.Request{Op: proto.OpScan, Start: start, End: end, Limit: limit})
+	// budgets the page is shorter and the cursor goes on (the scan's room
+	// check, and scanPage for a page the leader served).
+	resp := x.do(&proto.Request{Op: proto.OpScan, Start: start, End: end, Limit: uint32(count)})
 	if resp.Status != proto.StatusOK {
 		x.fail(resp, false)
 		return
 	}
-	next := uint64(0)
-	if resp.More && len(resp.Pairs) > 0 {
-		next = x.c.s.scans.put(x.c.spec.ID, resp.Pairs[len(resp.Pairs)-1].Key)
+	x.scanPage(resp.Pairs, resp.More)
+}
+
+// scanPage answers a SCAN page of pairs (more: the scan goes on past
+// them), shortened to what the response budgets hold. A page this node
+// read was charged pair by pair as it was read, values included though
+// only keys are sent, and one forwarded to the leader reserved its
+// largest reply before it went, so either almost always fits (a key's
+// RESP framing can outgrow its binary pair's by a few bytes when its
+// value is shorter); when not, it is halved until it fits, or answered
+// -BUSY when not even one key does.
+func (x *exec) scanPage(pairs []proto.KV, more bool) {
+	n := len(pairs)
+	for n > 0 && !x.fitsMore(scanReplyBytes(pairs[:n])) {
+		n /= 2
 	}
-	x.scanReply(next, resp.Pairs)
+	if n == 0 && len(pairs) > 0 {
+		x.c.h.Throttled()
+		x.fail(server.BudgetThrottled(scanReplyBytes(pairs[:1])), false)
+		return
+	}
+	next := uint64(0)
+	if (more || n < len(pairs)) && n > 0 {
+		next = x.c.s.scans.put(x.c.spec.ID, pairs[n-1].Key)
+	}
+	x.scanReply(next, pairs[:n])
+}
+
+// scanReplyBytes bounds scanReply's bytes for pairs (the cursor at its
+// longest).
+func scanReplyBytes(pairs []proto.KV) int64 {
+	const head = len("*2\r\n$20\r\n18446744073709551615\r\n*\r\n") + 4 // 4: the count's digits
+	n := int64(head)
+	for _, kv := range pairs {
+		n += int64(len("$\r\n\r\n") + len(strconv.Itoa(len(kv.Key))) + len(kv.Key))
+	}
+	return n
 }
 
 // admittedScan handles SCAN ... TYPE other-than-string: synod holds

@@ -39,6 +39,21 @@ func (x *exec) fits() bool {
 	return false
 }
 
+// fitsMore is whether the answer so far and extra more bytes fit the
+// command's budget, grown to them when they do (nothing counted when not:
+// the caller answers something smaller).
+func (x *exec) fitsMore(extra int64) bool {
+	n := int64(len(x.w.b)) + extra
+	if n <= x.held {
+		return true
+	}
+	if x.c.h.Fit(x.held, n) {
+		x.held = n
+		return true
+	}
+	return false
+}
+
 // busy replaces the answer so far with a budget THROTTLED.
 func (x *exec) busy() {
 	n := int64(len(x.w.b))
@@ -83,15 +98,23 @@ func (x *exec) do(req *proto.Request) *proto.Response {
 		return r
 	}
 	ctx := x.ctx
-	if req.Op == proto.OpGet {
-		// The value is copied only once its answer has room.
-		ctx = c.h.WithValueRoom(ctx, &x.held)
+	if req.Op == proto.OpGet || req.Op == proto.OpScan {
+		// A value or a pair is copied only once its answer has room.
+		ctx = c.h.WithValueRoom(ctx, &x.held, req.Op)
 	}
 	resp := c.s.be.Do(ctx, c.spec.ID, req)
 	if resp == nil {
 		return proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}
 	if resp.Status == proto.StatusNotLeader && req.Op != proto.OpStatus {
+		if req.Op == proto.OpScan {
+			// Its reply comes back whole: reserve it first
+			// (kv/server forwarded_scan.go).
+			held, limit, refusal := c.h.ReserveForwardedScan(x.held, req.Limit)
+			if x.held, req.Limit = held, limit; refusal != nil {
+				return refusal
+			}
+		}
 		c.s.stats.proxied.Add(1)
 		resp = c.s.proxy.forward(x.ctx, c.spec, resp.Leader, req)
 	}

@@ -489,64 +489,169 @@ func TestClientNameErrors(t *testing.T) {
 	}
 }
 
-// TestScanShorterWhenTheBudgetIsShort: a SCAN whose largest reply does not
-// fit what its tenant's response budget has left (other connections of
-// the tenant hold unread megabyte answers) returns a shorter page and a
-// cursor that goes on, as the binary protocol's SCAN runs with a smaller
-// limit; COUNT is a hint in Redis too. Before, it was -BUSY until the
-// other connections read their answers.
+// TestScanShorterWhenTheBudgetIsShort: a SCAN is charged pair by pair as
+// it reads, so while other connections of the tenant hold unread megabyte
+// answers a page of megabyte values holds what fits and the cursor goes
+// on (COUNT is a hint in Redis too), and a page of small keys is not
+// shortened at all. Before, a SCAN reserved its largest reply up front:
+// -BUSY until the other connections read (stop 30), then pages of one or
+// two keys however small (1.05 MB reserved per key: an outside tester's
+// pages of tiny keys fell from 1000 to 2).
 func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
 	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
 		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
 	// Beside three megabyte answers and the 4 KiB reservations of the
-	// GETs queued behind them (3.15-3.92 MB), room for one or two pairs'
-	// largest reply (1.05 MB each), not for a thousand (3.15 MB).
+	// GETs queued behind them (3.15-3.92 MB), room for one or two
+	// megabyte values, not three.
 	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
 	ts := startServer(t, cfg, nil)
 	setup := goRedis(t, ts.addr, specAlpha.Token)
 	ctx := ctxT(t)
-	if err := setup.Set(ctx, "big", strings.Repeat("v", proto.ValueBytesMax), 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	keys := []string{"big", "k1", "k2", "k3"}
-	for _, k := range keys[1:] {
-		if err := setup.Set(ctx, k, "x", 0).Err(); err != nil {
+	big := strings.Repeat("v", proto.ValueBytesMax)
+	keys := []string{"big1", "big2", "big3"}
+	for _, k := range keys {
+		if err := setup.Set(ctx, k, big, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Three connections of the tenant pipeline GETs of it and never
-	// read: each holds the answer it is blocked writing.
-	unreadGets(t, ts.addr, specAlpha.Token, "big", 3, 64)
-	for deadline := time.Now().Add(20 * time.Second); ts.host.Stats().ResponseBytes < 3*(proto.ValueBytesMax+64); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte", ts.host.Stats().ResponseBytes)
+	const small = 300
+	for i := range small {
+		k := fmt.Sprintf("s%03d", i)
+		if err := setup.Set(ctx, k, "x", 0).Err(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		keys = append(keys, k)
+	}
+	// Three connections of the tenant pipeline GETs of a big value and
+	// never read: each holds the answer it is blocked writing.
+	// Until they are stuck (the kernel's socket buffers full: the bytes
+	// held stay the same for 200 ms), they write answers and take more.
+	unreadGets(t, ts.addr, specAlpha.Token, "big1", 3, 64)
+	for deadline, last, same := time.Now().Add(20*time.Second), int64(-1), 0; same < 4; {
+		n := ts.host.Stats().ResponseBytes
+		if time.Now().After(deadline) {
+			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte and still", n)
+		}
+		if n >= 3*(proto.ValueBytesMax+64) && n == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = n
+		time.Sleep(50 * time.Millisecond)
 	}
 	var seen []string
-	cursor, pages := uint64(0), 0
+	var sizes []int
+	cursor := uint64(0)
 	for {
 		page, next, err := setup.Scan(ctx, cursor, "*", 1000).Result()
 		if err != nil {
-			t.Fatalf("SCAN page %d: %v", pages+1, err)
+			t.Fatalf("SCAN page %d: %v", len(sizes)+1, err)
 		}
-		// Unshortened, the first page holds every key (2 MiB of
-		// keys and values read) and ends the scan.
-		if pages++; pages == 1 && (len(page) >= len(keys) || next == 0) {
-			t.Fatalf("the first page: %q, cursor %d; want fewer keys and a cursor that goes on", page, next)
+		// Unshortened, the first page holds the three big values (3 MiB
+		// read, past ScanReplyBytesMax) and the scan goes on.
+		if sizes = append(sizes, len(page)); len(sizes) == 1 && (len(page) >= 3 || next == 0) {
+			t.Fatalf("the first page: %d keys, cursor %d; want fewer than the three big ones and a cursor that goes on", len(page), next)
 		}
 		seen = append(seen, page...)
 		if cursor = next; cursor == 0 {
 			break
 		}
-		if pages > len(keys)+1 {
-			t.Fatalf("%d pages for %d keys", pages, len(keys))
+		if len(sizes) > len(keys) {
+			t.Fatalf("%d pages for %d keys", len(sizes), len(keys))
+		}
+	}
+	if strings.Join(seen, ",") != strings.Join(keys, ",") {
+		t.Fatalf("the scan saw %d keys %q..., want %d", len(seen), seen[:min(len(seen), 5)], len(keys))
+	}
+	// The big values take a page or two each; the small keys fit one
+	// page beside them (shortened per pair, not per largest pair).
+	if len(sizes) > 5 {
+		t.Fatalf("%d pages %v for 3 big values and %d small keys: small keys' pages were shortened", len(sizes), sizes, small)
+	}
+	t.Logf("%d keys in pages of %v beside %d bytes of unread answers", len(seen), sizes, ts.host.Stats().ResponseBytes)
+}
+
+// TestForwardedScanReservesItsReply: a SCAN a follower forwards to the
+// leader comes back whole, values included, so the follower reserves its
+// largest reply before forwarding it, with a smaller limit when only a
+// smaller reply finds room (kv/server forwarded_scan.go): beside unread
+// megabyte answers of the tenant, the first page holds one or two of
+// three megabyte values, not the three the leader's page would hold, and
+// the scan still sees every key once. Without the reservation each
+// connection forwarding a SCAN held up to 3.15 MB outside every budget.
+func TestForwardedScanReservesItsReply(t *testing.T) {
+	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
+		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
+	var fol *leaderless
+	ts := startServer(t, cfg, func(be server.Backend) server.Backend {
+		fol = &leaderless{be: be}
+		return fol
+	})
+	leader := server.New(server.Config{}, ts.reg, fol.be, zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go leader.Serve(ln)
+	defer leader.Close()
+	fol.leader = ln.Addr().String()
+	rc := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	big := strings.Repeat("v", proto.ValueBytesMax)
+	keys := []string{"big1", "big2", "big3", "s1", "s2"}
+	for _, k := range keys {
+		v := "x"
+		if strings.HasPrefix(k, "big") {
+			v = big
+		}
+		if err := rc.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unreadGets(t, ts.addr, specAlpha.Token, "big1", 3, 64)
+	for deadline, last, same := time.Now().Add(20*time.Second), int64(-1), 0; same < 4; {
+		n := ts.host.Stats().ResponseBytes
+		if time.Now().After(deadline) {
+			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte and still", n)
+		}
+		if n >= 3*(proto.ValueBytesMax+64) && n == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = n
+		time.Sleep(50 * time.Millisecond)
+	}
+	var seen []string
+	var sizes []int
+	for cursor := uint64(0); ; {
+		page, next, err := rc.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			t.Fatalf("SCAN page %d: %v", len(sizes)+1, err)
+		}
+		if sizes = append(sizes, len(page)); len(sizes) == 1 && (len(page) >= 3 || next == 0) {
+			t.Fatalf("the first forwarded page: %d keys, cursor %d; want fewer than the three big ones (reserved) and a cursor that goes on", len(page), next)
+		}
+		seen = append(seen, page...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+		if len(sizes) > len(keys) {
+			t.Fatalf("%d pages for %d keys", len(sizes), len(keys))
 		}
 	}
 	if strings.Join(seen, ",") != strings.Join(keys, ",") {
 		t.Fatalf("the scan saw %q, want %q", seen, keys)
 	}
-	t.Logf("%d keys in %d pages beside %d bytes of unread answers", len(seen), pages, ts.host.Stats().ResponseBytes)
+	if st := ts.host.Stats(); st.ResponseBytesPeak > cfg.ResponseBytesPerTenantMax {
+		t.Fatalf("the follower held %d response bytes, the tenant's bound is %d", st.ResponseBytesPeak, cfg.ResponseBytesPerTenantMax)
+	}
+	if ts.resp.stats.proxied.Load() == 0 {
+		t.Fatal("nothing was forwarded")
+	}
+	t.Logf("%d keys in forwarded pages of %v", len(seen), sizes)
 }
 
 // TestPipelinedLargeGetsNeverBusy: a client pipelining GETs of a megabyte

@@ -811,27 +811,10 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		<-c.slots
 		return true
 	}
-	switch req.Op {
-	case proto.OpPing:
+	if req.Op == proto.OpPing {
 		c.releaseRequest(n)
 		c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant}, held)
 		return true
-	case proto.OpScan:
-		// A SCAN's reply may be megabytes: reserve all of it before the
-		// scan runs, waiting for this connection's own answers to drain.
-		holds, limit, throttled, open := c.reserveScan(held, req.Limit)
-		switch {
-		case !open:
-			c.releaseRequest(n)
-			c.done(held)
-			return false
-		case throttled != nil:
-			throttled.Op, throttled.ID, throttled.Tenant = h.Op, h.ID, c.tenant
-			c.releaseRequest(n)
-			c.answer(throttled, held)
-			return true
-		}
-		req.Limit, held = limit, holds
 	}
 	c.inflight.Add(1)
 	go c.do(req, held, n, received)
@@ -889,8 +872,8 @@ func (c *conn) overTenantLimits(req *proto.Request) string {
 func (c *conn) do(req *proto.Request, held, body int64, received time.Time) {
 	defer c.inflight.Done()
 	ctx, cancel := context.WithTimeout(WithReceived(c.ctx, received), c.s.cfg.RequestTimeout)
-	if req.Op == proto.OpGet {
-		ctx = c.withValueRoom(ctx, &held) // value_room.go
+	if req.Op == proto.OpGet || req.Op == proto.OpScan {
+		ctx = c.withValueRoom(ctx, &held, req.Op) // value_room.go
 	}
 	resp := c.s.be.Do(ctx, c.tenant, req)
 	cancel()

@@ -140,13 +140,14 @@ func (h *Hosted) ChargeRequest(n int64) (charged int64, ok bool, throttled *prot
 	return n, true, nil
 }
 
-// WithValueRoom returns ctx with a GET's room check (value_room.go): the
-// backend asks it before it copies a value, and it charges this
-// connection's response budgets beyond *held (raising *held to what it
-// took), or returns the THROTTLED answer to give instead. For the
+// WithValueRoom returns ctx with a GET's or a SCAN's room check
+// (value_room.go): the backend asks it before it copies a value or a
+// pair, and it charges this connection's response budgets beyond *held
+// (raising *held to what it took), or returns the THROTTLED answer to give
+// instead (a SCAN's page ends before a later pair refused). For the
 // command's own goroutine only.
-func (h *Hosted) WithValueRoom(ctx context.Context, held *int64) context.Context {
-	return h.c.withValueRoom(ctx, held)
+func (h *Hosted) WithValueRoom(ctx context.Context, held *int64, op proto.Opcode) context.Context {
+	return h.c.withValueRoom(ctx, held, op)
 }
 
 // ReleaseRequest gives back what ChargeRequest took.
@@ -201,19 +202,6 @@ func BudgetThrottled(n int64) *proto.Response {
 	r := proto.Errorf(proto.StatusThrottled, "a response of %d bytes does not fit the response budgets (the connection's, the tenant's or the node's): read the connection's answers, or retry", n)
 	r.RetryAfter = budgetRetryAfter
 	return r
-}
-
-// ReserveScan raises a SCAN's reservation from held as the binary
-// protocol does before it runs a SCAN (reserveScan): it returns the bytes
-// the request holds afterwards and the limit to scan with (smaller than
-// limit when only a smaller reply finds room), or a THROTTLED or
-// UNAVAILABLE answer (holding held).
-func (h *Hosted) ReserveScan(held int64, limit uint32) (int64, uint32, *proto.Response) {
-	holds, scanLimit, throttled, open := h.c.reserveScan(held, limit)
-	if !open {
-		return held, 0, proto.Errorf(proto.StatusUnavailable, "connection closing")
-	}
-	return holds, scanLimit, throttled
 }
 
 // Admit checks one request of the authenticated tenant as the binary

@@ -11,16 +11,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"synod/kv/proto"
-	"synod/tenants"
 )
 
 // Response sizes. A request reserves responseBytesReserved before its
 // frame is read; that covers every answer but a GET's or CAS's value, a
-// SCAN's pairs and a STATUS of many members. A SCAN reserves its largest
-// possible reply once its body is decoded; any other answer larger than
-// its reservation takes the difference when it is encoded, or, when a
-// budget has no room for it, is replaced by THROTTLED (which fits the
-// reservation).
+// SCAN's pairs and a STATUS of many members. A GET's value and a SCAN's
+// pairs are charged before they are copied (value_room.go): a SCAN's page
+// ends before the first pair with no room, and is THROTTLED only when that
+// is its first. Any other answer larger than its reservation takes the
+// difference when it is encoded, or, when a budget has no room for it, is
+// replaced by THROTTLED (which fits the reservation).
 const (
 	// errorResponseBytesMax is the largest error frame without a value:
 	// header, retry after, failed op, has value, an empty value, the
@@ -42,7 +42,9 @@ const (
 	scanResponseBytesMax = proto.HeaderBytes + 4 + proto.ScanReplyBytesMax - 1 + proto.KeyBytesMax + proto.ValueBytesMax +
 		proto.ScanLimitMax*(2+4) + 1
 	// ResponseBytesPerConnMin is the least ResponseBytesPerConnMax: one
-	// largest SCAN reply and the reservation of the next frame.
+	// largest SCAN reply (its room check charges at most a pair's
+	// getAnswerOverheadBytes beyond it, which the reservation covers) and
+	// the reservation of the next frame.
 	ResponseBytesPerConnMin = scanResponseBytesMax + responseBytesReserved
 	// budgetRetryAfter is the retry-after of a request THROTTLED for want
 	// of response budget: writers drain budgets at network speed, so room
@@ -59,93 +61,6 @@ const (
 
 // A THROTTLED answer must fit any reservation it replaces.
 var _ [responseBytesReserved - errorResponseBytesMax]struct{}
-
-// scanReplyBytesMax is the most bytes a SCAN with this limit can be
-// answered with, for a tenant with spec's key and value limits.
-func scanReplyBytesMax(limit uint32, spec tenants.Spec) int64 {
-	kmax, vmax := int64(proto.KeyBytesMax), int64(proto.ValueBytesMax)
-	if spec.MaxKeyBytes > 0 {
-		kmax = min(kmax, int64(spec.MaxKeyBytes))
-	}
-	if spec.MaxValueBytes > 0 {
-		vmax = min(vmax, int64(spec.MaxValueBytes))
-	}
-	n := int64(max(1, min(limit, proto.ScanLimitMax)))
-	pairs := min(n*(kmax+vmax), proto.ScanReplyBytesMax-1+kmax+vmax)
-	return min(proto.HeaderBytes+4+n*(2+4)+pairs+1, scanResponseBytesMax)
-}
-
-// reserveScan raises a SCAN's reservation from held to the largest reply
-// a SCAN of limit pairs can have: it waits for the connection's own
-// budget and takes the tenant's and node's only if they have room now,
-// or, when they have room for a smaller limit's reply only, takes that
-// (shorterScan). It returns the bytes the request then holds and the
-// limit to scan with; or a THROTTLED answer (counted, holding held) when
-// not even one pair's reply fits; or open false (holding held) when the
-// connection ended while it waited. Both protocols' SCANs reserve here.
-func (c *conn) reserveScan(held int64, limit uint32) (holds int64, scanLimit uint32, throttled *proto.Response, open bool) {
-	need := scanReplyBytesMax(limit, c.spec)
-	if need <= held {
-		return held, limit, nil, true
-	}
-	extra := need - held
-	if !c.queued.wait(c.ctx, extra) {
-		return held, 0, nil, false
-	}
-	full := c.tryChargeSharedOrFull(extra)
-	if full == budgetNone {
-		return need, limit, nil, true
-	}
-	// No room for the largest reply: a shorter SCAN, if one pair's reply
-	// fits (More tells the client to go on).
-	shorter, holds := c.shorterScan(limit, held)
-	if shorter == 0 {
-		c.queued.release(extra)
-		c.countThrottled()
-		r := c.scanThrottled(limit, full)
-		r.RetryAfter = budgetRetryAfter
-		return held, 0, r, true
-	}
-	c.queued.release(need - holds)
-	return holds, shorter, nil, true
-}
-
-// shorterScan is, for a SCAN of limit pairs whose largest reply finds no
-// room in the tenant's or the node's response budget, the largest smaller
-// limit whose reply fits what they have now, charged to them beyond held:
-// it returns that limit and the bytes the request then holds, or 0 when
-// not even one pair's reply fits (nothing charged). Scanning fewer pairs
-// with More set is an answer the client continues from; THROTTLED, which
-// an outside tester's SCANs of small values got 8 % of the time beside
-// the tenant's other SCANs (each reserving 3.15 MB), is no progress.
-func (c *conn) shorterScan(limit uint32, held int64) (uint32, int64) {
-	room := min(c.tbudget.max-c.tbudget.used.Load(), c.nodeLimit()-c.s.node.used.Load())
-	lo, hi := uint32(0), max(1, min(limit, proto.ScanLimitMax))-1 // lo fits (0: nothing), hi may not
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		if scanReplyBytesMax(mid, c.spec)-held <= room {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	if lo == 0 {
-		return 0, held
-	}
-	need := scanReplyBytesMax(lo, c.spec)
-	if need > held && c.tryChargeSharedOrFull(need-held) != budgetNone {
-		return 0, held
-	}
-	return lo, max(need, held)
-}
-
-// scanThrottled is the THROTTLED answer for a SCAN of limit pairs when
-// not even one pair's reply fits (shorterScan found none): it names the
-// one-pair reservation that failed, not only the limit's.
-func (c *conn) scanThrottled(limit uint32, full budgetFull) *proto.Response {
-	one, need := scanReplyBytesMax(1, c.spec), scanReplyBytesMax(limit, c.spec)
-	return proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of even one pair (up to %d bytes; %d for the limit of %d asked): it %s", one, need, limit, full.refusal())
-}
 
 // responseBytesHint is about the encoded size of resp (exactly, for the
 // large ones), so a megabyte answer is encoded into one allocation rather

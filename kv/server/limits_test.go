@@ -372,9 +372,25 @@ func newBigBackend(scanBytes, getBytes int) *bigBackend {
 func (b *bigBackend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
 	switch req.Op {
 	case proto.OpScan:
+		// As kv/sm's scan: the room check before each pair is copied.
 		b.scans.Add(1)
 		b.lastScanLimit.Store(int64(req.Limit))
-		return &proto.Response{Pairs: b.pairs[:min(len(b.pairs), int(max(1, req.Limit)))], More: true}
+		var pairs []proto.KV
+		n := 0
+		for _, kv := range b.pairs[:min(len(b.pairs), int(max(1, req.Limit)))] {
+			n += 2 + len(kv.Key) + 4 + len(kv.Value)
+			if room := ValueRoom(ctx); room != nil {
+				if r := room(n); r != nil {
+					if len(pairs) == 0 {
+						return r
+					}
+					break
+				}
+			}
+			b.copies.Add(1)
+			pairs = append(pairs, proto.KV{Key: bytes.Clone(kv.Key), Value: bytes.Clone(kv.Value)})
+		}
+		return &proto.Response{Pairs: pairs, More: true}
 	case proto.OpGet:
 		b.gets.Add(1)
 		if room := ValueRoom(ctx); room != nil {
@@ -418,10 +434,9 @@ func pipelineGets(c *rawConn, tenant tenants.ID, n int) {
 }
 
 // TestScanPipelineWithoutReading: connections pipelining 256 SCANs of
-// 2 MiB each and never reading their socket. The server stops reading
-// each of them once its own response budget is full and refuses SCANs the
-// tenant's budget has no room for, so a handful of scans run instead of
-// all 768, the bytes queued stay within the connection's, tenant's and
+// 2 MiB each and never reading their socket. The server refuses the pairs
+// the budgets have no room for before they are copied, so a few dozen
+// pairs are copied instead of all 768 scans' 6144, the bytes queued stay within the connection's, tenant's and
 // node's bounds, another tenant is served meanwhile, and everything is
 // given back when the attackers go.
 func TestScanPipelineWithoutReading(t *testing.T) {
@@ -451,11 +466,14 @@ func TestScanPipelineWithoutReading(t *testing.T) {
 		t.Fatalf("victim SCAN during the attack: %v %s", r.Status, r.Message)
 	}
 	st := s.Stats()
-	t.Logf("scans run %d, stats %+v", be.scans.Load(), st)
-	// Each attacker's budget holds two largest replies, the kernel's
-	// socket buffers a few more; without the bound all 768 would run.
-	if n := be.scans.Load(); n > attackers*32 {
-		t.Fatalf("%d scans ran for %d connections that never read", n, attackers)
+	t.Logf("scans run %d, pairs copied %d, stats %+v", be.scans.Load(), be.copies.Load(), st)
+	// The tenant's budget holds what it allows, the kernel's socket
+	// buffers (a few MiB a connection on loopback) what was written; the
+	// rest are THROTTLED before their first pair is copied. Without the
+	// bound all 768 would copy 8 pairs (2 MiB) each.
+	copied := be.copies.Load() * int64(len(be.pairs[0].Value))
+	if bound := cfg.ResponseBytesPerTenantMax + attackers*8<<20; copied > bound {
+		t.Fatalf("%d bytes of pairs copied for %d connections that never read; bound %d", copied, attackers, bound)
 	}
 	if p := connPeaks(s); p > cfg.ResponseBytesPerConnMax {
 		t.Fatalf("a connection held %d response bytes, bound %d", p, cfg.ResponseBytesPerConnMax)
@@ -762,47 +780,85 @@ func oneAtATimeThrottled(t *testing.T, planted bool) (throttled int) {
 	return throttled
 }
 
-// TestShorterScanWhenTheBudgetIsShort: a SCAN whose largest reply does not
-// fit what its tenant's response budget has left runs with the largest
-// limit whose reply does (More set: the client goes on), and is THROTTLED
-// only when not even one pair's reply fits; nothing is left charged.
+// TestShorterScanWhenTheBudgetIsShort: a SCAN is charged pair by pair
+// (value_room.go), so one whose pairs do not all fit what its tenant's
+// response budget has left answers the pairs that do (More set: the
+// client goes on), and is THROTTLED only when not even its first pair
+// fits; nothing is left charged.
 func TestShorterScanWhenTheBudgetIsShort(t *testing.T) {
-	const mib = 1 << 20
 	be := newBigBackend(2<<20, 0) // 8 pairs of 256 KiB
+	pairBytes := int64(2 + len(be.pairs[0].Key) + 4 + len(be.pairs[0].Value))
 	cfg := Config{ConnsMax: 16, ResponseBytesPerConnMax: 2 * ResponseBytesPerConnMin}
 	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 16*responseBytesReserved
 	s, addr := start(t, be, cfg)
 	c := dialRaw(t, addr)
 	c.hello(tokenA)
 	other := s.tenants[1] // what the tenant's other connections would hold
+	// free is the tenant's room beside the SCAN's own reservation.
+	room := func(pairs int64) int64 {
+		return getAnswerBytesMax(int(pairs*pairBytes)) - responseBytesReserved + 8<<10
+	}
 	for _, tc := range []struct {
 		name      string
 		free      int64
-		wantLimit int64 // 0: THROTTLED
+		wantPairs int // 0: THROTTLED
 	}{
-		{"room for the largest reply", cfg.ResponseBytesPerTenantMax, proto.ScanLimitMax},
-		{"room for two pairs' reply", scanReplyBytesMax(2, tenants.Spec{}) + 8<<10, 2},
-		{"room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) + 8<<10, 1},
-		{"no room for one pair's reply", scanReplyBytesMax(1, tenants.Spec{}) - mib/2, 0},
+		{"room for every pair", cfg.ResponseBytesPerTenantMax - responseBytesReserved, 8},
+		{"room for five pairs", room(5), 5},
+		{"room for two pairs", room(2), 2},
+		{"room for one pair", room(1), 1},
+		{"no room for one pair", room(1) - 16<<10, 0},
 	} {
 		// The last answer's bytes are given back once the writer is
 		// done with it, which may be just after the client read it.
 		eventually(t, "the last answer given back", func() bool { return other.used.Load() <= responseBytesReserved })
-		held := cfg.ResponseBytesPerTenantMax - tc.free
+		held := cfg.ResponseBytesPerTenantMax - responseBytesReserved - tc.free
 		other.used.Add(held)
-		be.lastScanLimit.Store(-1)
 		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpScan, Tenant: 1, ID: 7, Limit: proto.ScanLimitMax}))
 		r := c.mustRecv()
 		other.used.Add(-held)
 		switch {
-		case tc.wantLimit == 0 && r.Status != proto.StatusThrottled:
-			t.Fatalf("%s: %v, want THROTTLED", tc.name, r.Status)
-		case tc.wantLimit > 0 && (r.Status != proto.StatusOK || !r.More):
-			t.Fatalf("%s: %v more=%v %q, want OK with More", tc.name, r.Status, r.More, r.Message)
-		case tc.wantLimit > 0 && be.lastScanLimit.Load() != tc.wantLimit:
-			t.Fatalf("%s: the SCAN ran with limit %d, want %d", tc.name, be.lastScanLimit.Load(), tc.wantLimit)
+		case tc.wantPairs == 0 && r.Status != proto.StatusThrottled:
+			t.Fatalf("%s: %v, %d pairs, want THROTTLED", tc.name, r.Status, len(r.Pairs))
+		case tc.wantPairs == 0 && !strings.Contains(r.Message, "even its first pair"):
+			t.Fatalf("%s: THROTTLED %q, want it to name the first pair", tc.name, r.Message)
+		case tc.wantPairs > 0 && (r.Status != proto.StatusOK || !r.More || len(r.Pairs) != tc.wantPairs):
+			t.Fatalf("%s: %v more=%v %d pairs %q, want OK with More and %d pairs", tc.name, r.Status, r.More, len(r.Pairs), r.Message, tc.wantPairs)
 		}
-		t.Logf("%s: %v, ran with limit %d, %d pairs", tc.name, r.Status, be.lastScanLimit.Load(), len(r.Pairs))
+		t.Logf("%s: %v, %d pairs %q", tc.name, r.Status, len(r.Pairs), r.Message)
+	}
+	c.nc.Close()
+	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })
+	if n := s.Stats().ResponsesThrottled; n != 1 {
+		t.Fatalf("%d answers counted THROTTLED, want 1 (a page ended early is not one)", n)
+	}
+}
+
+// TestScanOfSmallPairsNotShortened: a SCAN of a thousand small pairs
+// beside a tenant budget with 100 KB left answers all thousand. It used
+// to reserve the largest answer a thousand pairs may have (3.15 MB)
+// before it ran, so its page fell to what that reservation allowed: an
+// outside tester's pages of tiny keys fell from 1000 to 2 beside the
+// tenant's unread answers, for room they never used.
+func TestScanOfSmallPairsNotShortened(t *testing.T) {
+	be := &bigBackend{}
+	for i := range proto.ScanLimitMax {
+		be.pairs = append(be.pairs, proto.KV{Key: []byte(fmt.Sprintf("k%04d", i)), Value: []byte("small value")})
+	}
+	cfg := Config{ConnsMax: 16, ResponseBytesPerConnMax: 2 * ResponseBytesPerConnMin}
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 16*responseBytesReserved
+	s, addr := start(t, be, cfg)
+	c := dialRaw(t, addr)
+	c.hello(tokenA)
+	other := s.tenants[1]
+	const free = 100_000
+	held := cfg.ResponseBytesPerTenantMax - responseBytesReserved - free
+	other.used.Add(held)
+	c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpScan, Tenant: 1, ID: 7, Limit: proto.ScanLimitMax}))
+	r := c.mustRecv()
+	other.used.Add(-held)
+	if r.Status != proto.StatusOK || len(r.Pairs) != proto.ScanLimitMax {
+		t.Fatalf("SCAN of %d small pairs beside %d bytes of room: %v, %d pairs %q", proto.ScanLimitMax, free, r.Status, len(r.Pairs), r.Message)
 	}
 	c.nc.Close()
 	eventually(t, "every budget is given back", func() bool { return s.Stats().ResponseBytes == 0 })

@@ -16,11 +16,11 @@ import (
 // charged (two largest GET answers, one being written and the next read,
 // and a few requests' reservations) and has not held more for
 // tenantHeavyMemory (counted from the last moment it held more). Past
-// that, a tenant charges only the shared part,
-// which the flooding tenants fill between them. A SCAN whose reply may be
-// larger than that (one of more than two megabytes of pairs) is not
-// light: beside a flood it runs with a limit whose reply fits, or is
-// THROTTLED (shorterScan).
+// that, a tenant charges only the shared part, which the flooding tenants
+// fill between them. A SCAN is charged pair by pair (value_room.go): one
+// whose pairs pass that bound beside a flood ends its page at the first
+// pair with no room (More set), and is THROTTLED only when that is its
+// first.
 //
 // The memory is what keeps flooders out of the reserve: without it a
 // flooding tenant was light again whenever its connections were closed

@@ -20,42 +20,89 @@ import (
 
 type valueRoomKey struct{}
 
+// A SCAN's answer is charged the same way, pair by pair: the backend
+// calls the check before it copies each pair, with the answer's pair bytes
+// so far (kv/sm ScanPairBytes summed), and ends the page before the pair
+// refused. A SCAN used to reserve the largest answer its limit allowed
+// before it ran, 3.15 MB for a thousand pairs however small they were: a
+// tenant's SCANs of tiny keys were shortened, down to pages of two keys
+// beside the tenant's unread answers (an outside tester), for room they
+// would never use.
+
 // ValueRoom returns the room check of a request's context (nil: none, as
-// outside the server): called with a value's length before the value is
-// copied, it returns nil when the answer fits the response budgets (they
-// then hold it), else the answer to send instead.
-func ValueRoom(ctx context.Context) func(valueBytes int) *proto.Response {
+// outside the server): called with a GET's value length, or a SCAN's pair
+// bytes so far, before they are copied, it returns nil when the answer
+// fits the response budgets (they then hold it), else the answer to send
+// instead (for a SCAN, only when the first pair is refused; a later
+// refusal ends the page, More set).
+func ValueRoom(ctx context.Context) func(n int) *proto.Response {
 	f, _ := ctx.Value(valueRoomKey{}).(func(int) *proto.Response)
 	return f
 }
 
-// getAnswerBytesMax bounds the encoded answer around a value of n bytes
-// (responseBytesHint starts from it).
+// getAnswerBytesMax bounds the encoded answer around a value of n bytes,
+// or around n pair bytes of a SCAN (a SCAN answer's count and More flag
+// fit the same overhead); responseBytesHint starts from it.
 func getAnswerBytesMax(n int) int64 { return int64(getAnswerOverheadBytes + n) }
 
 // getAnswerOverheadBytes bounds a GET answer's bytes around its value.
 const getAnswerOverheadBytes = proto.HeaderBytes + 64
 
-// withValueRoom returns ctx with a room check charging c's budgets beyond
-// *held (which it raises to what it charged). Called on the request's own
+// A SCAN answer's header, pair count and More flag fit a GET answer's
+// overhead, so getAnswerBytesMax bounds both.
+var _ [getAnswerOverheadBytes - (proto.HeaderBytes + 4 + 1)]struct{}
+
+// scanRoomStepBytes is how far ahead a SCAN's room check charges when it
+// must charge: a thousand small pairs would otherwise each charge three
+// budgets. Charged ahead only when the budgets have room for it (else the
+// pair's exact need); what the answer does not use is given back when it
+// is queued (send).
+const scanRoomStepBytes = 32 << 10
+
+// withValueRoom returns ctx with op's room check (a GET's or a SCAN's),
+// charging c's budgets beyond *held (which it raises to what it charged).
+// A refusal is counted THROTTLED only when it is the answer: a GET's, or
+// a SCAN's first pair's (the check is called once per pair, in order; a
+// later pair's refusal ends the page). Called on the request's own
 // goroutine only.
-func (c *conn) withValueRoom(ctx context.Context, held *int64) context.Context {
-	return context.WithValue(ctx, valueRoomKey{}, func(valueBytes int) *proto.Response {
-		need := getAnswerBytesMax(valueBytes)
+func (c *conn) withValueRoom(ctx context.Context, held *int64, op proto.Opcode) context.Context {
+	calls := 0
+	return context.WithValue(ctx, valueRoomKey{}, func(n int) *proto.Response {
+		calls++
+		need := getAnswerBytesMax(n)
 		if need <= *held {
 			return nil
+		}
+		if op == proto.OpScan {
+			ahead := min((need+scanRoomStepBytes-1)/scanRoomStepBytes*scanRoomStepBytes, scanResponseBytesMax)
+			if ahead > need && c.tryCharge(ahead-*held) {
+				*held = ahead
+				return nil
+			}
 		}
 		full := c.tryChargeOrFull(need - *held)
 		if full == budgetNone {
 			*held = need
 			return nil
 		}
+		var r *proto.Response
+		switch {
+		case op != proto.OpScan:
+			r = proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes %s", need, full.refusal())
+		case calls == 1:
+			r = proto.Errorf(proto.StatusThrottled, "no room for a SCAN answer of even its first pair (%d bytes): it %s", need, full.refusal())
+		default:
+			return scanPageEnds // not the answer: not counted
+		}
 		c.countThrottled()
-		r := proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes %s", need, full.refusal())
 		r.RetryAfter = budgetRetryAfter
 		return r
 	})
 }
+
+// scanPageEnds is a SCAN room check's refusal of a pair after the first:
+// the backend ends the page before it, and it is never sent.
+var scanPageEnds = proto.Errorf(proto.StatusThrottled, "the SCAN page ends here")
 
 // budgetFull names the response budget that had no room for an answer.
 type budgetFull int

@@ -83,14 +83,27 @@ func (s *SM) ValueLen(tenant tenants.ID, key []byte) (int, bool, error) {
 // limit or at ScanReplyBytesMax of keys and values and more pairs may
 // follow; the caller continues from the last key + "\x00".
 func (s *SM) Scan(tenant tenants.ID, start, end []byte, limit int) (pairs []proto.KV, more bool, err error) {
-	return s.scan(context.Background(), tenant, start, end, limit)
+	pairs, more, _, err = s.scan(context.Background(), tenant, start, end, limit, nil)
+	return pairs, more, err
 }
 
+// ScanPairBytes is what one pair adds to a SCAN answer's pair bytes, the
+// count a SCAN's room check is called with: its key and value and their
+// length prefixes (kv/proto's pair encoding).
+func ScanPairBytes(key, value int) int { return 2 + key + 4 + value }
+
 // scan is Scan that waits for its read slots until ctx ends
-// (errReadSlotWait).
-func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, limit int) (pairs []proto.KV, more bool, err error) {
+// (errReadSlotWait) and, with room set, calls room before it copies each
+// pair with the answer's pair bytes so far including that pair
+// (ScanPairBytes summed): a refusal of a later pair ends the page there
+// (more), one of the first pair is returned as refused with no pairs.
+// So a SCAN's answer is charged what it holds, pair by pair, rather than
+// the largest answer its limit allows: a SCAN of a thousand small pairs
+// reserved 3.15 MB up front, and an outside tester's pages of tiny keys
+// fell from 1000 pairs to 2 beside a tenant's unread answers.
+func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, limit int, room func(pairBytes int) *proto.Response) (pairs []proto.KV, more bool, refused *proto.Response, err error) {
 	if tenant == 0 {
-		return nil, false, ErrReservedTenant
+		return nil, false, nil, ErrReservedTenant
 	}
 	limit = max(1, min(limit, proto.ScanLimitMax))
 	lower := dataKey(tenant, start)
@@ -99,23 +112,23 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 		upper = dataKey(tenant, end)
 	}
 	if bytes.Compare(lower, upper) >= 0 {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	if err := s.reads.take(ctx, tenant, ScanReadSlots); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	defer s.reads.give(ScanReadSlots)
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
-		return nil, false, ErrClosed
+		return nil, false, nil, ErrClosed
 	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return nil, false, fmt.Errorf("sm: scan: %w", err)
+		return nil, false, nil, fmt.Errorf("sm: scan: %w", err)
 	}
 	defer it.Close()
-	replyBytes := 0
+	replyBytes, pairBytes := 0, 0
 	for it.First(); it.Valid(); it.Next() {
 		if len(pairs) == limit || replyBytes >= proto.ScanReplyBytesMax {
 			more = true
@@ -123,9 +136,20 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return nil, false, fmt.Errorf("sm: scan value: %w", err)
+			return nil, false, nil, fmt.Errorf("sm: scan value: %w", err)
 		}
-		k := bytes.Clone(it.Key()[4:])
+		key := it.Key()[4:]
+		if room != nil {
+			if r := room(pairBytes + ScanPairBytes(len(key), len(v))); r != nil {
+				if len(pairs) == 0 {
+					return nil, false, r, nil
+				}
+				more = true
+				break
+			}
+		}
+		pairBytes += ScanPairBytes(len(key), len(v))
+		k := bytes.Clone(key)
 		if k == nil {
 			k = []byte{}
 		}
@@ -137,9 +161,9 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 		replyBytes += len(k) + len(vc)
 	}
 	if err := it.Error(); err != nil {
-		return nil, false, fmt.Errorf("sm: scan: %w", err)
+		return nil, false, nil, fmt.Errorf("sm: scan: %w", err)
 	}
-	return pairs, more, nil
+	return pairs, more, nil, nil
 }
 
 // ReadResponse answers a GET (req.Key) or SCAN (req.Start, req.End,
@@ -151,12 +175,14 @@ func (s *SM) ReadResponse(tenant tenants.ID, req *proto.Request) *proto.Response
 	return s.ReadResponseWithin(context.Background(), tenant, req, nil)
 }
 
-// ReadResponseWithin is ReadResponse that, for a GET, asks room (when not
-// nil) whether an answer with the value's length can be held before the
-// value is copied, and answers room's refusal instead when not (the
-// server's response budgets: kv/server ValueRoom). It waits for its read
-// slots (read_slots.go) until ctx ends, and then answers UNAVAILABLE
-// without having read anything.
+// ReadResponseWithin is ReadResponse that asks room (when not nil)
+// whether an answer of so many value or pair bytes can be held before it
+// copies them (the server's response budgets: kv/server ValueRoom): a GET
+// with the value's length, answering room's refusal instead when not; a
+// SCAN before each pair with the pair bytes so far (scan), ending the
+// page before the pair refused, or answering the refusal when that is
+// the first. It waits for its read slots (read_slots.go) until ctx ends,
+// and then answers UNAVAILABLE without having read anything.
 func (s *SM) ReadResponseWithin(ctx context.Context, tenant tenants.ID, req *proto.Request, room func(valueBytes int) *proto.Response) *proto.Response {
 	if req.Op == proto.OpGet {
 		v, ok, refused, err := s.getWithin(ctx, tenant, req.Key, room)
@@ -171,9 +197,12 @@ func (s *SM) ReadResponseWithin(ctx context.Context, tenant tenants.ID, req *pro
 		}
 		return &proto.Response{Value: v, HasValue: true}
 	}
-	pairs, more, err := s.scan(ctx, tenant, req.Start, req.End, int(req.Limit))
+	pairs, more, refused, err := s.scan(ctx, tenant, req.Start, req.End, int(req.Limit), room)
 	if err != nil {
 		return readErrResponse(err)
+	}
+	if refused != nil {
+		return refused
 	}
 	return &proto.Response{Pairs: pairs, More: more}
 }

@@ -2,6 +2,7 @@ package sm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -168,6 +169,44 @@ func TestCAS(t *testing.T) {
 	if r := a.apply(1, &proto.Request{Op: proto.OpCAS, Key: []byte("k32"), Value: []byte("d"),
 		ExpectPresent: true, ExpectDigest: true, Expect: []byte(v32)}); r.Status != proto.StatusCASMismatch {
 		t.Fatalf("a digest condition holding the value: %+v", r)
+	}
+}
+
+// TestScanRoomEndsThePage: a SCAN's room check is called before each pair
+// is copied, in order, with the pair bytes so far (ScanPairBytes summed);
+// a refusal of a later pair ends the page there with More, one of the
+// first pair is the answer, with nothing copied.
+func TestScanRoomEndsThePage(t *testing.T) {
+	s := openT(t, t.TempDir())
+	defer s.Close()
+	a := newApplier(t, s)
+	for i := 0; i < 10; i++ {
+		a.apply(1, put(fmt.Sprintf("k%02d", i), strings.Repeat("v", 10*i)))
+	}
+	refusal := proto.Errorf(proto.StatusThrottled, "no room")
+	for _, allow := range []int{0, 1, 4, 10} {
+		var calls []int
+		want := 0
+		room := func(n int) *proto.Response {
+			calls = append(calls, n)
+			if len(calls) > allow {
+				return refusal
+			}
+			return nil
+		}
+		resp := s.ReadResponseWithin(context.Background(), 1, &proto.Request{Op: proto.OpScan, Limit: 100}, room)
+		for i := range min(allow+1, 10) {
+			want += ScanPairBytes(3, 10*i)
+			if calls[i] != want {
+				t.Fatalf("allow %d: call %d with %d pair bytes, want %d", allow, i, calls[i], want)
+			}
+		}
+		switch {
+		case allow == 0 && resp != refusal:
+			t.Fatalf("the first pair refused: %v %d pairs, want the refusal", resp.Status, len(resp.Pairs))
+		case allow > 0 && (resp.Status != proto.StatusOK || len(resp.Pairs) != allow || resp.More != (allow < 10)):
+			t.Fatalf("allow %d: %v %d pairs more=%v", allow, resp.Status, len(resp.Pairs), resp.More)
+		}
 	}
 }
 
