@@ -286,27 +286,34 @@ func (l *leaderless) Do(ctx context.Context, tenant tenants.ID, req *proto.Reque
 	return r
 }
 
-// TestFollowerProxies: a follower forwards writes and linearizable reads
-// to the leader's binary port, keeping each write's identity: a write the
-// follower applied before it learnt it was not the leader is not applied
-// again by the forward (INCR adds one, not two). READONLY reads are
-// served by the follower.
-func TestFollowerProxies(t *testing.T) {
+// startFollower starts a RESP server with cfg whose backend is a
+// follower's (leaderless, applyFirst as given) and, on the same state
+// machine, the leader's binary server it forwards to.
+func startFollower(t *testing.T, cfg server.Config, applyFirst bool) (*testServer, *leaderless) {
+	t.Helper()
 	var fol *leaderless
-	ts := startServer(t, server.Config{}, func(be server.Backend) server.Backend {
-		fol = &leaderless{be: be, applyFirst: true}
+	ts := startServer(t, cfg, func(be server.Backend) server.Backend {
+		fol = &leaderless{be: be, applyFirst: applyFirst}
 		return fol
 	})
-	// The leader: a binary server on the same state machine.
 	leader := server.New(server.Config{}, ts.reg, fol.be, zerolog.Nop())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go leader.Serve(ln)
-	defer leader.Close()
+	t.Cleanup(func() { leader.Close() })
 	fol.leader = ln.Addr().String()
+	return ts, fol
+}
 
+// TestFollowerProxies: a follower forwards writes and linearizable reads
+// to the leader's binary port, keeping each write's identity: a write the
+// follower applied before it learnt it was not the leader is not applied
+// again by the forward (INCR adds one, not two). READONLY reads are
+// served by the follower.
+func TestFollowerProxies(t *testing.T) {
+	ts, fol := startFollower(t, server.Config{}, true)
 	rc := goRedis(t, ts.addr, specAlpha.Token)
 	ctx := ctxT(t)
 	for i := 1; i <= 5; i++ {
@@ -335,7 +342,7 @@ func TestFollowerProxies(t *testing.T) {
 	fol.leader = "127.0.0.1:1"
 	ts.resp.proxy.close()
 	ts.resp.proxy = newProxy([]string{"127.0.0.1:1"}, nil)
-	err = rc.Get(ctx, "counter").Err()
+	err := rc.Get(ctx, "counter").Err()
 	if err == nil || !strings.HasPrefix(err.Error(), "TRYAGAIN") {
 		t.Fatalf("GET with no leader reachable: %v", err)
 	}
@@ -489,6 +496,52 @@ func TestClientNameErrors(t *testing.T) {
 	}
 }
 
+// waitUnreadStuck waits until conns connections of unreadGets of a
+// megabyte value are stuck: until then they write answers into the
+// kernel's socket buffers and take more, so the bytes the node holds
+// must be at least conns such answers and unchanged for 200 ms.
+func waitUnreadStuck(t *testing.T, ts *testServer, conns int64) {
+	t.Helper()
+	for deadline, last, same := time.Now().Add(20*time.Second), int64(-1), 0; same < 4; {
+		n := ts.host.Stats().ResponseBytes
+		if time.Now().After(deadline) {
+			t.Fatalf("the unread answers hold %d bytes, never %d of a megabyte and still", n, conns)
+		}
+		if n >= conns*(proto.ValueBytesMax+64) && n == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = n
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// scanPages runs a whole SCAN COUNT 1000 on rc, of a keyspace of keys
+// keys, and returns the keys seen and the pages' sizes; it fails when a
+// page fails, when the first page holds firstUnder keys or more or ends
+// the scan, or when there are more pages than keys.
+func scanPages(t *testing.T, rc *redis.Client, keys, firstUnder int) (seen []string, sizes []int) {
+	t.Helper()
+	ctx := ctxT(t)
+	for cursor := uint64(0); ; {
+		page, next, err := rc.Scan(ctx, cursor, "*", 1000).Result()
+		if err != nil {
+			t.Fatalf("SCAN page %d: %v", len(sizes)+1, err)
+		}
+		if sizes = append(sizes, len(page)); len(sizes) == 1 && (len(page) >= firstUnder || next == 0) {
+			t.Fatalf("the first page: %d keys, cursor %d; want fewer than %d and a cursor that goes on", len(page), next, firstUnder)
+		}
+		seen = append(seen, page...)
+		if cursor = next; cursor == 0 {
+			return seen, sizes
+		}
+		if len(sizes) > keys {
+			t.Fatalf("%d pages for %d keys", len(sizes), keys)
+		}
+	}
+}
+
 // TestScanShorterWhenTheBudgetIsShort: a SCAN is charged pair by pair as
 // it reads, so while other connections of the tenant hold unread megabyte
 // answers a page of megabyte values holds what fits and the cursor goes
@@ -527,40 +580,10 @@ func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
 	// Until they are stuck (the kernel's socket buffers full: the bytes
 	// held stay the same for 200 ms), they write answers and take more.
 	unreadGets(t, ts.addr, specAlpha.Token, "big1", 3, 64)
-	for deadline, last, same := time.Now().Add(20*time.Second), int64(-1), 0; same < 4; {
-		n := ts.host.Stats().ResponseBytes
-		if time.Now().After(deadline) {
-			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte and still", n)
-		}
-		if n >= 3*(proto.ValueBytesMax+64) && n == last {
-			same++
-		} else {
-			same = 0
-		}
-		last = n
-		time.Sleep(50 * time.Millisecond)
-	}
-	var seen []string
-	var sizes []int
-	cursor := uint64(0)
-	for {
-		page, next, err := setup.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			t.Fatalf("SCAN page %d: %v", len(sizes)+1, err)
-		}
-		// Unshortened, the first page holds the three big values (3 MiB
-		// read, past ScanReplyBytesMax) and the scan goes on.
-		if sizes = append(sizes, len(page)); len(sizes) == 1 && (len(page) >= 3 || next == 0) {
-			t.Fatalf("the first page: %d keys, cursor %d; want fewer than the three big ones and a cursor that goes on", len(page), next)
-		}
-		seen = append(seen, page...)
-		if cursor = next; cursor == 0 {
-			break
-		}
-		if len(sizes) > len(keys) {
-			t.Fatalf("%d pages for %d keys", len(sizes), len(keys))
-		}
-	}
+	waitUnreadStuck(t, ts, 3)
+	// Unshortened, the first page holds the three big values (3 MiB
+	// read, past ScanReplyBytesMax) and the scan goes on.
+	seen, sizes := scanPages(t, setup, len(keys), 3)
 	if strings.Join(seen, ",") != strings.Join(keys, ",") {
 		t.Fatalf("the scan saw %d keys %q..., want %d", len(seen), seen[:min(len(seen), 5)], len(keys))
 	}
@@ -584,19 +607,7 @@ func TestForwardedScanReservesItsReply(t *testing.T) {
 	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
 		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
 	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
-	var fol *leaderless
-	ts := startServer(t, cfg, func(be server.Backend) server.Backend {
-		fol = &leaderless{be: be}
-		return fol
-	})
-	leader := server.New(server.Config{}, ts.reg, fol.be, zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go leader.Serve(ln)
-	defer leader.Close()
-	fol.leader = ln.Addr().String()
+	ts, _ := startFollower(t, cfg, false)
 	rc := goRedis(t, ts.addr, specAlpha.Token)
 	ctx := ctxT(t)
 	big := strings.Repeat("v", proto.ValueBytesMax)
@@ -611,37 +622,9 @@ func TestForwardedScanReservesItsReply(t *testing.T) {
 		}
 	}
 	unreadGets(t, ts.addr, specAlpha.Token, "big1", 3, 64)
-	for deadline, last, same := time.Now().Add(20*time.Second), int64(-1), 0; same < 4; {
-		n := ts.host.Stats().ResponseBytes
-		if time.Now().After(deadline) {
-			t.Fatalf("the unread answers hold %d bytes, never three of a megabyte and still", n)
-		}
-		if n >= 3*(proto.ValueBytesMax+64) && n == last {
-			same++
-		} else {
-			same = 0
-		}
-		last = n
-		time.Sleep(50 * time.Millisecond)
-	}
-	var seen []string
-	var sizes []int
-	for cursor := uint64(0); ; {
-		page, next, err := rc.Scan(ctx, cursor, "*", 1000).Result()
-		if err != nil {
-			t.Fatalf("SCAN page %d: %v", len(sizes)+1, err)
-		}
-		if sizes = append(sizes, len(page)); len(sizes) == 1 && (len(page) >= 3 || next == 0) {
-			t.Fatalf("the first forwarded page: %d keys, cursor %d; want fewer than the three big ones (reserved) and a cursor that goes on", len(page), next)
-		}
-		seen = append(seen, page...)
-		if cursor = next; cursor == 0 {
-			break
-		}
-		if len(sizes) > len(keys) {
-			t.Fatalf("%d pages for %d keys", len(sizes), len(keys))
-		}
-	}
+	waitUnreadStuck(t, ts, 3)
+	// Unreserved, the leader's first page holds the three big values.
+	seen, sizes := scanPages(t, rc, len(keys), 3)
 	if strings.Join(seen, ",") != strings.Join(keys, ",") {
 		t.Fatalf("the scan saw %q, want %q", seen, keys)
 	}

@@ -98,7 +98,7 @@ func (c *conn) shorterScan(limit uint32, held int64) (uint32, int64) {
 // one-pair reservation that failed, not only the limit's.
 func (c *conn) scanThrottled(limit uint32, full budgetFull) *proto.Response {
 	one, need := scanReplyBytesMax(1, c.spec), scanReplyBytesMax(limit, c.spec)
-	return proto.Errorf(proto.StatusThrottled, "no room for a SCAN reply of even one pair (up to %d bytes; %d for the limit of %d asked): it %s", one, need, limit, full.refusal())
+	return proto.Errorf(proto.StatusThrottled, "no room to forward a SCAN to the leader: its reply is reserved before it goes, and not even one pair's fits (up to %d bytes; %d for the limit of %d asked): it %s", one, need, limit, full.refusal())
 }
 
 // ReserveForwardedScan raises the reservation of a SCAN about to be

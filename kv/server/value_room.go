@@ -90,7 +90,8 @@ func (c *conn) withValueRoom(ctx context.Context, held *int64, op proto.Opcode) 
 		case op != proto.OpScan:
 			r = proto.Errorf(proto.StatusThrottled, "a GET answer of %d bytes %s", need, full.refusal())
 		case calls == 1:
-			r = proto.Errorf(proto.StatusThrottled, "no room for a SCAN answer of even its first pair (%d bytes): it %s", need, full.refusal())
+			r = proto.Errorf(proto.StatusThrottled, "no room for a SCAN answer of even its first pair (%d bytes of key and value, an answer of up to %d bytes): it %s",
+				n-scanPairPrefixBytes, need, full.refusal())
 		default:
 			return scanPageEnds // not the answer: not counted
 		}
@@ -99,6 +100,10 @@ func (c *conn) withValueRoom(ctx context.Context, held *int64, op proto.Opcode) 
 		return r
 	})
 }
+
+// scanPairPrefixBytes is what a pair adds to a SCAN answer beyond its key
+// and value: their length prefixes (kv/sm ScanPairBytes).
+const scanPairPrefixBytes = 2 + 4
 
 // scanPageEnds is a SCAN room check's refusal of a pair after the first:
 // the backend ends the page before it, and it is never sent.

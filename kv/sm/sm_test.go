@@ -172,6 +172,19 @@ func TestCAS(t *testing.T) {
 	}
 }
 
+// TestScanPairBytesIsTheEncoding: ScanPairBytes is what a pair adds to an
+// encoded SCAN answer (the room check's count must bound the answer).
+func TestScanPairBytesIsTheEncoding(t *testing.T) {
+	empty := len(proto.AppendResponse(nil, &proto.Response{Op: proto.OpScan}))
+	for _, kv := range [][2]int{{0, 0}, {1, 0}, {5, 1_000_000}, {proto.KeyBytesMax, proto.ValueBytesMax}} {
+		one := len(proto.AppendResponse(nil, &proto.Response{Op: proto.OpScan,
+			Pairs: []proto.KV{{Key: make([]byte, kv[0]), Value: make([]byte, kv[1])}}}))
+		if got := one - empty; got != ScanPairBytes(kv[0], kv[1]) {
+			t.Fatalf("a pair of a %d-byte key and a %d-byte value adds %d bytes to a SCAN answer, ScanPairBytes says %d", kv[0], kv[1], got, ScanPairBytes(kv[0], kv[1]))
+		}
+	}
+}
+
 // TestScanRoomEndsThePage: a SCAN's room check is called before each pair
 // is copied, in order, with the pair bytes so far (ScanPairBytes summed);
 // a refusal of a later pair ends the page there with More, one of the
