@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"time"
 
 	"synod/kv/sm"
 	"synod/paxos"
@@ -133,6 +134,9 @@ func (r *Replica) applyInput(it applyItem) {
 			r.die(fmt.Errorf("applying slot %d: %w", e.Slot, err))
 			break
 		}
+		if !testingAnswerBeforeApplied {
+			r.applied.Store(uint64(e.Slot)) // before the answers (Replica.applied)
+		}
 		for _, m := range mine {
 			var res sm.Result
 			if m.idx < len(results) {
@@ -140,7 +144,10 @@ func (r *Replica) applyInput(it applyItem) {
 			}
 			r.answer(m.id, m.env, writeResult{res: res, answered: done, slot: e.Slot})
 		}
-		r.applied.Store(uint64(e.Slot))
+		if testingAnswerBeforeApplied {
+			time.Sleep(20 * time.Millisecond)
+			r.applied.Store(uint64(e.Slot))
+		}
 	}
 	applied := r.sm.Applied()
 	r.metrics.Applied.Set(float64(applied))

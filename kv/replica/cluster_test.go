@@ -379,6 +379,47 @@ func TestLargeValuesUseSideChannel(t *testing.T) {
 	}
 }
 
+// TestAnsweredWriteIsApplied: a write's answer implies the leader's
+// Applied() has reached its slot (Replica.applied), so a caller that
+// waits for another node to reach it reads the write there. Planted (the
+// old order, answers first): caught on the first write.
+func TestAnsweredWriteIsApplied(t *testing.T) {
+	for _, planted := range []bool{false, true} {
+		behind := answeredBehindApplied(t, planted)
+		fmt.Printf("answered write applied: planted=%v writes=10 answered_before_applied=%d\n", planted, behind)
+		if planted != (behind > 0) {
+			t.Fatalf("planted=%v: %d of 10 writes answered before Applied() reached their slot", planted, behind)
+		}
+	}
+}
+
+func answeredBehindApplied(t *testing.T, planted bool) (behind int) {
+	testingAnswerBeforeApplied = planted
+	defer func() { testingAnswerBeforeApplied = false }()
+	c := newTestCluster(t, 3, 0)
+	defer c.stopAll()
+	c.put("warm", "up")
+	r := c.nodes[c.leader()].r
+	for i := range 10 {
+		w, _, err := r.submitWrite(testTenant, sm.EncodeCommand(testTenant, putReq(fmt.Sprint("k", i), "v")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case res := <-w.ch:
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if r.Applied() < res.slot {
+				behind++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write was never answered")
+		}
+	}
+	return behind
+}
+
 // TestMinorityPartition cuts the leader off: it must neither commit a write
 // nor serve a linearizable read, while the majority elects a leader and
 // goes on; after healing, the old leader catches up.

@@ -241,10 +241,15 @@ type Replica struct {
 	stallAfter time.Duration
 	apply      applyState // apply loop only
 	status     atomic.Pointer[paxos.Status]
-	applied    atomic.Uint64
-	logFull    atomic.Bool
-	stalled    *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
-	logTail    logTail      // consensus loop only: log bytes appended above a slot (log_tail.go)
+	// applied is the last slot the apply loop applied, stored before that
+	// slot's writes are answered: a write's answer implies Applied() >= its
+	// slot (a test that waited for a follower to reach the leader's
+	// Applied() after a write was answered read the follower before the
+	// write, under -race).
+	applied atomic.Uint64
+	logFull atomic.Bool
+	stalled *paxos.Ready // consensus loop only: a Ready whose persist hit a full log
+	logTail logTail      // consensus loop only: log bytes appended above a slot (log_tail.go)
 	// own is the persister's queue of the leader's own writes
 	// (persister.go), ownBacklog the own writes the log had no room for
 	// yet; applyBacklog holds what the apply queue had no room

@@ -112,3 +112,9 @@ var testingSideProvenAtHead bool
 // catches a request captured on its way to one member and replayed to
 // another.
 var testingSnapRequestUnaddressed bool
+
+// testingAnswerBeforeApplied, when set, plants the apply loop's order
+// before 2026-12-05: a slot's writes were answered before Applied() moved
+// to the slot (here with a pause between, so a test sees it every time):
+// TestAnsweredWriteIsApplied shows its check catches it.
+var testingAnswerBeforeApplied bool
