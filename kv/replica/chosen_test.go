@@ -42,6 +42,7 @@ func restartWithNotes(t *testing.T) (above, committed int, line string) {
 	c := newTestClusterWith(t, func(c *testCluster) {
 		c.usedPct = 101 // no usage snapshots: node 3's store never flushes before it crashes
 	})
+	defer c.stopAll() // the caller changes a testing knob next
 	c.put("before", "1")
 	if l := c.leader(); l == 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -53,6 +53,7 @@ func restartUnderNewMember(t *testing.T, plant bool) bool {
 	// consensus (kvnode's way): the authenticator admits only senders in
 	// the address book.
 	c := newTestClusterWith(t, func(c *testCluster) { c.secret = secretA })
+	defer c.stopAll() // the caller changes a testing knob next
 	c.put("a", "1")
 	p4 := c.addPeer(4)
 	c.join = map[paxos.NodeID]bool{4: true}

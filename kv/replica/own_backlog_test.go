@@ -39,6 +39,7 @@ func TestOwnEntriesWaitForRoom(t *testing.T) {
 
 func ownBacklogRun(t *testing.T) (line string, kept bool) {
 	c, full := newSwitchedFullCluster(t)
+	defer c.stopAll() // the caller changes a testing knob next
 	c.put("before", "1")
 	l := c.leader()
 	r := c.nodes[l].r

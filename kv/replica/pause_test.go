@@ -75,6 +75,7 @@ func TestStalledLeaderPlantedStaleClockCaught(t *testing.T) {
 // answered with the old value and those refused.
 func stalledLeaderTrials(t *testing.T, trials int, untilStale bool) (stale, refused int) {
 	c := newTestCluster(t, 3, 0)
+	defer c.stopAll() // the caller changes a testing knob next
 	for trial := 0; trial < trials && !(untilStale && stale > 0); trial++ {
 		key := fmt.Sprintf("k%d", trial)
 		c.put(key, "old")

@@ -46,6 +46,7 @@ func restartAllWithFollowerBehind(t *testing.T) (snaps float64, from, behind pax
 		c.snapEvery = 20
 		c.catchUpLogPercent = 40
 	})
+	defer c.stopAll() // the caller changes a testing knob next
 	for i := range 30 {
 		c.put(fmt.Sprintf("a%02d", i), "v")
 	}
