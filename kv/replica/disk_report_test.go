@@ -274,7 +274,7 @@ func TestSnapshotStagingStopsAtReserve(t *testing.T) {
 			low.Store(true)
 		}
 	}
-	defer func() { TestingSnapshotChunkHook = nil }()
+	defer func() { c.stopAll(); TestingSnapshotChunkHook = nil }() // the cluster first: its loops read the hook
 	c.start(f)
 	fm := &c.nodes[f].r.metrics.Snap
 	deadline := time.Now().Add(20 * time.Second)

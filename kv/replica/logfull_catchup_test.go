@@ -67,7 +67,7 @@ func TestFullLogFollowerCatchesUp(t *testing.T) {
 			})
 		}
 	}
-	defer func() { TestingSnapshotChunkHook = nil }()
+	defer func() { c.stopAll(); TestingSnapshotChunkHook = nil }() // the cluster first: its loops read the hook
 	capped.Store(uint64(f))
 	c.start(f)
 	select {

@@ -120,14 +120,16 @@ func crashAtEveryChunk(t *testing.T, whole bool) {
 	}
 
 	var crashAt atomic.Uint64
+	var armed atomic.Bool // disarmed, not cleared, while the cluster runs: its loops read the hook
+	armed.Store(true)
 	hit, release := make(chan uint64), make(chan struct{})
 	TestingSnapshotChunkHook = func(node paxos.NodeID, seq uint64) {
-		if node == f && (seq == crashAt.Load() || seq == snapHookStaged) {
+		if armed.Load() && node == f && (seq == crashAt.Load() || seq == snapHookStaged) {
 			hit <- seq
 			<-release
 		}
 	}
-	defer func() { TestingSnapshotChunkHook = nil }()
+	defer func() { c.stopAll(); TestingSnapshotChunkHook = nil }() // the cluster first: its loops read the hook
 	crashed := uint64(0)
 	for at := uint64(1); ; at++ {
 		crashAt.Store(at)
@@ -151,7 +153,7 @@ func crashAtEveryChunk(t *testing.T, whole bool) {
 		t.Fatalf("crashed at only %d chunk boundaries", crashed)
 	}
 	crashAt.Store(0)
-	TestingSnapshotChunkHook = nil
+	armed.Store(false)
 	c.start(f)
 	// The state machine swapped the complete staged copy in when it
 	// opened: the node starts at the leader's slot, without a transfer.
