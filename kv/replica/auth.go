@@ -350,7 +350,7 @@ func (a *Auth) openFrameHead(head []byte, channel byte, lengthMax int) (sealedLe
 	// probation deadline again and again while the counter was only
 	// peeked at. A sender seals every frame anew (a new counter), so no
 	// genuine frame is ever sent twice.
-	if !testingSideProvenAtHead && !a.fresh(h) {
+	if !testingSideProvenAtHead.Load() && !a.fresh(h) {
 		return 0, a.reject(errAuthReplay)
 	}
 	return n, nil
@@ -370,7 +370,7 @@ func (a *Auth) openSideBody(sealed []byte) ([]byte, error) {
 // into sealed by the caller). It returns the payload, aliasing sealed, and
 // the sender.
 func (a *Auth) openFrameBody(sealed []byte, channel byte) ([]byte, paxos.NodeID, error) {
-	if testingSideProvenAtHead {
+	if testingSideProvenAtHead.Load() {
 		return a.open(sealed, channel) // planted: the window checked only here, as before
 	}
 	return a.openChecked(sealed, channel, false)

@@ -358,7 +358,7 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 	// An unproven connection's body takes room in the probation budget
 	// first, so that together they hold at most its share of the budget.
 	pools, bodyTimeout := []chan struct{}{s.budget}, sideBodyTimeout
-	if testingSideProvenAtHead {
+	if testingSideProvenAtHead.Load() {
 		sc.proven.Store(true)
 	} else if !proven {
 		pools, bodyTimeout = []chan struct{}{s.probation, s.budget}, sideHeadTimeout

@@ -39,12 +39,12 @@ const sideReplayWait = 2*sideHeadTimeout + 2*time.Second
 // four.
 func TestSideChannelReplayedHeads(t *testing.T) {
 	for _, planted := range []bool{false, true} {
-		testingSideProvenAtHead = planted
+		testingSideProvenAtHead.Store(planted)
 		closed, refused := sideReplayedHeadClosed(t)
 		misaddressedClosed := sideMisaddressedFrameClosed(t)
 		delivered := sideDeliveredPastReplayedHeads(t)
 		foreign := sideForeignHeadTakenOnce(t)
-		testingSideProvenAtHead = false
+		testingSideProvenAtHead.Store(false)
 		fmt.Printf("side channel replays: planted=%v replayed_head_closed=%v refused=%d misaddressed_frame_closed=%v peer_delivered_past_held_heads=%v foreign_head_reuse_closed=%v held_head_expired_counted=%v\n",
 			planted, closed, refused, misaddressedClosed, delivered, foreign.reuseClosed, foreign.expiredCounted)
 		good := closed && refused > 0 && misaddressedClosed && delivered && foreign.reuseClosed && foreign.expiredCounted

@@ -104,7 +104,7 @@ var TestingChosenNoteLastSlot bool
 // (replayed or not, addressed here or not), which the head check did not
 // hold against the replay window, and its body took the proven peers'
 // budget for sideBodyTimeout (sidechannel.go, sideConn).
-var testingSideProvenAtHead bool
+var testingSideProvenAtHead atomic.Bool // read by side channels the helpers leave running until the test ends
 
 // testingSnapRequestUnaddressed, when true, makes a snapshot server ignore
 // the server a request names (snapshot_serve.go), as before requests
