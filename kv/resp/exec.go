@@ -97,11 +97,8 @@ func (x *exec) do(req *proto.Request) *proto.Response {
 	if r := c.h.Admit(req, bodyBytes(req)); r != nil {
 		return r
 	}
-	ctx := x.ctx
-	if req.Op == proto.OpGet || req.Op == proto.OpScan {
-		// A value or a pair is copied only once its answer has room.
-		ctx = c.h.WithValueRoom(ctx, &x.held, req.Op)
-	}
+	// A GET's value or a SCAN's pair is copied only once its answer has room.
+	ctx := c.h.WithValueRoom(x.ctx, &x.held, req.Op)
 	resp := c.s.be.Do(ctx, c.spec.ID, req)
 	if resp == nil {
 		return proto.Errorf(proto.StatusInternal, "backend returned no response")

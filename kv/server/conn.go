@@ -872,9 +872,7 @@ func (c *conn) overTenantLimits(req *proto.Request) string {
 func (c *conn) do(req *proto.Request, held, body int64, received time.Time) {
 	defer c.inflight.Done()
 	ctx, cancel := context.WithTimeout(WithReceived(c.ctx, received), c.s.cfg.RequestTimeout)
-	if req.Op == proto.OpGet || req.Op == proto.OpScan {
-		ctx = c.withValueRoom(ctx, &held, req.Op) // value_room.go
-	}
+	ctx = c.withValueRoom(ctx, &held, req.Op) // GET and SCAN: value_room.go
 	resp := c.s.be.Do(ctx, c.tenant, req)
 	cancel()
 	c.releaseRequest(body)

@@ -140,12 +140,12 @@ func (h *Hosted) ChargeRequest(n int64) (charged int64, ok bool, throttled *prot
 	return n, true, nil
 }
 
-// WithValueRoom returns ctx with a GET's or a SCAN's room check
-// (value_room.go): the backend asks it before it copies a value or a
-// pair, and it charges this connection's response budgets beyond *held
-// (raising *held to what it took), or returns the THROTTLED answer to give
-// instead (a SCAN's page ends before a later pair refused). For the
-// command's own goroutine only.
+// WithValueRoom returns ctx with a GET's or a SCAN's room check (ctx as
+// it is for any other op; value_room.go): the backend asks it before it
+// copies a value or a pair, and it charges this connection's response
+// budgets beyond *held (raising *held to what it took), or returns the
+// THROTTLED answer to give instead (a SCAN's page ends before a later
+// pair refused). For the command's own goroutine only.
 func (h *Hosted) WithValueRoom(ctx context.Context, held *int64, op proto.Opcode) context.Context {
 	return h.c.withValueRoom(ctx, held, op)
 }

@@ -59,13 +59,17 @@ var _ [getAnswerOverheadBytes - (proto.HeaderBytes + 4 + 1)]struct{}
 // is queued (send).
 const scanRoomStepBytes = 32 << 10
 
-// withValueRoom returns ctx with op's room check (a GET's or a SCAN's),
-// charging c's budgets beyond *held (which it raises to what it charged).
+// withValueRoom returns ctx with op's room check when op is a GET or a
+// SCAN (ctx as it is for any other op), charging c's budgets beyond *held
+// (which it raises to what it charged).
 // A refusal is counted THROTTLED only when it is the answer: a GET's, or
 // a SCAN's first pair's (the check is called once per pair, in order; a
 // later pair's refusal ends the page). Called on the request's own
 // goroutine only.
 func (c *conn) withValueRoom(ctx context.Context, held *int64, op proto.Opcode) context.Context {
+	if op != proto.OpGet && op != proto.OpScan {
+		return ctx
+	}
 	calls := 0
 	return context.WithValue(ctx, valueRoomKey{}, func(n int) *proto.Response {
 		calls++

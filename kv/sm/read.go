@@ -128,9 +128,9 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 		return nil, false, nil, fmt.Errorf("sm: scan: %w", err)
 	}
 	defer it.Close()
-	replyBytes, pairBytes := 0, 0
+	pairBytes := 0 // ScanPairBytes summed: keys, values and their prefixes
 	for it.First(); it.Valid(); it.Next() {
-		if len(pairs) == limit || replyBytes >= proto.ScanReplyBytesMax {
+		if len(pairs) == limit || pairBytes-len(pairs)*ScanPairBytes(0, 0) >= proto.ScanReplyBytesMax {
 			more = true
 			break
 		}
@@ -158,7 +158,6 @@ func (s *SM) scan(ctx context.Context, tenant tenants.ID, start, end []byte, lim
 			vc = []byte{}
 		}
 		pairs = append(pairs, proto.KV{Key: k, Value: vc})
-		replyBytes += len(k) + len(vc)
 	}
 	if err := it.Error(); err != nil {
 		return nil, false, nil, fmt.Errorf("sm: scan: %w", err)

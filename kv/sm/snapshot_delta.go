@@ -149,8 +149,9 @@ func rangeEnd(rs []deltaRange, i int) []byte {
 // invariants build (-race) panics seeking to one, and, with a range
 // deletion starting there among those it flushed, its compaction kept keys
 // the deletions covered, so a key a delta deleted came back after the
-// install (TestDeltaRestoreMatchesServer under -race saw it). "\x00" is below every key held: keys are never empty (a
-// tenant prefix) and "\x00" is a prefix of any that starts with 0.
+// install (TestDeltaRestoreMatchesServer under -race saw it). "\x00" is
+// below every key held: keys are never empty (a tenant prefix) and "\x00"
+// is a prefix of any that starts with 0.
 func pebbleKey(start []byte) []byte {
 	if len(start) == 0 {
 		return []byte{0}
