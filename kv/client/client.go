@@ -263,7 +263,7 @@ func (c *Client) backoff(attempt int) time.Duration {
 // (OK or an error status that retrying cannot change) or an error. A
 // write's first unacked comes from the client's window.
 func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, error) {
-	return c.retry(ctx, req, true)
+	return c.retry(ctx, req, true, nil)
 }
 
 // retry is the loop of every call (do, Forward): it sends req to the
@@ -271,13 +271,16 @@ func (c *Client) do(ctx context.Context, req *proto.Request) (*proto.Response, e
 // NOT_LEADER, and retries connection failures, UNAVAILABLE and THROTTLED,
 // within ctx (RequestTimeout when it has no deadline) and RetriesMax.
 // With ownWindow, each attempt of a write carries the client's current
-// first unacked; without, req goes as it is.
+// first unacked; without, req goes as it is. room (when set) is asked
+// before each answer's body is read (Room); its refusal is the call's
+// response, not retried: the caller has no room for the answer, and
+// asking again would have the node read and send it again.
 //
 // A redirect to a named leader is retried at once, unless this call
 // already sent an attempt there: then nodes are sending it round in a
 // circle (stale views during an election) and it backs off like after any
 // other failure, so no call spins between them.
-func (c *Client) retry(ctx context.Context, req *proto.Request, ownWindow bool) (*proto.Response, error) {
+func (c *Client) retry(ctx context.Context, req *proto.Request, ownWindow bool, room Room) (*proto.Response, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -293,13 +296,16 @@ func (c *Client) retry(ctx context.Context, req *proto.Request, ownWindow bool) 
 		wait := time.Duration(0)
 		cn, err := c.connTo(ctx, target)
 		var resp *proto.Response
+		refused := false
 		if err == nil {
 			if ownWindow && req.Op.IsWrite() {
 				req.FirstUnacked = c.firstUnacked(req.Seq)
 			}
-			resp, err = cn.roundTrip(ctx, req)
+			resp, refused, err = cn.roundTripWithin(ctx, req, room)
 		}
 		switch {
+		case refused:
+			return resp, nil
 		case ctx.Err() != nil:
 			if lastErr != nil {
 				return nil, fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)

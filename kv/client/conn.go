@@ -40,9 +40,35 @@ type conn struct {
 
 	mu      sync.Mutex
 	nextID  uint64
-	pending map[uint64]chan *proto.Response
+	pending map[uint64]*call
 	err     error // why the connection died; set before done is closed
 }
+
+// call is a request waiting for its answer on a conn.
+type call struct {
+	// answer receives the response (buffered: the reader never blocks).
+	answer chan answer
+	// room, when set, is asked for the answer's room before its body is
+	// read (Room); the reader calls it under conn.mu, as it takes the
+	// call out of pending, so it is never called once the caller forgot
+	// the call, and what it did is seen by the caller either way.
+	room Room
+}
+
+// answer is a call's response; refused marks a refusal of its Room (the
+// body was never read): the call's answer, not retried.
+type answer struct {
+	resp    *proto.Response
+	refused bool
+}
+
+// Room is asked, with an answer frame's body length, whether the caller
+// has room to hold that answer before the client reads the body into
+// memory: nil to read it, or the response to answer instead (the body is
+// then read past without being held). A proxy charges its own budgets so,
+// and so holds no answer it has not counted (kv/resp's forwarded GET).
+// It runs on the connection's reader goroutine and must not block.
+type Room func(bodyBytes int) *proto.Response
 
 // dialConn connects to addr, runs TLS over the connection when tlsConf is
 // not nil, and performs the HELLO handshake.
@@ -89,7 +115,7 @@ func dialConn(ctx context.Context, dial func(ctx context.Context, addr string) (
 		out:     make(chan []byte, proto.InflightPerConnMax),
 		slots:   make(chan struct{}, proto.InflightPerConnMax),
 		done:    make(chan struct{}),
-		pending: map[uint64]chan *proto.Response{}}
+		pending: map[uint64]*call{}}
 	go c.readLoop(br)
 	go c.writeLoop()
 	return c, nil
@@ -115,14 +141,22 @@ func startTLS(ctx context.Context, nc net.Conn, conf *tls.Config, addr string) (
 }
 
 func readResponse(br *bufio.Reader) (*proto.Response, error) {
-	var hb [proto.HeaderBytes]byte
-	if _, err := io.ReadFull(br, hb[:]); err != nil {
-		return nil, err
-	}
-	h, err := proto.DecodeHeader(hb[:])
+	h, err := readHeader(br)
 	if err != nil {
 		return nil, err
 	}
+	return readBody(br, h)
+}
+
+func readHeader(br *bufio.Reader) (proto.Header, error) {
+	var hb [proto.HeaderBytes]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return proto.Header{}, err
+	}
+	return proto.DecodeHeader(hb[:])
+}
+
+func readBody(br *bufio.Reader, h proto.Header) (*proto.Response, error) {
 	body := make([]byte, h.Length)
 	if _, err := io.ReadFull(br, body); err != nil {
 		return nil, err
@@ -151,20 +185,39 @@ func (c *conn) dead() error {
 
 func (c *conn) readLoop(br *bufio.Reader) {
 	for {
-		resp, err := readResponse(br)
+		h, err := readHeader(br)
 		if err != nil {
 			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
 			return
 		}
 		c.answered.Store(true)
 		c.mu.Lock()
-		ch := c.pending[resp.ID]
-		delete(c.pending, resp.ID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- resp // buffered: never blocks
+		cl := c.pending[h.ID]
+		delete(c.pending, h.ID)
+		var refused *proto.Response
+		if cl != nil && cl.room != nil {
+			refused = cl.room(int(h.Length))
 		}
-		// A response nobody waits for belongs to a caller whose ctx ended.
+		c.mu.Unlock()
+		if cl == nil || refused != nil {
+			// Nobody waits for it (its caller's ctx ended) or nobody has
+			// room for it: read past the body without holding it
+			// (io.Discard reads through a small pooled buffer).
+			if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
+				c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+				return
+			}
+			if cl != nil {
+				cl.answer <- answer{resp: refused, refused: true} // buffered: never blocks
+			}
+			continue
+		}
+		resp, err := readBody(br, h)
+		if err != nil {
+			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+			return
+		}
+		cl.answer <- answer{resp: resp} // buffered: never blocks
 	}
 }
 
@@ -195,23 +248,30 @@ func (c *conn) writeLoop() {
 // roundTrip sends req (setting its ID and tenant) and waits for the
 // response, the connection's death or ctx.
 func (c *conn) roundTrip(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	resp, _, err := c.roundTripWithin(ctx, req, nil)
+	return resp, err
+}
+
+// roundTripWithin is roundTrip that asks room (when set) before it reads
+// the answer's body; refused: the response is room's refusal.
+func (c *conn) roundTripWithin(ctx context.Context, req *proto.Request, room Room) (_ *proto.Response, refused bool, _ error) {
 	select {
 	case c.slots <- struct{}{}:
 	case <-c.done:
-		return nil, c.dead()
+		return nil, false, c.dead()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	defer func() { <-c.slots }()
-	ch := make(chan *proto.Response, 1)
+	cl := &call{answer: make(chan answer, 1), room: room}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return nil, c.err
+		return nil, false, c.err
 	}
 	c.nextID++
 	id := c.nextID
-	c.pending[id] = ch
+	c.pending[id] = cl
 	c.mu.Unlock()
 	req.ID, req.Tenant = id, c.tenant
 	frame := proto.AppendRequest(nil, req)
@@ -223,24 +283,30 @@ func (c *conn) roundTrip(ctx context.Context, req *proto.Request) (*proto.Respon
 	select {
 	case c.out <- frame:
 	case <-c.done:
-		return nil, c.dead()
+		forget()
+		return nil, false, c.dead()
 	case <-ctx.Done():
 		forget()
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	select {
-	case resp := <-ch:
-		if resp.Op != req.Op && resp.Status == proto.StatusOK {
+	case a := <-cl.answer:
+		resp := a.resp
+		if !a.refused && resp.Op != req.Op && resp.Status == proto.StatusOK {
 			err := fmt.Errorf("%w: %s answered %v to %v", ErrConnection, c.addr, resp.Op, req.Op)
 			c.fail(err)
-			return nil, err
+			return nil, false, err
 		}
-		return resp, nil
+		return resp, a.refused, nil
 	case <-c.done:
-		return nil, c.dead()
+		// Taken out of pending under conn.mu, so that a room the reader
+		// was asking has returned (and what it did is seen) before the
+		// caller goes on.
+		forget()
+		return nil, false, c.dead()
 	case <-ctx.Done():
 		forget()
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 }
 

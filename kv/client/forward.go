@@ -20,6 +20,16 @@ import (
 // (Forward never draws a sequence from the client's window), so use a
 // client for Forward only or for its own calls only.
 func (c *Client) Forward(ctx context.Context, req *proto.Request) (*proto.Response, error) {
+	return c.ForwardWithin(ctx, req, nil)
+}
+
+// ForwardWithin is Forward that asks room, when set, before it reads an
+// answer's body into memory (Room): a refusal is returned as the
+// response, at once and without a retry, and the body is never held. A
+// proxy whose answers count against budgets passes its own room check
+// (kv/resp: a follower's forwarded GET is charged its value before the
+// value is read, as a GET the node serves itself is).
+func (c *Client) ForwardWithin(ctx context.Context, req *proto.Request, room Room) (*proto.Response, error) {
 	switch {
 	case req.Op == proto.OpHello:
 		return nil, errors.New("client: Forward of HELLO")
@@ -30,5 +40,5 @@ func (c *Client) Forward(ctx context.Context, req *proto.Request) (*proto.Respon
 	// comes from this client's own window, which a forwarding client never
 	// uses. The same rules hold: one connection per endpoint, shared by
 	// every forwarded request, with per-endpoint back-off (endpoint.go).
-	return c.retry(ctx, req, false)
+	return c.retry(ctx, req, false, room)
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"synod/kv/client"
 	"synod/kv/proto"
 	"synod/kv/server"
 )
@@ -104,16 +105,22 @@ func (x *exec) do(req *proto.Request) *proto.Response {
 		return proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}
 	if resp.Status == proto.StatusNotLeader && req.Op != proto.OpStatus {
-		if req.Op == proto.OpScan {
+		var room client.Room
+		switch req.Op {
+		case proto.OpScan:
 			// Its reply comes back whole: reserve it first
 			// (kv/server forwarded_scan.go).
 			held, limit, refusal := c.h.ReserveForwardedScan(x.held, req.Limit)
 			if x.held, req.Limit = held, limit; refusal != nil {
 				return refusal
 			}
+		case proto.OpGet:
+			// Charged as a GET served here is, before the value is
+			// held: the answer's body length bounds the value's.
+			room = client.Room(server.ValueRoom(ctx))
 		}
 		c.s.stats.proxied.Add(1)
-		resp = c.s.proxy.forward(x.ctx, c.spec, resp.Leader, req)
+		resp = c.s.proxy.forward(x.ctx, c.spec, resp.Leader, req, room)
 	}
 	return resp
 }

@@ -705,3 +705,44 @@ func TestMGetOverTheConnectionBudget(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestForwardedGetChargedBeforeItIsRead: a GET a follower forwards to the
+// leader is charged its answer before the proxy reads the value, as a
+// GET the node serves itself is charged before it copies it: beside a
+// tenant budget held by unread megabyte answers, a megabyte GET is -BUSY
+// naming the budget (the proxy read past the value without holding it),
+// and a small GET still fits. Before, the proxy read the whole value
+// into memory outside every budget and refused it only then.
+func TestForwardedGetChargedBeforeItIsRead(t *testing.T) {
+	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
+		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
+	ts, _ := startFollower(t, cfg, false)
+	rc := goRedis(t, ts.addr, specAlpha.Token)
+	ctx := ctxT(t)
+	big := strings.Repeat("v", proto.ValueBytesMax)
+	for k, v := range map[string]string{"big1": big, "big2": big, "s1": "x"} {
+		if err := rc.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unreadGets(t, ts.addr, specAlpha.Token, "big1", 4, 64)
+	waitUnreadStuck(t, ts, 4)
+	proxied := ts.resp.stats.proxied.Load()
+	_, err := rc.Get(ctx, "big2").Result()
+	if err == nil || !strings.HasPrefix(err.Error(), "BUSY") ||
+		!strings.Contains(err.Error(), "a GET answer of") || !strings.Contains(err.Error(), "response_bytes_per_tenant_max") {
+		t.Fatalf("a forwarded megabyte GET beside %d held bytes of %d: %v; want -BUSY from the room check, naming the tenant's budget",
+			ts.host.Stats().ResponseBytes, cfg.ResponseBytesPerTenantMax, err)
+	}
+	if v, err := rc.Get(ctx, "s1").Result(); err != nil || v != "x" {
+		t.Fatalf("a small forwarded GET beside the same budget: %q %v", v, err)
+	}
+	if n := ts.resp.stats.proxied.Load() - proxied; n != 2 {
+		t.Fatalf("%d GETs forwarded, want 2", n)
+	}
+	if st := ts.host.Stats(); st.ResponseBytesPeak > cfg.ResponseBytesPerTenantMax {
+		t.Fatalf("the follower held %d response bytes, the tenant's bound is %d", st.ResponseBytesPeak, cfg.ResponseBytesPerTenantMax)
+	}
+	t.Logf("forwarded megabyte GET: %v", err)
+}

@@ -53,13 +53,14 @@ func newProxy(peers []string, tlsConf *tls.Config) *proxy {
 }
 
 // forward sends req to the leader as tenant spec; leader is the leader's
-// client address when the local NOT_LEADER answer named it.
-func (p *proxy) forward(ctx context.Context, spec tenants.Spec, leader string, req *proto.Request) *proto.Response {
+// client address when the local NOT_LEADER answer named it. room (when
+// set) is asked before the answer's body is read (kv/client Room).
+func (p *proxy) forward(ctx context.Context, spec tenants.Spec, leader string, req *proto.Request, room client.Room) *proto.Response {
 	cl, err := p.client(spec, leader)
 	if err != nil {
 		return responseOf(err)
 	}
-	resp, err := cl.Forward(ctx, req)
+	resp, err := cl.ForwardWithin(ctx, req, room)
 	if err != nil {
 		return responseOf(err)
 	}

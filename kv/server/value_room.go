@@ -64,8 +64,10 @@ const scanRoomStepBytes = 32 << 10
 // (which it raises to what it charged).
 // A refusal is counted THROTTLED only when it is the answer: a GET's, or
 // a SCAN's first pair's (the check is called once per pair, in order; a
-// later pair's refusal ends the page). Called on the request's own
-// goroutine only.
+// later pair's refusal ends the page). Not safe for concurrent calls:
+// called on the request's own goroutine, or on another while the request
+// waits for it with a happens-before edge both ways (a RESP follower's
+// forwarded GET: kv/client's reader asks it under its connection's lock).
 func (c *conn) withValueRoom(ctx context.Context, held *int64, op proto.Opcode) context.Context {
 	if op != proto.OpGet && op != proto.OpScan {
 		return ctx
