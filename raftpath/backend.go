@@ -37,7 +37,15 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		}
 		return res.Response(req)
 	case proto.OpGet, proto.OpScan:
+		room := server.ValueRoom(ctx)
 		if req.Flags&proto.FlagStaleOK == 0 {
+			// A GET refused for room needs no barrier (kv/sm ReadRefusal);
+			// a follower still answers NOT_LEADER first.
+			if b.n.IsLeader() {
+				if r := b.n.sm.ReadRefusal(ctx, tenant, req, room); r != nil {
+					return r
+				}
+			}
 			if err := b.n.ReadBarrier(ctx); err != nil {
 				return errResponse(err)
 			}
@@ -46,7 +54,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		// only on a follower (a leader is never sent a snapshot), while
 		// linearizable reads are served by the leader. Stale reads on a
 		// follower may see a restore in progress, as their flag allows.
-		return b.n.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
+		return b.n.sm.ReadResponseWithin(ctx, tenant, req, room)
 	case proto.OpStatus:
 		return &proto.Response{Cluster: b.clusterStatus()}
 	case proto.OpPing:

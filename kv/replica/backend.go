@@ -53,7 +53,15 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		}
 		return res.Response(req)
 	case proto.OpGet, proto.OpScan:
+		room := server.ValueRoom(ctx)
 		if req.Flags&proto.FlagStaleOK == 0 {
+			// A GET refused for room needs no barrier (kv/sm ReadRefusal);
+			// a follower still answers NOT_LEADER first.
+			if b.r.status.Load().Role == paxos.RoleLeader {
+				if r := b.sm.ReadRefusal(ctx, tenant, req, room); r != nil {
+					return r
+				}
+			}
 			if err := b.r.ReadBarrier(ctx); err != nil {
 				return b.errResponse(err)
 			}
@@ -61,7 +69,7 @@ func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 		b.r.restoreMu.RLock()
 		defer b.r.restoreMu.RUnlock()
 		start := time.Now()
-		resp := b.sm.ReadResponseWithin(ctx, tenant, req, server.ValueRoom(ctx))
+		resp := b.sm.ReadResponseWithin(ctx, tenant, req, room)
 		b.r.readStageTook(rsStateMachine, time.Since(start), 0)
 		return resp
 	case proto.OpStatus:

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"synod/internal/stall"
 	"synod/internal/testport"
 	"synod/kv/proto"
+	"synod/kv/server"
 	"synod/kv/sm"
 	"synod/paxos"
 	"synod/pmem"
@@ -641,5 +643,60 @@ func TestLogCompactsBeforeFull(t *testing.T) {
 			t.Fatal("no snapshot was taken although the log passed half full")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRefusedGetTakesNoBarrier: a linearizable GET at the leader whose
+// value's length the state machine remembers, and whose answer has no
+// room, is refused before its read barrier (kv/sm ReadRefusal): a flood of
+// such GETs does not reach the consensus loop. One with room takes its
+// barrier and is served; a follower answers NOT_LEADER whatever the room.
+func TestRefusedGetTakesNoBarrier(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	defer c.stopAll()
+	big := strings.Repeat("b", 200<<10)
+	c.put("big", big)
+	lead := c.leader()
+	barriers := func() uint64 {
+		var m dto.Metric
+		if err := c.nodes[lead].r.metrics.ReadLatency.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	get := func(id paxos.NodeID, limit int) *proto.Response {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ctx = server.WithRoom(ctx, func(n int) *proto.Response {
+			if n > limit {
+				return proto.Errorf(proto.StatusThrottled, "no room for %d", n)
+			}
+			return nil
+		})
+		return c.nodes[id].be.Do(ctx, testTenant, &proto.Request{Op: proto.OpGet, Key: []byte("big")})
+	}
+	// The first read records the length (a put's apply records it too).
+	if r := get(lead, 1<<20); r.Status != proto.StatusOK || len(r.Value) != len(big) {
+		t.Fatalf("GET with room: %v, %d bytes", r.Status, len(r.Value))
+	}
+	before := barriers()
+	for range 20 {
+		if r := get(lead, 1000); r.Status != proto.StatusThrottled {
+			t.Fatalf("GET with no room: %v", r.Status)
+		}
+	}
+	if n := barriers() - before; n != 0 {
+		t.Fatalf("20 GETs refused for room took %d read barriers, want 0", n)
+	}
+	if r := get(lead, 1<<20); r.Status != proto.StatusOK || barriers()-before != 1 {
+		t.Fatalf("GET with room after them: %v, %d barriers", r.Status, barriers()-before)
+	}
+	for id := range c.nodes {
+		if id != lead {
+			if r := get(id, 1000); r.Status != proto.StatusNotLeader {
+				t.Fatalf("a follower's GET with no room: %v, want NOT_LEADER", r.Status)
+			}
+			break
+		}
 	}
 }

@@ -30,7 +30,9 @@ type valueRoomKey struct{}
 // would never use.
 
 // ValueRoom returns the room check of a request's context (nil: none, as
-// outside the server): called with a GET's value length, or a SCAN's pair
+// outside the server): called with a GET's value length (once, or twice
+// when the store remembers a large value's length: first with that,
+// before the value is read, then with the length read), or a SCAN's pair
 // bytes so far, before they are copied, it returns nil when the answer
 // fits the response budgets (they then hold it), else the answer to send
 // instead (for a SCAN, only when the first pair is refused; a later
@@ -38,6 +40,12 @@ type valueRoomKey struct{}
 func ValueRoom(ctx context.Context) func(n int) *proto.Response {
 	f, _ := ctx.Value(valueRoomKey{}).(func(int) *proto.Response)
 	return f
+}
+
+// WithRoom returns ctx carrying room as its room check (ValueRoom), for a
+// caller that drives a Backend without this server (a backend's tests).
+func WithRoom(ctx context.Context, room func(n int) *proto.Response) context.Context {
+	return context.WithValue(ctx, valueRoomKey{}, room)
 }
 
 // getAnswerBytesMax bounds the encoded answer around a value of n bytes,

@@ -56,6 +56,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		s.broken = fmt.Errorf("sm: committing slot %d: %w", slot, err)
 		return nil, s.broken
 	}
+	s.lens.applied(w.written)
 	s.installUsage(usage)
 	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)

@@ -23,6 +23,9 @@ func (s *SM) Get(tenant tenants.ID, key []byte) ([]byte, bool, error) {
 // getWithin is Get that, with room set, calls room with the value's length
 // before it copies the value: a non-nil answer from room is returned as
 // refused, and nothing is copied (the caller's memory for answers is full).
+// With a large value's length remembered (value_lens.go) it calls room
+// with that length first, and a refusal then is returned before the store
+// is read; admitted, it reads and calls room again with the length read.
 // It waits for a read slot until ctx ends (errReadSlotWait).
 func (s *SM) getWithin(ctx context.Context, tenant tenants.ID, key []byte, room func(valueBytes int) *proto.Response) (_ []byte, _ bool, refused *proto.Response, _ error) {
 	if tenant == 0 {
@@ -32,18 +35,24 @@ func (s *SM) getWithin(ctx context.Context, tenant tenants.ID, key []byte, room 
 		return nil, false, nil, err
 	}
 	defer s.reads.give(1)
+	dk := dataKey(tenant, key)
+	if r := s.refuseRemembered(dk, room); r != nil {
+		return nil, false, r, nil
+	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.dbClosed {
 		return nil, false, nil, ErrClosed
 	}
-	v, closer, err := s.db.Get(dataKey(tenant, key))
+	gen := s.lens.generation()
+	v, closer, err := s.db.Get(dk)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil, nil
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("sm: get: %w", err)
 	}
+	s.lens.record(dk, len(v), gen)
 	if room != nil {
 		if r := room(len(v)); r != nil {
 			closer.Close()
@@ -56,6 +65,47 @@ func (s *SM) getWithin(ctx context.Context, tenant tenants.ID, key []byte, room 
 	}
 	closer.Close()
 	return out, true, nil, nil
+}
+
+// ReadRefusal is what a GET of tenant is answered before anything is
+// read, when its value's length is remembered (value_lens.go) and room
+// (a ReadResponseWithin room check) refuses an answer of that length;
+// nil otherwise, and for any other request: the read goes on. Backends
+// ask it before a linearizable read's barrier too, which a refused read
+// does not need: a flood of GETs with no room for their answers would
+// otherwise keep the consensus loop busy with barriers.
+//
+// It takes a read slot, in turn with every other read (read_slots.go),
+// though it reads nothing: the slots bound how many reads run at once,
+// and a flood of refusals that each cost microseconds, unbounded, had
+// thousands of goroutines runnable at once, and the consensus loop waited
+// behind them for the CPU (a leader's loop stalled 259 ms and lost its
+// leadership in an outside tester's flood). nil when ctx ends first.
+func (s *SM) ReadRefusal(ctx context.Context, tenant tenants.ID, req *proto.Request, room func(valueBytes int) *proto.Response) *proto.Response {
+	if req.Op != proto.OpGet || tenant == 0 || room == nil {
+		return nil
+	}
+	dk := dataKey(tenant, req.Key)
+	if _, ok := s.lens.lookup(dk); !ok {
+		return nil // nothing to ask: no slot taken
+	}
+	if err := s.reads.take(ctx, tenant, 1); err != nil {
+		return nil
+	}
+	defer s.reads.give(1)
+	return s.refuseRemembered(dk, room)
+}
+
+// refuseRemembered asks room (when set) with the remembered length of the
+// value under data key dk, if any: its refusal, or nil.
+func (s *SM) refuseRemembered(dk []byte, room func(valueBytes int) *proto.Response) *proto.Response {
+	if room == nil {
+		return nil
+	}
+	if n, ok := s.lens.lookup(dk); ok {
+		return room(n)
+	}
+	return nil
 }
 
 // ValueLen returns the length of tenant's value under key (latest committed

@@ -170,6 +170,9 @@ type SM struct {
 	dbClosed bool
 	// reads bounds the GETs and SCANs inside Pebble at once (read_slots.go).
 	reads *readSlots
+	// lens remembers large values' lengths, so that a GET with no room for
+	// its answer is refused without reading the store (value_lens.go).
+	lens valueLens
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
 	clients map[tenants.ID]*tenantClients

@@ -364,6 +364,7 @@ func (s *SM) swapLocked(slot uint64) error {
 		return s.broken
 	}
 	s.dbClosed = true // until the swapped-in state is open
+	s.lens.reset()
 	if err := swapRestored(s.dir); err != nil {
 		// The directories are as recoverRestore expects: reopening
 		// finishes the swap. Until then this SM cannot go on.
