@@ -58,6 +58,7 @@ type Server struct {
 	admin adminCheck
 
 	refused, evicted, throttled atomic.Uint64
+	paced                       atomic.Uint64 // frames read late: refused_pace.go
 
 	mu       sync.Mutex
 	closed   bool
@@ -128,6 +129,7 @@ func (s *Server) Stats() Stats {
 	st.ResponseBytes, st.ResponseBytesPeak = s.node.used.Load(), s.node.peak.Load()
 	st.RequestBytes, st.RequestBytesPeak = s.reqNode.used.Load(), s.reqNode.peak.Load()
 	st.ResponsesThrottled = s.throttled.Load()
+	st.FramesPaced = s.paced.Load()
 	st.LogLinesSuppressed = s.warnLog.total.Load() + s.noteLog.total.Load()
 	return st
 }
@@ -338,6 +340,7 @@ type conn struct {
 	// requests read and not yet answered (request_budget.go).
 	reqQueued, reqTenant *budget
 
+	refused    refusals       // its run of THROTTLED answers (refused_pace.go)
 	out        chan outFrame  // Invariant: holds at most writeQueueFrames frames
 	slots      chan struct{}  // in-flight requests; capacity InflightPerConnMax
 	inflight   sync.WaitGroup // requests being executed
@@ -445,6 +448,7 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 	}
 	b := proto.AppendResponse(make([]byte, 0, responseBytesHint(resp)), resp)
 	n := int64(len(b))
+	status, retryAfter := resp.Status, resp.RetryAfter
 	if held > 0 && n > held {
 		if full := c.tryChargeOrFull(n - held); full != budgetNone {
 			c.countThrottled()
@@ -452,11 +456,13 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 			r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
 			b = proto.AppendResponse(b[:0], r)
 			n = int64(len(b))
+			status, retryAfter = r.Status, r.RetryAfter
 			if n > held {
 				panic(fmt.Sprintf("server: a THROTTLED answer of %d bytes exceeds the %d held", n, held))
 			}
 		}
 	}
+	c.refused.answered(status, retryAfter)
 	charged := int64(0)
 	if held > 0 {
 		if n < held {
@@ -504,6 +510,11 @@ func (c *conn) readLoop() {
 		// Frames already buffered are not executed once the connection
 		// is closed (a write timeout, a fatal frame, Close).
 		if c.ctx.Err() != nil {
+			return
+		}
+		// A client pipelining on through its refusals is read one frame
+		// per retry-after (refused_pace.go).
+		if !c.waitPace() {
 			return
 		}
 		// Take an in-flight slot and reserve the answer's room before

@@ -315,6 +315,9 @@ type Stats struct {
 	// response or request budget (the tenant's or the node's) had no
 	// room.
 	ResponsesThrottled uint64
+	// FramesPaced counts frames a connection's reader read late because
+	// the connection's last answers were all THROTTLED (refused_pace.go).
+	FramesPaced uint64
 	// LogLinesSuppressed counts log lines the rate limit dropped.
 	LogLinesSuppressed uint64
 }

@@ -1,0 +1,89 @@
+package server
+
+import (
+	"sync/atomic"
+	"time"
+
+	"synod/kv/proto"
+)
+
+// Refused connections are paced. A THROTTLED answer tells the client to
+// wait its retry-after; a client that pipelines on regardless has every
+// request refused again, as fast as the node can refuse them, and each
+// refusal still costs the node a frame read, a goroutine and an answer
+// written. Six tenants pipelining GETs of megabyte values whose answers
+// they never read (an outside tester's flood) had a leader refuse about
+// 15,000 GETs a second once a refusal stopped reading the store
+// (kv/sm value_lens.go); its consensus loop, behind those goroutines for
+// the two cores, lost leadership in two runs of four.
+//
+// So a connection whose last refusedRunPacedMin answers were all
+// THROTTLED has its next frame read only after the last refusal's
+// retry-after (at most refusedPaceMax): one request per retry-after,
+// which is what the answers asked for. The first answer that is not
+// THROTTLED ends the run, and the connection is read at full speed again.
+// A client that honours retry-after never waits here: it has nothing in
+// flight while it waits.
+
+const (
+	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
+	// other answer between, make a connection paced. A client of one
+	// request at a time that honours retry-after never gets near it; a
+	// pipelining one refused in a burst is paced at the retry-afters it
+	// was given, and its first answer that is not THROTTLED ends that.
+	// Each flooding connection is refused this many times at full speed
+	// before it is paced, so it is kept well below the pipeline's depth:
+	// at 512, eighteen connections starting at once were refused 9,216
+	// times in a burst, and a leader lost its leadership in one run of
+	// four at the flood's start.
+	refusedRunPacedMin = proto.InflightPerConnMax / 4
+	// refusedPaceMax bounds the wait before a paced connection's next
+	// frame, whatever retry-after the last refusal carried.
+	refusedPaceMax = 100 * time.Millisecond
+)
+
+// refusals tracks a connection's run of THROTTLED answers.
+type refusals struct {
+	run   atomic.Int64 // THROTTLED answers since the last other answer
+	after atomic.Int64 // the last THROTTLED answer's retry-after, ns
+}
+
+// answered notes an answer sent with status st and retry-after ra.
+func (r *refusals) answered(st proto.Status, ra time.Duration) {
+	if st == proto.StatusThrottled {
+		r.after.Store(int64(ra))
+		r.run.Add(1)
+		return
+	}
+	if r.run.Load() != 0 {
+		r.run.Store(0)
+	}
+}
+
+// pace is how long the reader waits before the next frame: 0 unless the
+// connection is in a run of refusedRunPacedMin refusals or more.
+func (r *refusals) pace() time.Duration {
+	if r.run.Load() < refusedRunPacedMin {
+		return 0
+	}
+	return min(max(time.Duration(r.after.Load()), RetryAfterMin), refusedPaceMax)
+}
+
+// waitPace waits out the connection's pace (pace) before its next frame
+// is read, counting the connection paced; false when the connection ended
+// meanwhile.
+func (c *conn) waitPace() bool {
+	d := c.refused.pace()
+	if d == 0 {
+		return true
+	}
+	c.s.paced.Add(1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/tenants"
+)
+
+// refuseAll answers every GET THROTTLED with retryAfter, except the keys
+// "ok", and counts the requests it saw.
+type refuseAll struct {
+	retryAfter time.Duration
+	calls      atomic.Int64
+}
+
+func (b *refuseAll) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	b.calls.Add(1)
+	if string(req.Key) == "ok" {
+		return &proto.Response{Value: []byte("v")}
+	}
+	r := proto.Errorf(proto.StatusThrottled, "refused")
+	r.RetryAfter = b.retryAfter
+	return r
+}
+
+// TestRefusedConnectionPaced: a connection pipelining on through its
+// THROTTLED answers is read, once refusedRunPacedMin answers in a row were
+// THROTTLED, one frame per retry-after (refused_pace.go): the frames past
+// the run take at least their retry-afters to be answered, and are
+// counted paced. One answer that is not THROTTLED ends the run; a
+// connection whose refusals are interleaved with answers is never paced.
+func TestRefusedConnectionPaced(t *testing.T) {
+	const retryAfter = 2 * time.Millisecond
+	const past = proto.InflightPerConnMax + 40 // frames sent past the run
+	be := &refuseAll{retryAfter: retryAfter}
+	s, addr := start(t, be, Config{})
+	c := dialRaw(t, addr)
+	c.hello(tokenA)
+	get := func(frames []byte, id int, key string) []byte {
+		return proto.AppendRequest(frames, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(id), Key: []byte(key)})
+	}
+	// Interleaved: never paced.
+	var frames []byte
+	for i := range 4 * refusedRunPacedMin {
+		key := "no"
+		if i%(refusedRunPacedMin/2) == refusedRunPacedMin/2-1 {
+			key = "ok"
+		}
+		frames = get(frames, i+1, key)
+	}
+	go c.nc.Write(frames)
+	for range 4 * refusedRunPacedMin {
+		c.mustRecv()
+	}
+	if n := s.Stats().FramesPaced; n != 0 {
+		t.Fatalf("%d frames paced on a connection whose refusals were interleaved with answers", n)
+	}
+	// A run: the frames past it are paced.
+	frames = nil
+	for i := range refusedRunPacedMin + past {
+		frames = get(frames, 10_000+i, "no")
+	}
+	go c.nc.Write(frames)
+	var runEnd time.Time
+	for i := range refusedRunPacedMin + past {
+		if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+			t.Fatalf("answer %d: %v", i, r.Status)
+		}
+		if i == refusedRunPacedMin-1 {
+			runEnd = time.Now()
+		}
+	}
+	took := time.Since(runEnd)
+	// The reader may have read up to a pipeline's depth ahead before the
+	// run was complete; each frame it read after waits a retry-after.
+	paced := s.Stats().FramesPaced
+	if paced < past-proto.InflightPerConnMax || took < time.Duration(paced-1)*retryAfter {
+		t.Fatalf("%d frames past a run of %d refusals answered in %v, %d counted paced; want at least %d paced, each a retry-after (%v) apart",
+			past, refusedRunPacedMin, took, paced, past-proto.InflightPerConnMax, retryAfter)
+	}
+	// One answer ends the run.
+	c.send(get(nil, 50_000, "ok"))
+	if r := c.mustRecv(); r.Status != proto.StatusOK {
+		t.Fatalf("ok: %v", r.Status)
+	}
+	frames = nil
+	for i := range refusedRunPacedMin - 1 {
+		frames = get(frames, 60_000+i, "no")
+	}
+	c.send(frames)
+	for range refusedRunPacedMin - 1 {
+		c.mustRecv()
+	}
+	if n := s.Stats().FramesPaced - paced; n > 1 {
+		t.Fatalf("%d frames paced after an answer ended the run", n)
+	}
+	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v\n", refusedRunPacedMin, past, paced, took.Round(time.Millisecond), retryAfter)
+}
