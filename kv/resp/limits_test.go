@@ -595,6 +595,18 @@ func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
 	t.Logf("%d keys in pages of %v beside %d bytes of unread answers", len(seen), sizes, ts.host.Stats().ResponseBytes)
 }
 
+// forwardingFollower starts a follower (startFollower) whose tenant
+// response budget is its connection's plus 2.4 MB, so that a few
+// connections' unread megabyte answers leave less than a megabyte value's
+// room, and a go-redis client of it; for the forwarding tests.
+func forwardingFollower(t *testing.T) (*testServer, server.Config, *redis.Client) {
+	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
+		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
+	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
+	ts, _ := startFollower(t, cfg, false)
+	return ts, cfg, goRedis(t, ts.addr, specAlpha.Token)
+}
+
 // TestForwardedScanReservesItsReply: a SCAN a follower forwards to the
 // leader comes back whole, values included, so the follower reserves its
 // largest reply before forwarding it, with a smaller limit when only a
@@ -604,11 +616,7 @@ func TestScanShorterWhenTheBudgetIsShort(t *testing.T) {
 // the scan still sees every key once. Without the reservation each
 // connection forwarding a SCAN held up to 3.15 MB outside every budget.
 func TestForwardedScanReservesItsReply(t *testing.T) {
-	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
-		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
-	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
-	ts, _ := startFollower(t, cfg, false)
-	rc := goRedis(t, ts.addr, specAlpha.Token)
+	ts, cfg, rc := forwardingFollower(t)
 	ctx := ctxT(t)
 	big := strings.Repeat("v", proto.ValueBytesMax)
 	keys := []string{"big1", "big2", "big3", "s1", "s2"}
@@ -714,11 +722,7 @@ func TestMGetOverTheConnectionBudget(t *testing.T) {
 // and a small GET still fits. Before, the proxy read the whole value
 // into memory outside every budget and refused it only then.
 func TestForwardedGetChargedBeforeItIsRead(t *testing.T) {
-	cfg := server.Config{WriteTimeout: 30 * time.Second, ConnsPerTenantMax: 8,
-		ResponseBytesPerConnMax: server.ResponseBytesPerConnMin}
-	cfg.ResponseBytesPerTenantMax = cfg.ResponseBytesPerConnMax + 2_400_000
-	ts, _ := startFollower(t, cfg, false)
-	rc := goRedis(t, ts.addr, specAlpha.Token)
+	ts, cfg, rc := forwardingFollower(t)
 	ctx := ctxT(t)
 	big := strings.Repeat("v", proto.ValueBytesMax)
 	for k, v := range map[string]string{"big1": big, "big2": big, "s1": "x"} {

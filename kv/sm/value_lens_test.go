@@ -3,7 +3,6 @@ package sm
 import (
 	"bytes"
 	"context"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -137,15 +136,7 @@ func TestRestoreForgetsRememberedLengths(t *testing.T) {
 	src := openT(t, t.TempDir())
 	defer src.Close()
 	newApplier(t, src).apply(1, put("k", "small in the snapshot"))
-	rc, _, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, _ := snapshotBytes(t, src)
 	dst := openT(t, t.TempDir())
 	defer dst.Close()
 	newApplier(t, dst).apply(1, put("k", strings.Repeat("b", 200<<10)))
