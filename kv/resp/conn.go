@@ -2,6 +2,7 @@ package resp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -335,6 +336,13 @@ func (c *conn) execLoop(cfg server.Config) {
 		unflushed, answered = 0, 0
 	}
 	for p := range c.queue {
+		// A client pipelining on through its -BUSY answers runs one
+		// command per retry-after (kv/server refused_pace.go); what it
+		// was answered goes out first.
+		if !dead && c.h.Paced() {
+			flush()
+			c.h.WaitPace()
+		}
 		if dead || ctx.Err() != nil {
 			// Closed: give back what the command holds, unanswered.
 			c.h.Release(p.held)
@@ -343,6 +351,7 @@ func (c *conn) execLoop(cfg server.Config) {
 			continue
 		}
 		b, held, closeAfter := c.run(ctx, cfg, p)
+		c.h.Answered(busyRetryAfter(b))
 		c.h.ReleaseRequest(p.body)
 		if _, err := bw.Write(b); err != nil && !dead {
 			dead = true
@@ -398,6 +407,23 @@ func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte
 		c.h.Fit(held, n) // gives back the rest: an error fits any reservation
 	}
 	return w.b, n, closeAfter
+}
+
+// busyRetryAfter reports whether answer b is -BUSY, and its retry-after
+// (errorText's "-BUSY retry-after-ms N ...").
+func busyRetryAfter(b []byte) (bool, time.Duration) {
+	const prefix = "-BUSY retry-after-ms "
+	if !bytes.HasPrefix(b, []byte(prefix)) {
+		return false, 0
+	}
+	ms := 0
+	for _, d := range b[len(prefix):] {
+		if d < '0' || d > '9' || ms > 1_000_000 {
+			break
+		}
+		ms = ms*10 + int(d-'0')
+	}
+	return true, time.Duration(ms) * time.Millisecond
 }
 
 // errorReply is an error answer on its own.

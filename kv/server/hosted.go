@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -194,6 +195,26 @@ func (h *Hosted) Release(n int64) { h.c.uncharge(n) }
 // Throttled counts an answer refused for want of response budget
 // (synod_client_responses_throttled_total).
 func (h *Hosted) Throttled() { h.c.countThrottled() }
+
+// Answered notes an answer of the hosted connection, THROTTLED (with its
+// retry-after) or not, for pacing (refused_pace.go): a hosted protocol
+// calls it for every answer, in order.
+func (h *Hosted) Answered(throttled bool, retryAfter time.Duration) {
+	st := proto.StatusOK
+	if throttled {
+		st = proto.StatusThrottled
+	}
+	h.c.refused.answered(st, retryAfter)
+}
+
+// WaitPace waits, before the hosted connection's next command runs, for
+// as long as its run of THROTTLED answers asks (refused_pace.go); it
+// returns at once when the connection is not paced, and early when the
+// connection ends. The caller flushes its answers first.
+func (h *Hosted) WaitPace() { h.c.waitPace() }
+
+// Paced reports whether the next command would wait (WaitPace).
+func (h *Hosted) Paced() bool { return h.c.refused.pace() > 0 }
 
 // BudgetThrottled is the THROTTLED answer for a request whose answer does
 // not fit the response budget, with the retry-after the binary protocol

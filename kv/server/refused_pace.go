@@ -37,6 +37,9 @@ const (
 	// times in a burst, and a leader lost its leadership in one run of
 	// four at the flood's start.
 	refusedRunPacedMin = proto.InflightPerConnMax / 4
+	// RefusedRunPacedMin is refusedRunPacedMin, for hosted protocols'
+	// tests and docs.
+	RefusedRunPacedMin = refusedRunPacedMin
 	// refusedPaceMax bounds the wait before a paced connection's next
 	// frame, whatever retry-after the last refusal carried.
 	refusedPaceMax = 100 * time.Millisecond
