@@ -512,11 +512,6 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
-		// A client pipelining on through its refusals is read one frame
-		// per retry-after (refused_pace.go).
-		if !c.waitPace() {
-			return
-		}
 		// Take an in-flight slot and reserve the answer's room before
 		// reading the next frame: a client over its pipeline depth, or
 		// not reading its answers, is slowed by TCP back-pressure.
@@ -532,6 +527,13 @@ func (c *conn) readLoop() {
 		if err := c.awaitFrame(br); err != nil {
 			c.done(responseBytesReserved)
 			c.endOfStream(err)
+			return
+		}
+		// A client pipelining on through its refusals is read one frame
+		// per retry-after (refused_pace.go); asked once the next frame
+		// has come, so a client that waited its retry-after is not.
+		if !c.waitPace() {
+			c.done(responseBytesReserved)
 			return
 		}
 		if !c.frame(br, hb[:], responseBytesReserved) {

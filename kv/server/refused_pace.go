@@ -18,12 +18,14 @@ import (
 // the two cores, lost leadership in two runs of four.
 //
 // So a connection whose last refusedRunPacedMin answers were all
-// THROTTLED has its next frame read only after the last refusal's
-// retry-after (at most refusedPaceMax): one request per retry-after,
-// which is what the answers asked for. The first answer that is not
-// THROTTLED ends the run, and the connection is read at full speed again.
-// A client that honours retry-after never waits here: it has nothing in
-// flight while it waits.
+// THROTTLED has its next frame read no sooner than the last refusal's
+// retry-after (at most refusedPaceMax) after that refusal was sent: one
+// request per retry-after, which is what the answers asked for. The first
+// answer that is not THROTTLED ends the run, and the connection is read
+// at full speed again. A client that waits its retry-after before it
+// sends is never slowed here (the time has passed when its frame comes);
+// frames the reader had read ahead before the run reached the threshold
+// (up to proto.InflightPerConnMax) still run at once.
 
 const (
 	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
@@ -47,14 +49,24 @@ const (
 
 // refusals tracks a connection's run of THROTTLED answers.
 type refusals struct {
-	run   atomic.Int64 // THROTTLED answers since the last other answer
-	after atomic.Int64 // the last THROTTLED answer's retry-after, ns
+	run atomic.Int64 // THROTTLED answers since the last other answer
+	// after is the last THROTTLED answer's retry-after, at most
+	// refusedPaceMax, in ns; until is when it ends, as time since
+	// paceEpoch in ns.
+	after, until atomic.Int64
+	// read is when the reader last read a frame in a run (reader only).
+	read time.Duration
 }
+
+// paceEpoch is where refusals' times count from (monotonic).
+var paceEpoch = time.Now()
 
 // answered notes an answer sent with status st and retry-after ra.
 func (r *refusals) answered(st proto.Status, ra time.Duration) {
 	if st == proto.StatusThrottled {
+		ra = min(max(ra, RetryAfterMin), refusedPaceMax)
 		r.after.Store(int64(ra))
+		r.until.Store(int64(time.Since(paceEpoch) + ra))
 		r.run.Add(1)
 		return
 	}
@@ -63,20 +75,30 @@ func (r *refusals) answered(st proto.Status, ra time.Duration) {
 	}
 }
 
-// pace is how long the reader waits before the next frame: 0 unless the
-// connection is in a run of refusedRunPacedMin refusals or more.
+// pace is how long the next frame waits, when the connection is in a run
+// of refusedRunPacedMin refusals or more: until the last refusal's
+// retry-after has passed, and a retry-after since the last frame read in
+// the run (so frames already sent do not all go at once while their
+// predecessors' answers are still being written); else 0. A client that
+// waits its retry-after before it sends is not slowed: the time has
+// passed when its frame comes.
 func (r *refusals) pace() time.Duration {
 	if r.run.Load() < refusedRunPacedMin {
 		return 0
 	}
-	return min(max(time.Duration(r.after.Load()), RetryAfterMin), refusedPaceMax)
+	now := time.Since(paceEpoch)
+	next := max(time.Duration(r.until.Load()), r.read+time.Duration(r.after.Load()))
+	return max(0, next-now)
 }
 
 // waitPace waits out the connection's pace (pace) before its next frame
-// is read, counting the connection paced; false when the connection ended
-// meanwhile.
+// is read, counting the frame paced when it waits; false when the
+// connection ended meanwhile. Reader only.
 func (c *conn) waitPace() bool {
 	d := c.refused.pace()
+	if c.refused.run.Load() >= refusedRunPacedMin {
+		defer func() { c.refused.read = time.Since(paceEpoch) }()
+	}
 	if d == 0 {
 		return true
 	}
