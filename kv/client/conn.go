@@ -184,10 +184,11 @@ func (c *conn) dead() error {
 }
 
 func (c *conn) readLoop(br *bufio.Reader) {
+	failed := func(err error) { c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err)) }
 	for {
 		h, err := readHeader(br)
 		if err != nil {
-			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+			failed(err)
 			return
 		}
 		c.answered.Store(true)
@@ -204,7 +205,7 @@ func (c *conn) readLoop(br *bufio.Reader) {
 			// room for it: read past the body without holding it
 			// (io.Discard reads through a small pooled buffer).
 			if _, err := io.CopyN(io.Discard, br, int64(h.Length)); err != nil {
-				c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+				failed(err)
 				return
 			}
 			if cl != nil {
@@ -214,7 +215,7 @@ func (c *conn) readLoop(br *bufio.Reader) {
 		}
 		resp, err := readBody(br, h)
 		if err != nil {
-			c.fail(fmt.Errorf("%w: reading from %s: %v", ErrConnection, c.addr, err))
+			failed(err)
 			return
 		}
 		cl.answer <- answer{resp: resp} // buffered: never blocks

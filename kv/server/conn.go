@@ -448,7 +448,7 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 	}
 	b := proto.AppendResponse(make([]byte, 0, responseBytesHint(resp)), resp)
 	n := int64(len(b))
-	status, retryAfter := resp.Status, resp.RetryAfter
+	throttled, retryAfter := resp.Status == proto.StatusThrottled, resp.RetryAfter
 	if held > 0 && n > held {
 		if full := c.tryChargeOrFull(n - held); full != budgetNone {
 			c.countThrottled()
@@ -456,13 +456,13 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 			r.Op, r.ID, r.Tenant, r.RetryAfter = resp.Op, resp.ID, resp.Tenant, budgetRetryAfter
 			b = proto.AppendResponse(b[:0], r)
 			n = int64(len(b))
-			status, retryAfter = r.Status, r.RetryAfter
+			throttled, retryAfter = true, r.RetryAfter
 			if n > held {
 				panic(fmt.Sprintf("server: a THROTTLED answer of %d bytes exceeds the %d held", n, held))
 			}
 		}
 	}
-	c.refused.answered(status, retryAfter)
+	c.refused.answered(throttled, retryAfter)
 	charged := int64(0)
 	if held > 0 {
 		if n < held {

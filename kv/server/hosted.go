@@ -200,11 +200,7 @@ func (h *Hosted) Throttled() { h.c.countThrottled() }
 // retry-after) or not, for pacing (refused_pace.go): a hosted protocol
 // calls it for every answer, in order.
 func (h *Hosted) Answered(throttled bool, retryAfter time.Duration) {
-	st := proto.StatusOK
-	if throttled {
-		st = proto.StatusThrottled
-	}
-	h.c.refused.answered(st, retryAfter)
+	h.c.refused.answered(throttled, retryAfter)
 }
 
 // WaitPace waits, before the hosted connection's next command runs, for

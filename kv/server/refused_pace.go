@@ -19,8 +19,9 @@ import (
 //
 // So a connection whose last refusedRunPacedMin answers were all
 // THROTTLED has its next frame read no sooner than the last refusal's
-// retry-after (at most refusedPaceMax) after that refusal was sent: one
-// request per retry-after, which is what the answers asked for. The first
+// retry-after (at most refusedPaceMax) after that refusal was sent, nor
+// than a retry-after after the frame read before it: one request per
+// retry-after, which is what the answers asked for. The first
 // answer that is not THROTTLED ends the run, and the connection is read
 // at full speed again. A client that waits its retry-after before it
 // sends is never slowed here (the time has passed when its frame comes);
@@ -61,9 +62,9 @@ type refusals struct {
 // paceEpoch is where refusals' times count from (monotonic).
 var paceEpoch = time.Now()
 
-// answered notes an answer sent with status st and retry-after ra.
-func (r *refusals) answered(st proto.Status, ra time.Duration) {
-	if st == proto.StatusThrottled {
+// answered notes an answer sent, THROTTLED with retry-after ra or not.
+func (r *refusals) answered(throttled bool, ra time.Duration) {
+	if throttled {
 		ra = min(max(ra, RetryAfterMin), refusedPaceMax)
 		r.after.Store(int64(ra))
 		r.until.Store(int64(time.Since(paceEpoch) + ra))

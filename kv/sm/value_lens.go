@@ -1,6 +1,9 @@
 package sm
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Value lengths remembered. A GET whose answer has no room is refused
 // before its value is copied (ReadResponseWithin's room check), but by
@@ -35,28 +38,25 @@ const (
 )
 
 // valueLens is the SM's table of remembered value lengths (the package
-// comment above). Safe for concurrent use.
+// comment above). Safe for concurrent use; every GET asks it (lookup,
+// generation), so those take no exclusive lock.
 type valueLens struct {
-	mu sync.Mutex
 	// gen counts the changes to the applied state (every applied slot and
 	// every swap of the whole state): a read that began before one does
-	// not record what it read.
-	gen  uint64
+	// not record what it read. Changed under mu.
+	gen  atomic.Uint64
+	mu   sync.RWMutex
 	lens map[string]int // data key -> value length; Invariant: len <= valueLensMax
 }
 
 // generation returns the current generation, taken by a read before it
 // reads the store (record).
-func (v *valueLens) generation() uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.gen
-}
+func (v *valueLens) generation() uint64 { return v.gen.Load() }
 
 // lookup returns the remembered length of key's value.
 func (v *valueLens) lookup(key []byte) (int, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	v.mu.RLock()
+	defer v.mu.RUnlock()
 	n, ok := v.lens[string(key)]
 	return n, ok
 }
@@ -69,7 +69,7 @@ func (v *valueLens) record(key []byte, n int, gen uint64) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.gen != gen {
+	if v.gen.Load() != gen {
 		return
 	}
 	v.setLocked(string(key), n)
@@ -80,7 +80,7 @@ func (v *valueLens) record(key []byte, n int, gen uint64) {
 func (v *valueLens) applied(written map[string]int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.gen++
+	v.gen.Add(1)
 	for k, n := range written {
 		if n >= valueLenRememberedBytesMin {
 			v.setLocked(k, n)
@@ -95,7 +95,7 @@ func (v *valueLens) applied(written map[string]int) {
 func (v *valueLens) reset() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.gen++
+	v.gen.Add(1)
 	clear(v.lens)
 }
 
