@@ -770,11 +770,8 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	}
 	if a := c.s.cfg.Admitter; a != nil {
 		if ok, retry := a.Admit(c.tenant, h.Op, frameBytes); !ok {
-			if !c.discard(br, h, held) {
-				return false
-			}
 			c.answer(&proto.Response{Op: h.Op, ID: h.ID, Tenant: c.tenant, Status: proto.StatusThrottled, RetryAfter: retry}, held)
-			return true
+			return c.discard(br, h)
 		}
 	}
 	// The body's bytes, held until the request is answered.
@@ -782,13 +779,10 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	switch ok, full, waited := c.chargeRequest(n); {
 	case full != budgetNone:
 		c.countThrottled()
-		if !c.discard(br, h, held) {
-			return false
-		}
 		resp := requestThrottled(h, n, full)
 		resp.Tenant = c.tenant
 		c.answer(resp, held)
-		return true
+		return c.discard(br, h)
 	case !ok:
 		c.done(held)
 		return false
@@ -834,22 +828,25 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	return true
 }
 
-// skip discards a frame's body and answers it with st.
+// skip answers a frame with st from its header and then reads past its
+// body.
 func (c *conn) skip(br *bufio.Reader, h proto.Header, held int64, st proto.Status, reason string) bool {
-	if !c.discard(br, h, held) {
-		return false
-	}
 	c.reject(h, st, false, held, reason)
 	<-c.slots
-	return true
+	return c.discard(br, h)
 }
 
-// discard reads past a frame's body; on failure it gives back the slot
-// and held, and closes the connection.
-func (c *conn) discard(br *bufio.Reader, h proto.Header, held int64) bool {
+// discard reads past the body of a frame already answered (its slot and
+// held given back with the answer); on failure it closes the connection.
+//
+// A frame refused from its header is answered before its body is read
+// past, so a client that waits for an answer before it sends a large
+// body learns the refusal at once (an outside tester's header announcing
+// a 2 MB body waited for the frame timeout, then saw the connection
+// closed without an answer, until the refusal went first).
+func (c *conn) discard(br *bufio.Reader, h proto.Header) bool {
 	c.armFrameDeadline(br, int(h.Length))
 	if _, err := br.Discard(int(h.Length)); err != nil {
-		c.done(held)
 		c.readFailed(err)
 		return false
 	}

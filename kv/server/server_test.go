@@ -420,6 +420,21 @@ func TestOversizedRequestSkipped(t *testing.T) {
 	if resp := c.mustRecv(); resp.Status != proto.StatusOK || resp.ID != 99 {
 		t.Fatalf("the connection did not survive: %+v", resp)
 	}
+	// Refused from its header: the answer comes before the body is sent
+	// (a client may wait for it before sending a large body), and the
+	// body sent after it is read past.
+	const announced = 2_000_000
+	c.send(proto.AppendHeader(nil, proto.Header{Length: announced, Op: proto.OpPut, Tenant: hello.Tenant, ID: 100}))
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp := c.mustRecv(); resp.Status != proto.StatusTooLarge || resp.ID != 100 {
+		t.Fatalf("a header announcing a %d-byte body, before the body: %v %s, want TOO_LARGE", announced, resp.Status, resp.Message)
+	}
+	c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+	c.send(make([]byte, announced))
+	c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: hello.Tenant, ID: 101}))
+	if resp := c.mustRecv(); resp.Status != proto.StatusOK || resp.ID != 101 {
+		t.Fatalf("after a refused header's body: %+v", resp)
+	}
 	if int(hello.FrameBytesMax) != proto.RequestFrameBytesMax {
 		t.Fatalf("HELLO reports frame bytes max %d, want %d", hello.FrameBytesMax, proto.RequestFrameBytesMax)
 	}
