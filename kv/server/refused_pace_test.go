@@ -33,9 +33,10 @@ func (b *refuseAll) Do(ctx context.Context, tenant tenants.ID, req *proto.Reques
 // THROTTLED, one frame per retry-after (refused_pace.go): the frames past
 // the run take at least their retry-afters to be answered, and are
 // counted paced. A client that waits each retry-after before it sends is
-// not paced, though still refused; one answer that is not THROTTLED ends
-// the run; a connection whose refusals are interleaved with answers is
-// never paced.
+// not paced, though still refused; one answer that is not THROTTLED puts
+// a paced connection on probation (the next refusal paces it again) and
+// two in a row end the run; a connection whose refusals are interleaved
+// with answers, never 64 in a row, is never paced.
 func TestRefusedConnectionPaced(t *testing.T) {
 	const retryAfter = 2 * time.Millisecond
 	const past = proto.InflightPerConnMax + 40 // frames sent past the run
@@ -89,9 +90,9 @@ func TestRefusedConnectionPaced(t *testing.T) {
 		t.Fatalf("%d frames past a run of %d refusals answered in %v, %d counted paced; want at least %d paced, each a retry-after (%v) apart",
 			past, refusedRunPacedMin, took, paced, (past-proto.InflightPerConnMax)/2, retryAfter)
 	}
+	runPaced := paced
 	// Still in the run, a client that waits each retry-after before it
 	// sends is not paced.
-	paced = s.Stats().FramesPaced
 	for i := range 10 {
 		time.Sleep(retryAfter + time.Millisecond)
 		c.send(get(nil, 40_000+i, "no"))
@@ -102,11 +103,38 @@ func TestRefusedConnectionPaced(t *testing.T) {
 	if n := s.Stats().FramesPaced - paced; n != 0 {
 		t.Fatalf("%d frames of a client waiting its retry-afters paced", n)
 	}
-	// One answer ends the run.
-	c.send(get(nil, 50_000, "ok"))
-	if r := c.mustRecv(); r.Status != proto.StatusOK {
-		t.Fatalf("ok: %v", r.Status)
+	// A flooder whose refusals an admitted request breaks now and then (a
+	// tenant's rate bucket admitting one per retry-after) stays paced:
+	// one answer only puts the connection on probation, and the next
+	// refusal paces it again. (With the run ended by any answer, an
+	// outside tester's flooder of a 100 ops/s tenant got 64 refusals at
+	// full speed after each admitted GET: 6,472 answers a second.)
+	paced = s.Stats().FramesPaced
+	frames = nil
+	const sporadic = 40
+	for i := range sporadic {
+		key := "no"
+		if i%4 == 3 {
+			key = "ok"
+		}
+		frames = get(frames, 45_000+i, key)
 	}
+	go c.nc.Write(frames)
+	for range sporadic {
+		c.mustRecv()
+	}
+	sporadicPaced := s.Stats().FramesPaced - paced
+	if sporadicPaced < sporadic/2 {
+		t.Fatalf("%d of %d frames paced on a paced connection whose every fourth request was answered; want at least %d", sporadicPaced, sporadic, sporadic/2)
+	}
+	// Two answers in a row end the run.
+	for i := range 2 {
+		c.send(get(nil, 50_000+i, "ok"))
+		if r := c.mustRecv(); r.Status != proto.StatusOK {
+			t.Fatalf("ok: %v", r.Status)
+		}
+	}
+	paced = s.Stats().FramesPaced
 	frames = nil
 	for i := range refusedRunPacedMin - 1 {
 		frames = get(frames, 60_000+i, "no")
@@ -116,7 +144,7 @@ func TestRefusedConnectionPaced(t *testing.T) {
 		c.mustRecv()
 	}
 	if n := s.Stats().FramesPaced - paced; n > 1 {
-		t.Fatalf("%d frames paced after an answer ended the run", n)
+		t.Fatalf("%d frames paced after two answers ended the run", n)
 	}
-	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v\n", refusedRunPacedMin, past, paced, took.Round(time.Millisecond), retryAfter)
+	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v; every fourth answered: paced=%d of %d\n", refusedRunPacedMin, past, runPaced, took.Round(time.Millisecond), retryAfter, sporadicPaced, sporadic)
 }
