@@ -428,6 +428,34 @@ func (x *exec) commandInfo(s *cmdSpec) {
 	x.w.array(0)
 }
 
+// infoMember is member i's line in INFO replication. A figure the
+// answering node does not know of the member (a follower knows little of
+// the others: docs/protocol.md, "STATUS") is left out rather than printed
+// as 0, which would read as slot 0; an unknown role is "unknown".
+func infoMember(i int, m proto.MemberStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "member%d:id=%d,addr=%s", i, m.ID, m.Addr)
+	if m.Known&proto.KnownRole != 0 {
+		fmt.Fprintf(&b, ",role=%s", m.Role)
+	} else {
+		b.WriteString(",role=unknown")
+	}
+	if m.Known&proto.KnownCommit != 0 {
+		fmt.Fprintf(&b, ",commit=%d", m.Commit)
+	}
+	if m.Known&proto.KnownApplied != 0 {
+		fmt.Fprintf(&b, ",applied=%d", m.Applied)
+	}
+	if m.Known&proto.KnownReachable != 0 {
+		fmt.Fprintf(&b, ",reachable=%v", m.Reachable)
+	}
+	if m.Known&proto.KnownHeard != 0 {
+		fmt.Fprintf(&b, ",heard_ms=%d", m.HeardAgo.Milliseconds())
+	}
+	b.WriteString("\r\n")
+	return b.String()
+}
+
 // cmdInfo: INFO [section ...]: server, clients, replication (the leader
 // and members as this node sees them), stats, keyspace.
 func cmdInfo(x *exec) {
@@ -449,7 +477,7 @@ func cmdInfo(x *exec) {
 		fmt.Fprintf(&b, "# Clients\r\nconnected_clients:%d\r\n\r\n", s.stats.conns.Load())
 	}
 	if sec("replication") {
-		resp := x.do(&proto.Request{Op: proto.OpStatus})
+		resp := x.do(&proto.Request{Op: proto.OpStatus, StatusFormat: proto.StatusFormatProgress})
 		if resp.Status != proto.StatusOK || resp.Cluster == nil {
 			x.fail(resp, false)
 			return
@@ -462,8 +490,7 @@ func cmdInfo(x *exec) {
 		fmt.Fprintf(&b, "# Replication\r\nrole:%s\r\nsynod_self:%d\r\nsynod_leader_id:%d\r\nsynod_leader_addr:%s\r\nsynod_ballot:%d.%d\r\nsynod_members:%d\r\n",
 			role, cs.Self, cs.LeaderID, cs.LeaderAddr, cs.Ballot.Round, cs.Ballot.Node, len(cs.Members))
 		for i, m := range cs.Members {
-			fmt.Fprintf(&b, "member%d:id=%d,addr=%s,role=%s,commit=%d,applied=%d,reachable=%v\r\n",
-				i, m.ID, m.Addr, m.Role, m.Commit, m.Applied, m.Reachable)
+			b.WriteString(infoMember(i, m))
 		}
 		b.WriteString("\r\n")
 	}
