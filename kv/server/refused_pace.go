@@ -26,9 +26,10 @@ import (
 // connection is read at full speed again. (Ended by one answer, a run
 // let a flooder of a rate-limited tenant, whose bucket admitted one
 // request per retry-after, be refused 64 times at full speed after each
-// admitted one: 6,472 answers a second on one connection, an outside
-// tester measured, against the 100 a second its retry-afters asked for.) A client that waits its retry-after before it
-// sends is never slowed here (the time has passed when its frame comes);
+// admitted one: about 6,500 answers a second on one connection, against
+// the 100 a second its retry-afters asked for.) A client that waits its
+// retry-after before it sends is never slowed here (the time has passed
+// when its frame comes);
 // frames the reader had read ahead before the run reached the threshold
 // (up to proto.InflightPerConnMax) still run at once.
 
