@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -33,9 +34,13 @@ func TestFreeBelowEphemeralAndDistinct(t *testing.T) {
 // that process ends, its claims go with it. The child is this test binary
 // (TestClaimChild), holding its claim until its stdin closes.
 func TestClaimAcrossProcesses(t *testing.T) {
-	const p = 20123
+	// A port Free never picks (below pickMin): one it picked could be
+	// claimed already, by this process (the test above claims 50) or by
+	// another package's test binary, and the child refused (CI, once,
+	// with 20123).
+	const p = pickMin - 1
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClaimChild$")
-	cmd.Env = append(os.Environ(), "TESTPORT_CHILD_PORT=20123")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TESTPORT_CHILD_PORT=%d", p))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +63,11 @@ func TestClaimAcrossProcesses(t *testing.T) {
 	cmd.Wait()
 	mu.Lock()
 	free := claim(p)
+	if free {
+		// Given back, so the test can run again in this process.
+		lk := syscall.Flock_t{Type: syscall.F_UNLCK, Whence: 0, Start: int64(p), Len: 1}
+		syscall.FcntlFlock(claims.Fd(), syscall.F_SETLK, &lk)
+	}
 	mu.Unlock()
 	if !held || !free {
 		t.Fatalf("port %d: refused while another process held it %v, claimed once it ended %v", p, held, free)

@@ -40,6 +40,24 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// settled waits until f stops changing for settledFor (then the server
+// has done what it will do with what it was sent), within pollTimeout.
+func settled(t *testing.T, what string, f func() int64) {
+	t.Helper()
+	const settledFor = 400 * time.Millisecond // above refusedPaceMax: a paced reader's next frame
+	deadline := time.Now().Add(pollTimeout)
+	last, since := f(), time.Now()
+	for time.Since(since) < settledFor {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still changing after %v", what, pollTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if v := f(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+}
+
 // victimServed checks that a fresh connection of token authenticates and
 // gets a GET answered.
 func victimServed(t *testing.T, addr, token string, tenant tenants.ID) {
@@ -576,7 +594,15 @@ func TestGetValuesNotCopiedWithoutRoom(t *testing.T) {
 	a := dialRaw(t, addr)
 	a.hello(tokenA)
 	pipelineGets(a, 1, proto.InflightPerConnMax)
-	eventually(t, "GETs refused", func() bool { return s.Stats().ResponsesThrottled >= 100 })
+	// Wait until the server is done with the pipeline: every GET answered,
+	// or the connection's budget full of unwritten answers (the values
+	// that fit and the THROTTLED answers after them) so that it reads no
+	// more. How many refusals that takes depends on the order the reader
+	// and the GETs ran in: with the values charged first, the budget's
+	// last ~13 KB holds fewer than 100 THROTTLED answers (CI once stopped
+	// there, and a wait for 100 refusals timed out).
+	eventually(t, "GETs refused", func() bool { return s.Stats().ResponsesThrottled >= 1 })
+	settled(t, "the pipeline", func() int64 { return be.gets.Load() + int64(s.Stats().ResponsesThrottled) })
 	// The budget holds fit answers at once; the kernel's socket buffers
 	// take a few more off it before the writer blocks.
 	fit := cfg.ResponseBytesPerConnMax/getAnswerBytesMax(proto.ValueBytesMax) + 1
