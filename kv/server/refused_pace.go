@@ -29,9 +29,9 @@ import (
 // admitted one: about 6,500 answers a second on one connection, against
 // the 100 a second its retry-afters asked for.) A client that waits its
 // retry-after before it sends is never slowed here (the time has passed
-// when its frame comes);
-// frames the reader had read ahead before the run reached the threshold
-// (up to proto.InflightPerConnMax) still run at once.
+// when its frame comes); frames the reader had read ahead before the run
+// reached the threshold (up to proto.InflightPerConnMax) still run at
+// once.
 
 const (
 	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
@@ -88,8 +88,8 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 		}
 		return
 	}
-	if r.run.Load() < refusedRunPacedMin {
-		if r.run.Load() != 0 {
+	if n := r.run.Load(); n < refusedRunPacedMin {
+		if n != 0 {
 			r.run.Store(0)
 		}
 		return

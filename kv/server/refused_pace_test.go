@@ -33,10 +33,10 @@ func (b *refuseAll) Do(ctx context.Context, tenant tenants.ID, req *proto.Reques
 // THROTTLED, one frame per retry-after (refused_pace.go): the frames past
 // the run take at least their retry-afters to be answered, and are
 // counted paced. A client that waits each retry-after before it sends is
-// not paced, though still refused; one answer that is not THROTTLED puts
-// a paced connection on probation (the next refusal paces it again) and
-// two in a row end the run; a connection whose refusals are interleaved
-// with answers, never 64 in a row, is never paced.
+// not paced, though still refused; a paced connection stays paced
+// through a lone answer that is not THROTTLED, and two in a row end the
+// run; a connection whose refusals are interleaved with answers, never 64
+// in a row, is never paced.
 func TestRefusedConnectionPaced(t *testing.T) {
 	const retryAfter = 2 * time.Millisecond
 	const past = proto.InflightPerConnMax + 40 // frames sent past the run
@@ -105,8 +105,7 @@ func TestRefusedConnectionPaced(t *testing.T) {
 	}
 	// A flooder whose refusals an admitted request breaks now and then (a
 	// tenant's rate bucket admitting one per retry-after) stays paced:
-	// one answer only puts the connection on probation, and the next
-	// refusal paces it again. (With the run ended by any answer, an
+	// a lone answer does not end the run. (With the run ended by any answer, an
 	// outside tester's flooder of a 100 ops/s tenant got 64 refusals at
 	// full speed after each admitted GET: 6,472 answers a second.)
 	paced = s.Stats().FramesPaced
