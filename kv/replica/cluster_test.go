@@ -66,6 +66,10 @@ type testNode struct {
 	r  *Replica
 	sm *sm.SM
 	be *Backend
+	// recovered is the replica's status as New recovered it, before
+	// Start: what the node knew from its own disk, before any peer's
+	// message could teach it more.
+	recovered paxos.Status
 }
 
 const (
@@ -226,8 +230,9 @@ func (c *testCluster) start(id paxos.NodeID) {
 	if p := c.diskProbe[id]; p != nil {
 		r.ShareDiskSpace(p)
 	}
+	recovered := r.Status()
 	r.Start()
-	c.nodes[id] = &testNode{r: r, sm: store, be: NewBackend(r, store)}
+	c.nodes[id] = &testNode{r: r, sm: store, be: NewBackend(r, store), recovered: recovered}
 }
 
 // stopAll stops every node. A test that runs a second cluster after
