@@ -79,3 +79,38 @@ func TestBusyConnectionPaced(t *testing.T) {
 	}
 	fmt.Printf("resp pacing: run=%d past=%d paced=%d took=%v\n", server.RefusedRunPacedMin, past, runPaced, took.Round(time.Millisecond))
 }
+
+// TestBusyPaceCarriedToNewConnection: a RESP connection its tenant opens
+// right after another was paced starts paced (kv/server refused_pace.go,
+// the tenant's mark): its pipelined commands run one per retry-after from
+// the first, not 64 at full speed first.
+func TestBusyPaceCarriedToNewConnection(t *testing.T) {
+	const retryAfter = 2 * time.Millisecond
+	const n = 20
+	ts := startServer(t, server.Config{}, func(server.Backend) server.Backend { return refusingBackend{retryAfter} })
+	flood := func(r *rawConn, cmds int) time.Duration {
+		var pipe []byte
+		for range cmds {
+			pipe = append(pipe, encodeCommand("GET", "no")...)
+		}
+		start := time.Now()
+		go r.nc.Write(pipe)
+		for range cmds {
+			r.expect("-BUSY")
+		}
+		return time.Since(start)
+	}
+	first := dialRaw(t, ts.addr)
+	first.send(encodeCommand("AUTH", specAlpha.Token))
+	first.expect("+OK")
+	flood(first, server.RefusedRunPacedMin+4)
+	first.nc.Close()
+	second := dialRaw(t, ts.addr)
+	second.send(encodeCommand("AUTH", specAlpha.Token))
+	second.expect("+OK")
+	took := flood(second, n)
+	if st := ts.host.Stats(); st.ConnsPacedAtHello != 1 || took < (n-1)*retryAfter {
+		t.Fatalf("the tenant's next connection: paced_at_hello=%d, %d commands answered in %v; want 1, each %v after the one before", st.ConnsPacedAtHello, n, took, retryAfter)
+	}
+	fmt.Printf("resp pace carried: commands=%d took=%v\n", n, took.Round(time.Millisecond))
+}

@@ -50,6 +50,9 @@ type Server struct {
 	// reqNode and reqTenants are the request budgets (request_budget.go).
 	reqNode    *budget
 	reqTenants map[tenants.ID]*budget
+	// tenantPaces are the tenants' pace marks (refused_pace.go; fixed
+	// at New).
+	tenantPaces map[tenants.ID]*tenantPace
 
 	// warnLog limits the warnings about refused connections and frames
 	// that close a connection; noteLog the notices about refused requests.
@@ -59,6 +62,7 @@ type Server struct {
 
 	refused, evicted, throttled atomic.Uint64
 	paced                       atomic.Uint64 // frames read late: refused_pace.go
+	pacedAtHello                atomic.Uint64 // connections paced from HELLO: refused_pace.go
 
 	mu       sync.Mutex
 	closed   bool
@@ -81,7 +85,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, reg: reg, be: be, log: log, ctx: ctx, cancel: cancel,
 		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{}, tenantThrottled: map[tenants.ID]*atomic.Uint64{},
-		reqNode: newBudget(cfg.RequestBytesPerNodeMax), reqTenants: map[tenants.ID]*budget{},
+		reqNode: newBudget(cfg.RequestBytesPerNodeMax), reqTenants: map[tenants.ID]*budget{}, tenantPaces: map[tenants.ID]*tenantPace{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
 	s.warnLog.now, s.noteLog.now = time.Now, time.Now
@@ -90,6 +94,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)
 		s.tenantThrottled[sp.ID] = new(atomic.Uint64)
 		s.reqTenants[sp.ID] = newBudget(cfg.RequestBytesPerTenantMax)
+		s.tenantPaces[sp.ID] = new(tenantPace)
 	}
 	return s
 }
@@ -130,6 +135,7 @@ func (s *Server) Stats() Stats {
 	st.RequestBytes, st.RequestBytesPeak = s.reqNode.used.Load(), s.reqNode.peak.Load()
 	st.ResponsesThrottled = s.throttled.Load()
 	st.FramesPaced = s.paced.Load()
+	st.ConnsPacedAtHello = s.pacedAtHello.Load()
 	st.LogLinesSuppressed = s.warnLog.total.Load() + s.noteLog.total.Load()
 	return st
 }
@@ -271,6 +277,9 @@ func (s *Server) promote(c *conn, id tenants.ID) (resp *proto.Response, ok bool)
 	c.state = connAuthed
 	s.authed++
 	s.byTenant[id]++
+	if c.refused.inherit(s.tenantPaces[id]) {
+		s.pacedAtHello.Add(1)
+	}
 	return nil, true
 }
 

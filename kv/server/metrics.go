@@ -13,6 +13,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	synod_client_request_bytes_peak        the most it held
 //	synod_client_responses_throttled_total THROTTLED for want of response or request budget
 //	synod_client_frames_paced_total        frames read a retry-after late: their connection's answers were all THROTTLED
+//	synod_client_conns_paced_at_hello_total connections paced from HELLO on: their tenant was being paced
 //	synod_client_log_lines_suppressed_total
 //	synod_tenant_response_bytes{tenant}   the tenant's share of synod_client_response_bytes
 //	synod_tenant_request_bytes{tenant}    the tenant's share of synod_client_request_bytes
@@ -32,6 +33,7 @@ func (s *Server) Collector() prometheus.Collector {
 		reqPeak:    prometheus.NewDesc("synod_client_request_bytes_peak", "The most request body bytes read and not yet answered at once.", nil, nil),
 		throttled:  prometheus.NewDesc("synod_client_responses_throttled_total", "Requests answered THROTTLED for want of response or request budget.", nil, nil),
 		paced:      prometheus.NewDesc("synod_client_frames_paced_total", "Frames read a retry-after late because their connection's last answers were all THROTTLED (a client not honouring retry-after).", nil, nil),
+		pacedHello: prometheus.NewDesc("synod_client_conns_paced_at_hello_total", "Connections paced from their HELLO on because their tenant had a connection paced within the last second (a flooder reconnecting).", nil, nil),
 		suppressed: prometheus.NewDesc("synod_client_log_lines_suppressed_total", "Log lines about bad connections or requests dropped by the rate limit.", nil, nil),
 		tResp:      prometheus.NewDesc("synod_tenant_response_bytes", "Response bytes the tenant's requests hold: reserved for requests in flight or not yet written.", []string{"tenant"}, nil),
 		tReq:       prometheus.NewDesc("synod_tenant_request_bytes", "Request body bytes the tenant's requests hold: read and not yet answered.", []string{"tenant"}, nil),
@@ -40,13 +42,13 @@ func (s *Server) Collector() prometheus.Collector {
 }
 
 type collector struct {
-	s                                                                                     *Server
-	conns, refused, evicted, bytes, peak, reqBytes, reqPeak, throttled, paced, suppressed *prometheus.Desc
-	tResp, tReq, tThrottled                                                               *prometheus.Desc
+	s                                                                                                 *Server
+	conns, refused, evicted, bytes, peak, reqBytes, reqPeak, throttled, paced, pacedHello, suppressed *prometheus.Desc
+	tResp, tReq, tThrottled                                                                           *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.reqBytes, c.reqPeak, c.throttled, c.paced, c.suppressed, c.tResp, c.tReq, c.tThrottled} {
+	for _, d := range []*prometheus.Desc{c.conns, c.refused, c.evicted, c.bytes, c.peak, c.reqBytes, c.reqPeak, c.throttled, c.paced, c.pacedHello, c.suppressed, c.tResp, c.tReq, c.tThrottled} {
 		ch <- d
 	}
 }
@@ -63,6 +65,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.reqPeak, prometheus.GaugeValue, float64(st.RequestBytesPeak))
 	ch <- prometheus.MustNewConstMetric(c.throttled, prometheus.CounterValue, float64(st.ResponsesThrottled))
 	ch <- prometheus.MustNewConstMetric(c.paced, prometheus.CounterValue, float64(st.FramesPaced))
+	ch <- prometheus.MustNewConstMetric(c.pacedHello, prometheus.CounterValue, float64(st.ConnsPacedAtHello))
 	ch <- prometheus.MustNewConstMetric(c.suppressed, prometheus.CounterValue, float64(st.LogLinesSuppressed))
 	for _, spec := range c.s.reg.All() {
 		tb := c.s.TenantBudget(spec.ID)

@@ -32,6 +32,14 @@ import (
 // when its frame comes); frames the reader had read ahead before the run
 // reached the threshold (up to proto.InflightPerConnMax) still run at
 // once.
+//
+// The pace is carried over to the tenant's next connections: while one
+// of a tenant's connections is in a paced run, and for
+// tenantPaceCarryOver after its last refusal there, a connection the
+// tenant opens starts paced at that refusal's retry-after (its first frame
+// waits one), instead of being refused refusedRunPacedMin times at full
+// speed first. Otherwise a flooder that reconnects whenever it is paced
+// would never be.
 
 const (
 	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
@@ -56,7 +64,33 @@ const (
 	// refusedPaceMax bounds the wait before a paced connection's next
 	// frame, whatever retry-after the last refusal carried.
 	refusedPaceMax = 100 * time.Millisecond
+	// tenantPaceCarryOver is how long after a refusal in a paced run the
+	// tenant's new connections start paced. Longer than a reconnection
+	// takes; short enough that a tenant that stopped flooding is not
+	// slowed for long (its first two answered requests end a run anyway).
+	tenantPaceCarryOver = time.Second
 )
+
+// tenantPace is a tenant's pace mark: until when a connection it opens
+// starts paced, and at what retry-after. One per registered tenant, fixed
+// at New. Safe for concurrent use.
+type tenantPace struct {
+	until, after atomic.Int64 // ns since paceEpoch; ns
+}
+
+// mark notes a refusal with retry-after ra in a paced run at now (time
+// since paceEpoch).
+func (p *tenantPace) mark(ra, now time.Duration) {
+	if testingNoTenantPace {
+		return
+	}
+	p.after.Store(int64(ra))
+	p.until.Store(int64(now + tenantPaceCarryOver))
+}
+
+// testingNoTenantPace plants the gap the tenant's mark closes: a new
+// connection starts unpaced whatever its tenant's others did.
+var testingNoTenantPace bool
 
 // refusals tracks a connection's run of THROTTLED answers.
 type refusals struct {
@@ -71,6 +105,28 @@ type refusals struct {
 	after, until atomic.Int64
 	// read is when the reader last read a frame in a run (reader only).
 	read time.Duration
+	// tenant is the connection's tenant's mark (nil before HELLO).
+	tenant *tenantPace
+}
+
+// inherit gives a connection just authenticated its tenant's mark (any
+// goroutine, before the connection's first request is read) and starts
+// it paced when the mark is fresh: its run at the threshold, its first
+// frame a retry-after away. It reports whether it did.
+func (r *refusals) inherit(p *tenantPace) bool {
+	r.tenant = p
+	if p == nil {
+		return false
+	}
+	now := time.Since(paceEpoch)
+	if time.Duration(p.until.Load()) <= now {
+		return false
+	}
+	ra := time.Duration(p.after.Load())
+	r.after.Store(int64(ra))
+	r.until.Store(int64(now + ra))
+	r.run.Store(refusedRunPacedMin)
+	return true
 }
 
 // paceEpoch is where refusals' times count from (monotonic).
@@ -80,9 +136,12 @@ var paceEpoch = time.Now()
 func (r *refusals) answered(throttled bool, ra time.Duration) {
 	if throttled {
 		ra = min(max(ra, RetryAfterMin), refusedPaceMax)
+		now := time.Since(paceEpoch)
 		r.after.Store(int64(ra))
-		r.until.Store(int64(time.Since(paceEpoch) + ra))
-		r.run.Add(1)
+		r.until.Store(int64(now + ra))
+		if r.run.Add(1) >= refusedRunPacedMin && r.tenant != nil {
+			r.tenant.mark(ra, now)
+		}
 		if r.answers.Load() != 0 {
 			r.answers.Store(0)
 		}

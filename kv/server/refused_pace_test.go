@@ -147,3 +147,80 @@ func TestRefusedConnectionPaced(t *testing.T) {
 	}
 	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v; every fourth answered: paced=%d of %d\n", refusedRunPacedMin, past, runPaced, took.Round(time.Millisecond), retryAfter, sporadicPaced, sporadic)
 }
+
+// TestPaceCarriedToTenantsNewConnection: a connection a tenant opens
+// within tenantPaceCarryOver of a refusal in another of its connections'
+// paced runs starts paced (refused_pace.go), so a flooder that reconnects
+// once paced is not refused refusedRunPacedMin times at full speed on
+// each new connection; another tenant's connection, and the tenant's
+// after the carry-over, start unpaced. Planted (testingNoTenantPace): the
+// reconnected flooder's frames go at full speed.
+func TestPaceCarriedToTenantsNewConnection(t *testing.T) {
+	const frames = 40
+	paced, line := reconnectPaced(t, frames)
+	if paced < frames/2 {
+		t.Fatalf("%s: want at least %d of its %d frames paced", line, frames/2, frames)
+	}
+	testingNoTenantPace = true
+	defer func() { testingNoTenantPace = false }()
+	plantedPaced, plantedLine := reconnectPaced(t, frames)
+	if plantedPaced >= frames/2 {
+		t.Fatalf("planted (no tenant mark): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("tenant pace: %s; planted (no tenant mark): %s\n", line, plantedLine)
+}
+
+// reconnectPaced paces one connection of tenant 1, closes it, opens
+// another and pipelines frames refused GETs there; it returns how many of
+// them were paced, and a line.
+func reconnectPaced(t *testing.T, frames int) (int, string) {
+	const retryAfter = 2 * time.Millisecond
+	be := &refuseAll{retryAfter: retryAfter}
+	s, addr := start(t, be, Config{})
+	get := func(b []byte, id int) []byte {
+		return proto.AppendRequest(b, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(id), Key: []byte("no")})
+	}
+	flood := func(c *rawConn, n, id int) time.Duration {
+		var b []byte
+		for i := range n {
+			b = get(b, id+i)
+		}
+		start := time.Now()
+		go c.nc.Write(b)
+		for i := range n {
+			if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+				t.Fatalf("answer %d: %v", i, r.Status)
+			}
+		}
+		return time.Since(start)
+	}
+	a := dialRaw(t, addr)
+	a.hello(tokenA)
+	flood(a, refusedRunPacedMin+8, 1)
+	a.nc.Close()
+	// Another tenant's connection is not paced at HELLO.
+	other := dialRaw(t, addr)
+	other.hello(tokenB)
+	if n := s.Stats().ConnsPacedAtHello; n != 0 {
+		t.Fatalf("another tenant's connection paced at HELLO (%d)", n)
+	}
+	b := dialRaw(t, addr)
+	b.hello(tokenA)
+	atHello := s.Stats().ConnsPacedAtHello
+	before := s.Stats().FramesPaced
+	took := flood(b, frames, 1_000)
+	paced := int(s.Stats().FramesPaced - before)
+	if testingNoTenantPace == (atHello != 0) || took < time.Duration(paced-1)*retryAfter {
+		t.Fatalf("reconnected: paced_at_hello=%d, %d of %d frames paced in %v (retry-after %v)", atHello, paced, frames, took, retryAfter)
+	}
+	// Past the carry-over, and with no refusal since, a new connection
+	// starts unpaced.
+	b.nc.Close()
+	time.Sleep(tenantPaceCarryOver + 100*time.Millisecond)
+	d := dialRaw(t, addr)
+	d.hello(tokenA)
+	if n := s.Stats().ConnsPacedAtHello; n != atHello {
+		t.Fatalf("a connection opened %v after the tenant's last paced refusal paced at HELLO", tenantPaceCarryOver+100*time.Millisecond)
+	}
+	return paced, fmt.Sprintf("paced_at_hello=%d frames=%d paced=%d took=%v", atHello, frames, paced, took.Round(time.Millisecond))
+}

@@ -318,6 +318,10 @@ type Stats struct {
 	// FramesPaced counts frames a connection's reader read late because
 	// the connection's last answers were all THROTTLED (refused_pace.go).
 	FramesPaced uint64
+	// ConnsPacedAtHello counts connections paced from their HELLO on:
+	// their tenant had a connection in a paced run within
+	// tenantPaceCarryOver (refused_pace.go).
+	ConnsPacedAtHello uint64
 	// LogLinesSuppressed counts log lines the rate limit dropped.
 	LogLinesSuppressed uint64
 }
