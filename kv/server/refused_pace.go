@@ -39,7 +39,10 @@ import (
 // tenant opens starts paced at that refusal's retry-after (its first frame
 // waits one), instead of being refused refusedRunPacedMin times at full
 // speed first. Otherwise a flooder that reconnects whenever it is paced
-// would never be.
+// would never be. And a tenant's paced connections share their turns:
+// together they are read one frame per retry-after (tenantPace.reserve),
+// or a flooder would multiply its rate by the connections it opens (up
+// to ConnsPerTenantMax, 256 by default).
 
 const (
 	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
@@ -76,29 +79,73 @@ const (
 // at New. Safe for concurrent use.
 type tenantPace struct {
 	until, after atomic.Int64 // ns since paceEpoch; ns
+	// next is the tenant's next turn for a paced frame (ns since
+	// paceEpoch): every paced frame of the tenant, on any connection,
+	// is read a retry-after after the one before.
+	next atomic.Int64
+}
+
+// turn is when a paced frame ready at at could be read: at, or the
+// tenant's next turn if later (nil: at).
+func (p *tenantPace) turn(at time.Duration) time.Duration {
+	if p == nil || testingOwnTurns {
+		return at
+	}
+	return max(at, time.Duration(p.next.Load()))
+}
+
+// reserve takes the turn of a paced frame ready at at, which holds the
+// next one of the tenant's paced frames until after later, and returns
+// when the frame may be read. One connection alone is never slowed by
+// it: its own pace already spaces its frames a retry-after apart. Any
+// goroutine.
+func (p *tenantPace) reserve(at, after time.Duration) time.Duration {
+	if p == nil || testingOwnTurns {
+		return at
+	}
+	for {
+		next := p.next.Load()
+		turn := max(at, time.Duration(next))
+		if p.next.CompareAndSwap(next, int64(turn+after)) {
+			return turn
+		}
+	}
 }
 
 // mark notes a refusal with retry-after ra in a paced run at now (time
 // since paceEpoch).
 func (p *tenantPace) mark(ra, now time.Duration) {
-	if testingNoTenantPace {
+	if p == nil || testingNoTenantMark {
 		return
 	}
 	p.after.Store(int64(ra))
 	p.until.Store(int64(now + tenantPaceCarryOver))
 }
 
-// testingNoTenantPace plants the gap the tenant's mark closes: a new
+// marked reports whether the mark is fresh at now: a refusal in one of
+// the tenant's paced runs within tenantPaceCarryOver.
+func (p *tenantPace) marked(now time.Duration) bool {
+	return p != nil && time.Duration(p.until.Load()) > now
+}
+
+// testingNoTenantMark plants the gap the tenant's mark closes: a new
 // connection starts unpaced whatever its tenant's others did.
-var testingNoTenantPace bool
+var testingNoTenantMark bool
+
+// testingOwnTurns plants the gap the tenant's turns close: each paced
+// connection is read one frame per retry-after of its own.
+var testingOwnTurns bool
 
 // refusals tracks a connection's run of THROTTLED answers.
 type refusals struct {
 	// run counts THROTTLED answers since the last other answer, or,
-	// once it reached refusedRunPacedMin, since the run began; answers
-	// counts the answers in a row that were not THROTTLED since the run
-	// reached it (refusedRunEndAnswers of them end it).
+	// once the connection is paced, since the run began; answers counts
+	// the answers in a row that were not THROTTLED since it was paced
+	// (refusedRunEndAnswers of them end the run).
 	run, answers atomic.Int64
+	// paced: the run reached refusedRunPacedMin, or the connection
+	// inherited its tenant's mark, and the run has not ended.
+	paced atomic.Bool
 	// after is the last THROTTLED answer's retry-after, at most
 	// refusedPaceMax, in ns; until is when it ends, as time since
 	// paceEpoch in ns.
@@ -111,21 +158,18 @@ type refusals struct {
 
 // inherit gives a connection just authenticated its tenant's mark (any
 // goroutine, before the connection's first request is read) and starts
-// it paced when the mark is fresh: its run at the threshold, its first
-// frame a retry-after away. It reports whether it did.
+// it paced when the mark is fresh: its first frame a retry-after away.
+// It reports whether it did.
 func (r *refusals) inherit(p *tenantPace) bool {
 	r.tenant = p
-	if p == nil {
-		return false
-	}
 	now := time.Since(paceEpoch)
-	if time.Duration(p.until.Load()) <= now {
+	if !p.marked(now) {
 		return false
 	}
 	ra := time.Duration(p.after.Load())
 	r.after.Store(int64(ra))
 	r.until.Store(int64(now + ra))
-	r.run.Store(refusedRunPacedMin)
+	r.paced.Store(true)
 	return true
 }
 
@@ -139,16 +183,21 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 		now := time.Since(paceEpoch)
 		r.after.Store(int64(ra))
 		r.until.Store(int64(now + ra))
-		if r.run.Add(1) >= refusedRunPacedMin && r.tenant != nil {
-			r.tenant.mark(ra, now)
-		}
+		n := r.run.Add(1)
 		if r.answers.Load() != 0 {
 			r.answers.Store(0)
 		}
+		if !r.paced.Load() {
+			if n < refusedRunPacedMin {
+				return
+			}
+			r.paced.Store(true)
+		}
+		r.tenant.mark(ra, now)
 		return
 	}
-	if n := r.run.Load(); n < refusedRunPacedMin {
-		if n != 0 {
+	if !r.paced.Load() {
+		if r.run.Load() != 0 {
 			r.run.Store(0)
 		}
 		return
@@ -156,6 +205,7 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 	// Paced: the connection stays paced until refusedRunEndAnswers
 	// answers in a row were not THROTTLED.
 	if r.answers.Add(1) >= refusedRunEndAnswers {
+		r.paced.Store(false)
 		r.run.Store(0)
 		r.answers.Store(0)
 	}
@@ -165,27 +215,37 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 // of refusedRunPacedMin refusals or more: until the last refusal's
 // retry-after has passed, and a retry-after since the last frame read in
 // the run (so frames already sent do not all go at once while their
-// predecessors' answers are still being written); else 0. A client that
-// waits its retry-after before it sends is not slowed: the time has
-// passed when its frame comes.
+// predecessors' answers are still being written), and until its tenant's
+// next turn (tenantPace.reserve: its paced connections together are read
+// one frame per retry-after); else 0. A client that waits its retry-after
+// before it sends is not slowed: the time has passed when its frame comes
+// (unless another of its tenant's connections took the turn).
 func (r *refusals) pace() time.Duration {
-	if r.run.Load() < refusedRunPacedMin {
+	if !r.paced.Load() {
 		return 0
 	}
 	now := time.Since(paceEpoch)
-	next := max(time.Duration(r.until.Load()), r.read+time.Duration(r.after.Load()))
-	return max(0, next-now)
+	return max(0, r.tenant.turn(r.ready())-now)
+}
+
+// ready is when the connection's own pace lets its next frame be read,
+// in a run (time since paceEpoch).
+func (r *refusals) ready() time.Duration {
+	return max(time.Duration(r.until.Load()), r.read+time.Duration(r.after.Load()))
 }
 
 // waitPace waits out the connection's pace (pace) before its next frame
-// is read, counting the frame paced when it waits; false when the
-// connection ended meanwhile. Reader only.
+// is read, taking its tenant's turn, and counts the frame paced when it
+// waits; false when the connection ended meanwhile. Reader only.
 func (c *conn) waitPace() bool {
-	d := c.refused.pace()
-	if c.refused.run.Load() >= refusedRunPacedMin {
-		defer func() { c.refused.read = time.Since(paceEpoch) }()
+	r := &c.refused
+	if !r.paced.Load() {
+		return true
 	}
-	if d == 0 {
+	defer func() { r.read = time.Since(paceEpoch) }()
+	at := r.tenant.reserve(r.ready(), time.Duration(r.after.Load()))
+	d := at - time.Since(paceEpoch)
+	if d <= 0 {
 		return true
 	}
 	c.s.paced.Add(1)

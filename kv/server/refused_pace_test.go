@@ -145,7 +145,8 @@ func TestRefusedConnectionPaced(t *testing.T) {
 	if n := s.Stats().FramesPaced - paced; n > 1 {
 		t.Fatalf("%d frames paced after two answers ended the run", n)
 	}
-	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v; every fourth answered: paced=%d of %d\n", refusedRunPacedMin, past, runPaced, took.Round(time.Millisecond), retryAfter, sporadicPaced, sporadic)
+	fmt.Printf("refused pacing: run=%d past=%d paced=%d took=%v retry_after=%v; every fourth answered: paced=%d of %d\n",
+		refusedRunPacedMin, past, runPaced, took.Round(time.Millisecond), retryAfter, sporadicPaced, sporadic)
 }
 
 // TestPaceCarriedToTenantsNewConnection: a connection a tenant opens
@@ -153,7 +154,7 @@ func TestRefusedConnectionPaced(t *testing.T) {
 // paced runs starts paced (refused_pace.go), so a flooder that reconnects
 // once paced is not refused refusedRunPacedMin times at full speed on
 // each new connection; another tenant's connection, and the tenant's
-// after the carry-over, start unpaced. Planted (testingNoTenantPace): the
+// after the carry-over, start unpaced. Planted (testingNoTenantMark): the
 // reconnected flooder's frames go at full speed.
 func TestPaceCarriedToTenantsNewConnection(t *testing.T) {
 	const frames = 40
@@ -161,8 +162,8 @@ func TestPaceCarriedToTenantsNewConnection(t *testing.T) {
 	if paced < frames/2 {
 		t.Fatalf("%s: want at least %d of its %d frames paced", line, frames/2, frames)
 	}
-	testingNoTenantPace = true
-	defer func() { testingNoTenantPace = false }()
+	testingNoTenantMark = true
+	defer func() { testingNoTenantMark = false }()
 	plantedPaced, plantedLine := reconnectPaced(t, frames)
 	if plantedPaced >= frames/2 {
 		t.Fatalf("planted (no tenant mark): %s: the test does not show the gap", plantedLine)
@@ -210,7 +211,7 @@ func reconnectPaced(t *testing.T, frames int) (int, string) {
 	before := s.Stats().FramesPaced
 	took := flood(b, frames, 1_000)
 	paced := int(s.Stats().FramesPaced - before)
-	if testingNoTenantPace == (atHello != 0) || took < time.Duration(paced-1)*retryAfter {
+	if testingNoTenantMark == (atHello != 0) || took < time.Duration(paced-1)*retryAfter {
 		t.Fatalf("reconnected: paced_at_hello=%d, %d of %d frames paced in %v (retry-after %v)", atHello, paced, frames, took, retryAfter)
 	}
 	// Past the carry-over, and with no refusal since, a new connection
@@ -223,4 +224,79 @@ func reconnectPaced(t *testing.T, frames int) (int, string) {
 		t.Fatalf("a connection opened %v after the tenant's last paced refusal paced at HELLO", tenantPaceCarryOver+100*time.Millisecond)
 	}
 	return paced, fmt.Sprintf("paced_at_hello=%d frames=%d paced=%d took=%v", atHello, frames, paced, took.Round(time.Millisecond))
+}
+
+// TestTenantsPacedConnectionsShareTurns: a tenant's paced connections
+// together are read one frame per retry-after (tenantPace.reserve), not
+// one per retry-after each: eight of them pipelining ten refused GETs
+// each take about eighty retry-afters, not ten. Planted
+// (testingOwnTurns): about ten.
+func TestTenantsPacedConnectionsShareTurns(t *testing.T) {
+	took, line := sharedTurns(t)
+	const conns, each = 8, 10
+	const retryAfter = sharedTurnsRetryAfter
+	if want := conns * each / 2 * retryAfter; took < want {
+		t.Fatalf("%s: want at least %v", line, want)
+	}
+	testingOwnTurns = true
+	defer func() { testingOwnTurns = false }()
+	plantedTook, plantedLine := sharedTurns(t)
+	if plantedTook >= conns*each/2*retryAfter {
+		t.Fatalf("planted (each connection its own turns): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("tenant turns: %s; planted (own turns): %s\n", line, plantedLine)
+}
+
+// sharedTurnsRetryAfter is the refusals' retry-after in sharedTurns:
+// long enough that eight connections' own turns (ten each) stay well
+// under the bound on a loaded machine.
+const sharedTurnsRetryAfter = 5 * time.Millisecond
+
+// sharedTurns paces one connection of tenant 1, opens seven more, and
+// has all eight pipeline ten refused GETs at once; it returns how long
+// the eighty answers took, and a line.
+func sharedTurns(t *testing.T) (time.Duration, string) {
+	const conns, each = 8, 10
+	const retryAfter = sharedTurnsRetryAfter
+	be := &refuseAll{retryAfter: retryAfter}
+	s, addr := start(t, be, Config{})
+	get := func(b []byte, id int) []byte {
+		return proto.AppendRequest(b, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(id), Key: []byte("no")})
+	}
+	pipeline := func(c *rawConn, n, id int) {
+		var b []byte
+		for i := range n {
+			b = get(b, id+i)
+		}
+		go c.nc.Write(b)
+		for i := range n {
+			if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+				t.Errorf("answer %d: %v", i, r.Status)
+				return
+			}
+		}
+	}
+	cs := make([]*rawConn, conns)
+	cs[0] = dialRaw(t, addr)
+	cs[0].hello(tokenA)
+	pipeline(cs[0], refusedRunPacedMin+8, 1)
+	for i := 1; i < conns; i++ {
+		cs[i] = dialRaw(t, addr)
+		cs[i].hello(tokenA)
+	}
+	before := s.Stats().FramesPaced
+	start := time.Now()
+	done := make(chan struct{})
+	for i, c := range cs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			pipeline(c, each, 10_000*(i+1))
+		}()
+	}
+	for range cs {
+		<-done
+	}
+	took := time.Since(start)
+	return took, fmt.Sprintf("conns=%d frames_each=%d paced_at_hello=%d paced=%d took=%v retry_after=%v",
+		conns, each, s.Stats().ConnsPacedAtHello, s.Stats().FramesPaced-before, took.Round(time.Millisecond), retryAfter)
 }
