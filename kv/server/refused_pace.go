@@ -81,7 +81,10 @@ type tenantPace struct {
 	until, after atomic.Int64 // ns since paceEpoch; ns
 	// next is the tenant's next turn for a paced frame (ns since
 	// paceEpoch): every paced frame of the tenant, on any connection,
-	// is read a retry-after after the one before.
+	// is read a retry-after after the one before. A reader holds at
+	// most one turn, taken when its frame has come, so next stays
+	// within ConnsPerTenantMax x refusedPaceMax of now (256 x 100 ms by
+	// default): that bounds the wait of any paced frame.
 	next atomic.Int64
 }
 
