@@ -300,3 +300,44 @@ func sharedTurns(t *testing.T) (time.Duration, string) {
 	return took, fmt.Sprintf("conns=%d frames_each=%d paced_at_hello=%d paced=%d took=%v retry_after=%v",
 		conns, each, s.Stats().ConnsPacedAtHello, s.Stats().FramesPaced-before, took.Round(time.Millisecond), retryAfter)
 }
+
+// TestTenantTurnsBounded: the tenant's next turn stays within a turn per
+// paced connection of now (tenantPace.next's bound): N readers, each
+// taking its next turn as soon as its last one came and its own pace
+// allows, never push it further. Planted (each reserve takes two turns'
+// room): caught.
+func TestTenantTurnsBounded(t *testing.T) {
+	const conns, after = 16, 7 * time.Millisecond
+	if worst := turnsAhead(conns, after, 1); worst > (conns+1)*after {
+		t.Fatalf("next turn %v ahead of now with %d paced connections at %v; want at most %v", worst, conns, after, (conns+1)*after)
+	}
+	if worst := turnsAhead(conns, after, 2); worst <= (conns+1)*after {
+		t.Fatalf("planted (two turns per frame): next turn at most %v ahead: the check does not catch it", worst)
+	}
+}
+
+// turnsAhead simulates conns readers of one tenant, each reserving its
+// next frame's turn once the last one came (its own pace a retry-after
+// after it), for 1,000 turns, each reservation taking span turns, and
+// returns how far the tenant's next turn got ahead of now.
+func turnsAhead(conns int, after time.Duration, span int) time.Duration {
+	var p tenantPace
+	now := time.Duration(0)
+	turns := make([]time.Duration, conns)
+	for i := range turns {
+		turns[i] = p.reserve(now, time.Duration(span)*after)
+	}
+	worst := time.Duration(0)
+	for range 1000 {
+		i := 0
+		for j := range turns {
+			if turns[j] < turns[i] {
+				i = j
+			}
+		}
+		now = turns[i]
+		turns[i] = p.reserve(now+after, time.Duration(span)*after)
+		worst = max(worst, time.Duration(p.next.Load())-now)
+	}
+	return worst
+}
