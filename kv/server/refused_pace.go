@@ -99,9 +99,10 @@ func (p *tenantPace) turn(at time.Duration) time.Duration {
 
 // reserve takes the turn of a paced frame ready at at, which holds the
 // next one of the tenant's paced frames until after later, and returns
-// when the frame may be read. One connection alone is never slowed by
-// it: its own pace already spaces its frames a retry-after apart. Any
-// goroutine.
+// when the frame may be read. One connection alone is hardly slowed by
+// it: its own pace already spaces its frames a retry-after apart (its
+// frame waits out the previous frame's retry-after when the next one is
+// shorter). Any goroutine.
 func (p *tenantPace) reserve(at, after time.Duration) time.Duration {
 	if p == nil || testingOwnTurns {
 		return at
