@@ -228,12 +228,12 @@ func reconnectPaced(t *testing.T, frames int) (int, string) {
 
 // TestTenantsPacedConnectionsShareTurns: a tenant's paced connections
 // together are read one frame per retry-after (tenantPace.reserve), not
-// one per retry-after each: eight of them pipelining ten refused GETs
-// each take about eighty retry-afters, not ten. Planted
+// one per retry-after each: sixteen of them pipelining ten refused GETs
+// each take about 160 retry-afters, not ten. Planted
 // (testingOwnTurns): about ten.
 func TestTenantsPacedConnectionsShareTurns(t *testing.T) {
 	took, line := sharedTurns(t)
-	const conns, each = 8, 10
+	const conns, each = 16, 10
 	const retryAfter = sharedTurnsRetryAfter
 	if want := conns * each / 2 * retryAfter; took < want {
 		t.Fatalf("%s: want at least %v", line, want)
@@ -248,15 +248,16 @@ func TestTenantsPacedConnectionsShareTurns(t *testing.T) {
 }
 
 // sharedTurnsRetryAfter is the refusals' retry-after in sharedTurns:
-// long enough that eight connections' own turns (ten each) stay well
-// under the bound on a loaded machine.
-const sharedTurnsRetryAfter = 5 * time.Millisecond
+// long enough that sixteen connections' own turns (ten each, 100 ms)
+// stay well under the bound (800 ms) on a loaded machine (under three CPU
+// hogs the planted run took up to 266 ms with eight).
+const sharedTurnsRetryAfter = 10 * time.Millisecond
 
-// sharedTurns paces one connection of tenant 1, opens seven more, and
-// has all eight pipeline ten refused GETs at once; it returns how long
-// the eighty answers took, and a line.
+// sharedTurns paces one connection of tenant 1, opens fifteen more, and
+// has all sixteen pipeline ten refused GETs at once; it returns how long
+// the 160 answers took, and a line.
 func sharedTurns(t *testing.T) (time.Duration, string) {
-	const conns, each = 8, 10
+	const conns, each = 16, 10
 	const retryAfter = sharedTurnsRetryAfter
 	be := &refuseAll{retryAfter: retryAfter}
 	s, addr := start(t, be, Config{})
