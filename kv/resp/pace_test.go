@@ -114,3 +114,31 @@ func TestBusyPaceCarriedToNewConnection(t *testing.T) {
 	}
 	fmt.Printf("resp pace carried: commands=%d took=%v\n", n, took.Round(time.Millisecond))
 }
+
+// TestBusyReconnectsMarkTenant: a RESP flooder that closes each
+// connection after 32 -BUSY answers, never 64 on one, marks its tenant
+// by the tenant's run (kv/server refused_pace.go; AUTH's +OK does not end
+// it): its connections after the 64th -BUSY start paced.
+func TestBusyReconnectsMarkTenant(t *testing.T) {
+	const retryAfter = 2 * time.Millisecond
+	const per, conns = server.RefusedRunPacedMin / 2, 4
+	ts := startServer(t, server.Config{}, func(server.Backend) server.Backend { return refusingBackend{retryAfter} })
+	for range conns {
+		r := dialRaw(t, ts.addr)
+		r.send(encodeCommand("AUTH", specAlpha.Token))
+		r.expect("+OK")
+		var pipe []byte
+		for range per {
+			pipe = append(pipe, encodeCommand("GET", "no")...)
+		}
+		go r.nc.Write(pipe)
+		for range per {
+			r.expect("-BUSY")
+		}
+		r.nc.Close()
+	}
+	if n := ts.host.Stats().ConnsPacedAtHello; n < 2 {
+		t.Fatalf("%d connections of %d (each %d -BUSY, then closed) paced at AUTH; want the two after the tenant's 64th", n, conns, per)
+	}
+	fmt.Printf("resp tenant run: conns=%d per_conn=%d paced_at_auth=%d\n", conns, per, ts.host.Stats().ConnsPacedAtHello)
+}

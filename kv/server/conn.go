@@ -471,7 +471,12 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 			}
 		}
 	}
-	c.refused.answered(throttled, retryAfter)
+	if resp.Op != proto.OpHello {
+		// HELLO's answer is no request's: it must not end a run of
+		// refusals (a flooder reconnecting would end its tenant's at
+		// every HELLO).
+		c.refused.answered(throttled, retryAfter)
+	}
 	charged := int64(0)
 	if held > 0 {
 		if n < held {

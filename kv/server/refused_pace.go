@@ -34,15 +34,23 @@ import (
 // once.
 //
 // The pace is carried over to the tenant's next connections: while one
-// of a tenant's connections is in a paced run, and for
-// tenantPaceCarryOver after its last refusal there, a connection the
-// tenant opens starts paced at that refusal's retry-after (its first frame
-// waits one), instead of being refused refusedRunPacedMin times at full
-// speed first. Otherwise a flooder that reconnects whenever it is paced
-// would never be. And a tenant's paced connections share their turns:
-// together they are read one frame per retry-after (tenantPace.reserve),
-// or a flooder would multiply its rate by the connections it opens (up
-// to ConnsPerTenantMax, 256 by default).
+// of a tenant's connections is in a paced run, or the tenant's own run
+// (refusedRunPacedMin THROTTLED answers on any of its connections with
+// no other answer between) has reached it, and for tenantPaceCarryOver
+// after the last such refusal, a connection the tenant opens starts paced
+// at that refusal's retry-after (its first frame waits one), instead of
+// being refused refusedRunPacedMin times at full speed first. Otherwise a
+// flooder that reconnects before its connection is paced would never be
+// (an outside tester closing after 63 GETs: 122-133k answers a second).
+// And a tenant's paced connections share their turns: their frames sent
+// early (before their own pace allowed) are read one per retry-after for
+// all of them (tenantPace.reserve), or a flooder would multiply its rate
+// by the connections it opens (up to ConnsPerTenantMax, 256 by default).
+// A frame sent in its time, as by a client that waits its retry-after,
+// and a new connection's first frame take no turn: they wait for no other
+// connection (with every paced frame taking turns, an outside tester's
+// client that waited its retry-afters, opened beside 200 flooding
+// connections, waited up to 1 s a frame and 10 s for one request).
 
 const (
 	// refusedRunPacedMin is how many THROTTLED answers in a row, with no
@@ -79,6 +87,11 @@ const (
 // at New. Safe for concurrent use.
 type tenantPace struct {
 	until, after atomic.Int64 // ns since paceEpoch; ns
+	// run counts the tenant's THROTTLED answers, on any of its
+	// connections, since its last answer that was not THROTTLED; at
+	// refusedRunPacedMin it marks the tenant, though no connection of it
+	// reached a run of its own (one that closes after 63 and reconnects).
+	run atomic.Int64
 	// next is the tenant's next turn for a paced frame (ns since
 	// paceEpoch): every paced frame of the tenant, on any connection,
 	// is read a retry-after after the one before. A reader holds at
@@ -136,6 +149,16 @@ func (p *tenantPace) marked(now time.Duration) bool {
 // connection starts unpaced whatever its tenant's others did.
 var testingNoTenantMark bool
 
+// testingNoTenantRun plants the gap the tenant's run closes: only a
+// connection's own run of refusedRunPacedMin marks its tenant.
+var testingNoTenantRun bool
+
+// testingTurnsForAll plants the gap that sparing frames sent in their
+// time closes: every paced frame, and a new connection's first, takes its
+// tenant's turn, so a client that waits its retry-after waits behind a
+// flooder's connections too.
+var testingTurnsForAll bool
+
 // testingOwnTurns plants the gap the tenant's turns close: each paced
 // connection is read one frame per retry-after of its own.
 var testingOwnTurns bool
@@ -156,6 +179,9 @@ type refusals struct {
 	after, until atomic.Int64
 	// read is when the reader last read a frame in a run (reader only).
 	read time.Duration
+	// fresh: paced from HELLO (inherit), its first frame not yet read
+	// (reader only).
+	fresh bool
 	// tenant is the connection's tenant's mark (nil before HELLO).
 	tenant *tenantPace
 }
@@ -174,6 +200,7 @@ func (r *refusals) inherit(p *tenantPace) bool {
 	r.after.Store(int64(ra))
 	r.until.Store(int64(now + ra))
 	r.paced.Store(true)
+	r.fresh = true
 	return true
 }
 
@@ -191,6 +218,9 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 		if r.answers.Load() != 0 {
 			r.answers.Store(0)
 		}
+		if t := r.tenant; t != nil && !testingNoTenantRun && t.run.Add(1) >= refusedRunPacedMin {
+			t.mark(ra, now)
+		}
 		if !r.paced.Load() {
 			if n < refusedRunPacedMin {
 				return
@@ -199,6 +229,9 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 		}
 		r.tenant.mark(ra, now)
 		return
+	}
+	if t := r.tenant; t != nil && t.run.Load() != 0 {
+		t.run.Store(0)
 	}
 	if !r.paced.Load() {
 		if r.run.Load() != 0 {
@@ -229,7 +262,11 @@ func (r *refusals) pace() time.Duration {
 		return 0
 	}
 	now := time.Since(paceEpoch)
-	return max(0, r.tenant.turn(r.ready())-now)
+	at := r.ready()
+	if at > now && (!r.fresh || testingTurnsForAll) {
+		at = r.tenant.turn(at)
+	}
+	return max(0, at-now)
 }
 
 // ready is when the connection's own pace lets its next frame be read,
@@ -247,8 +284,17 @@ func (c *conn) waitPace() bool {
 		return true
 	}
 	defer func() { r.read = time.Since(paceEpoch) }()
-	at := r.tenant.reserve(r.ready(), time.Duration(r.after.Load()))
-	d := at - time.Since(paceEpoch)
+	now := time.Since(paceEpoch)
+	at := r.ready()
+	if at > now && (!r.fresh || testingTurnsForAll) {
+		// Early (sent before its own pace allowed): it takes its
+		// tenant's turn. A frame that came in its time, as a client
+		// waiting its retry-after sends it, and a new connection's first
+		// frame, wait for no other connection.
+		at = r.tenant.reserve(at, time.Duration(r.after.Load()))
+	}
+	r.fresh = false
+	d := at - now
 	if d <= 0 {
 		return true
 	}

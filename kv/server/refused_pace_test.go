@@ -342,3 +342,133 @@ func turnsAhead(conns int, after time.Duration, span int) time.Duration {
 	}
 	return worst
 }
+
+// TestTenantRunMarksReconnects: a flooder that closes each connection
+// after 32 refused GETs, never 64 on one, still marks its tenant once 64
+// of its answers in a row, on any of its connections, were THROTTLED (the
+// tenant's run): its next connections start paced. Planted
+// (testingNoTenantRun): none does (an outside tester closing after 63:
+// 122-133k answers a second, never paced).
+func TestTenantRunMarksReconnects(t *testing.T) {
+	atHello, line := reconnectEvery(t, refusedRunPacedMin/2, 4)
+	if atHello < 2 {
+		t.Fatalf("%s: want the connections after the tenant's 64th refusal paced at HELLO", line)
+	}
+	testingNoTenantRun = true
+	defer func() { testingNoTenantRun = false }()
+	plantedAtHello, plantedLine := reconnectEvery(t, refusedRunPacedMin/2, 4)
+	if plantedAtHello != 0 {
+		t.Fatalf("planted (no tenant run): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("tenant run: %s; planted (no tenant run): %s\n", line, plantedLine)
+}
+
+// reconnectEvery opens conns connections of tenant 1 one after another,
+// each pipelining per refused GETs; it returns how many were paced at
+// HELLO, and a line.
+func reconnectEvery(t *testing.T, per, conns int) (uint64, string) {
+	const retryAfter = 2 * time.Millisecond
+	s, addr := start(t, &refuseAll{retryAfter: retryAfter}, Config{})
+	for k := range conns {
+		c := dialRaw(t, addr)
+		c.hello(tokenA)
+		var b []byte
+		for i := range per {
+			b = proto.AppendRequest(b, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(k*1000 + i + 1), Key: []byte("no")})
+		}
+		go c.nc.Write(b)
+		for range per {
+			if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+				t.Fatalf("connection %d: %v", k, r.Status)
+			}
+		}
+		c.nc.Close()
+	}
+	st := s.Stats()
+	return st.ConnsPacedAtHello, fmt.Sprintf("conns=%d per_conn=%d paced_at_hello=%d paced=%d", conns, per, st.ConnsPacedAtHello, st.FramesPaced)
+}
+
+// TestTurnsSpareFramesSentInTime: a client of a flooding tenant that
+// waits its retry-after before each request, on a connection opened while
+// 32 of the tenant's paced connections hold a turn each (1.6 s of them),
+// waits for none of them: its first frame waits one retry-after, the
+// others none. Planted (testingTurnsForAll: every paced frame takes a
+// turn): it waits behind the flood (an outside tester: up to 1 s a frame,
+// 10 s for one request).
+func TestTurnsSpareFramesSentInTime(t *testing.T) {
+	const bound = turnsSpareBound
+	worst, line := compliantBesideFlood(t)
+	if worst > bound {
+		t.Fatalf("%s: want every request answered within %v", line, bound)
+	}
+	testingTurnsForAll = true
+	defer func() { testingTurnsForAll = false }()
+	plantedWorst, plantedLine := compliantBesideFlood(t)
+	if plantedWorst <= bound {
+		t.Fatalf("planted (turns for every frame): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("turns spare frames in time: %s; planted (turns for all): %s\n", line, plantedLine)
+}
+
+// turnsSpareBound is the slowest answer TestTurnsSpareFramesSentInTime
+// accepts: a retry-after and change, well under the 1.6 s of turns.
+const turnsSpareBound = 800 * time.Millisecond
+
+// compliantBesideFlood paces 32 connections of tenant 1 with 60
+// pipelined refused GETs each (at a 50 ms retry-after: each holds a turn,
+// so a turn taken now comes about 1.6 s later), then opens one more and
+// sends three GETs one at a time, each after the last answer's
+// retry-after; it returns the slowest answer (the first over bound ends
+// it), and a line.
+func compliantBesideFlood(t *testing.T) (time.Duration, string) {
+	const retryAfter = 50 * time.Millisecond
+	const flooders, each = 32, 60
+	s, addr := start(t, &refuseAll{retryAfter: retryAfter}, Config{})
+	get := func(b []byte, id int) []byte {
+		return proto.AppendRequest(b, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(id), Key: []byte("no")})
+	}
+	first := dialRaw(t, addr)
+	first.hello(tokenA)
+	var b []byte
+	for i := range refusedRunPacedMin {
+		b = get(b, i+1)
+	}
+	go first.nc.Write(b)
+	for range refusedRunPacedMin {
+		first.mustRecv()
+	}
+	for k := range flooders {
+		c := dialRaw(t, addr)
+		c.hello(tokenA)
+		var b []byte
+		for i := range each {
+			b = get(b, 10_000*(k+1)+i)
+		}
+		go c.nc.Write(b)
+		go func() {
+			for range each {
+				if _, err := c.recv(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the flooders' frames have come and taken their turns
+	c := dialRaw(t, addr)
+	c.hello(tokenA)
+	var worst time.Duration
+	for i := range 3 {
+		start := time.Now()
+		c.send(get(nil, 900_000+i))
+		if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+			t.Fatalf("compliant GET %d: %v", i, r.Status)
+		}
+		worst = max(worst, time.Since(start))
+		if worst > turnsSpareBound {
+			break
+		}
+		time.Sleep(retryAfter + 2*time.Millisecond)
+	}
+	return worst, fmt.Sprintf("flooders=%d frames_each=%d retry_after=%v compliant_worst=%v paced_at_hello=%d",
+		flooders, each, retryAfter, worst.Round(time.Millisecond), s.Stats().ConnsPacedAtHello)
+}
