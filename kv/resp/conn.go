@@ -350,8 +350,13 @@ func (c *conn) execLoop(cfg server.Config) {
 			c.inflight.Add(-1)
 			continue
 		}
-		b, held, closeAfter := c.run(ctx, cfg, p)
-		c.h.Answered(busyRetryAfter(b))
+		b, held, closeAfter, request := c.run(ctx, cfg, p)
+		if busy, retryAfter := busyRetryAfter(b); busy || request {
+			// Only backend requests' answers, and every -BUSY, count
+			// for pacing: a PING or a malformed command slipped between
+			// refused GETs must not end their run.
+			c.h.Answered(busy, retryAfter)
+		}
 		c.h.ReleaseRequest(p.body)
 		if _, err := bw.Write(b); err != nil && !dead {
 			dead = true
@@ -377,10 +382,11 @@ func (c *conn) execLoop(cfg server.Config) {
 	c.h.Close("end of stream")
 }
 
-// run executes one command and returns its answer and the budget it
-// holds (exactly the answer's size, or the request's reservation when
-// the answer did not fit and was replaced by an error).
-func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte, held int64, closeAfter bool) {
+// run executes one command and returns its answer, the budget it holds
+// (exactly the answer's size, or the request's reservation when the
+// answer did not fit and was replaced by an error), and whether it asked
+// the backend (request).
+func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte, held int64, closeAfter, request bool) {
 	w := &reply{resp3: c.resp3}
 	held = p.held
 	if p.cmd == nil {
@@ -394,7 +400,7 @@ func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte
 		x := &exec{c: c, ctx: rctx, w: w, held: held, cmd: p.cmd}
 		closeAfter = c.dispatch(x)
 		cancel()
-		held = x.held
+		held, request = x.held, x.request
 		c.s.observe(start)
 	}
 	n := int64(len(w.b))
@@ -406,7 +412,7 @@ func (c *conn) run(ctx context.Context, cfg server.Config, p *pending) (b []byte
 		n = int64(len(w.b))
 		c.h.Fit(held, n) // gives back the rest: an error fits any reservation
 	}
-	return w.b, n, closeAfter
+	return w.b, n, closeAfter, request
 }
 
 // busyRetryAfter reports whether answer b is -BUSY, and its retry-after

@@ -21,6 +21,11 @@ type exec struct {
 	w    *reply
 	held int64
 	cmd  *command
+	// request: the command asked the backend (do), so its answer counts
+	// in the connection's run of -BUSY answers (kv/server
+	// refused_pace.go); a local command's (PING, an unknown command, a
+	// syntax error) neither ends nor extends one.
+	request bool
 }
 
 func (x *exec) args() [][]byte { return x.cmd.args }
@@ -85,6 +90,7 @@ func (x *exec) admitLocal() bool {
 // identity first; a read is stale-ok on a READONLY connection.
 func (x *exec) do(req *proto.Request) *proto.Response {
 	c := x.c
+	x.request = true
 	req.Tenant = c.spec.ID
 	if req.Op.IsWrite() {
 		c.identify(req)

@@ -142,3 +142,34 @@ func TestBusyReconnectsMarkTenant(t *testing.T) {
 	}
 	fmt.Printf("resp tenant run: conns=%d per_conn=%d paced_at_auth=%d\n", conns, per, ts.host.Stats().ConnsPacedAtHello)
 }
+
+// TestBusyRunNotEndedByLocalCommands: a PING (or any command no backend
+// request serves) slipped between refused GETs does not end their run of
+// -BUSY answers: a client pipelining 32 refused GETs and a PING, again
+// and again, is paced once 64 GETs were refused. Planted by hand (every
+// answer counted, as before): never paced (paced=0 of 330).
+func TestBusyRunNotEndedByLocalCommands(t *testing.T) {
+	const rounds, per = 10, server.RefusedRunPacedMin / 2
+	ts := startServer(t, server.Config{}, func(server.Backend) server.Backend { return refusingBackend{2 * time.Millisecond} })
+	r := dialRaw(t, ts.addr)
+	r.send(encodeCommand("AUTH", specAlpha.Token))
+	r.expect("+OK")
+	var pipe []byte
+	for range rounds {
+		for range per {
+			pipe = append(pipe, encodeCommand("GET", "no")...)
+		}
+		pipe = append(pipe, encodeCommand("PING")...)
+	}
+	go r.nc.Write(pipe)
+	for range rounds {
+		for range per {
+			r.expect("-BUSY")
+		}
+		r.expect("+PONG")
+	}
+	if n := ts.host.Stats().FramesPaced; n < rounds*per/4 {
+		t.Fatalf("%d of %d commands paced with a PING after every %d refused GETs; want at least %d", n, rounds*(per+1), per, rounds*per/4)
+	}
+	fmt.Printf("resp run through PINGs: commands=%d paced=%d\n", rounds*(per+1), ts.host.Stats().FramesPaced)
+}

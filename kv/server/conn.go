@@ -471,10 +471,7 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 			}
 		}
 	}
-	if resp.Op != proto.OpHello {
-		// HELLO's answer is no request's: it must not end a run of
-		// refusals (a flooder reconnecting would end its tenant's at
-		// every HELLO).
+	if throttled || endsRefusedRun(resp) {
 		c.refused.answered(throttled, retryAfter)
 	}
 	charged := int64(0)

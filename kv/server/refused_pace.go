@@ -204,6 +204,24 @@ func (r *refusals) inherit(p *tenantPace) bool {
 	return true
 }
 
+// endsRefusedRun reports whether an answer that is not THROTTLED counts
+// toward ending a run of refusals: a data request's that the node served.
+// HELLO's, PING's and refusals of the client's own errors (BAD_REQUEST,
+// TOO_LARGE, UNAUTHORIZED) do not: a flooder could slip them between its
+// refused requests for free (a reconnecting one ended its tenant's run at
+// every HELLO).
+func endsRefusedRun(resp *proto.Response) bool {
+	switch resp.Op {
+	case proto.OpHello, proto.OpPing:
+		return false
+	}
+	switch resp.Status {
+	case proto.StatusBadRequest, proto.StatusTooLarge, proto.StatusUnauthorized:
+		return false
+	}
+	return true
+}
+
 // paceEpoch is where refusals' times count from (monotonic).
 var paceEpoch = time.Now()
 

@@ -472,3 +472,38 @@ func compliantBesideFlood(t *testing.T) (time.Duration, string) {
 	return worst, fmt.Sprintf("flooders=%d frames_each=%d retry_after=%v compliant_worst=%v paced_at_hello=%d",
 		flooders, each, retryAfter, worst.Round(time.Millisecond), s.Stats().ConnsPacedAtHello)
 }
+
+// TestRefusedRunNotEndedByPings: PINGs (or malformed frames) slipped
+// between refused GETs do not end their run (endsRefusedRun): a client
+// that pipelines 32 refused GETs, reads their answers, sends a PING, and
+// again, is paced once 64 GETs were refused. Planted by hand (every
+// answer counted): paced=0.
+func TestRefusedRunNotEndedByPings(t *testing.T) {
+	const rounds, per = 10, refusedRunPacedMin / 2
+	s, addr := start(t, &refuseAll{retryAfter: 2 * time.Millisecond}, Config{})
+	c := dialRaw(t, addr)
+	c.hello(tokenA)
+	id := uint64(1)
+	for range rounds {
+		var b []byte
+		for range per {
+			b = proto.AppendRequest(b, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: id, Key: []byte("no")})
+			id++
+		}
+		c.send(b)
+		for range per {
+			if r := c.mustRecv(); r.Status != proto.StatusThrottled {
+				t.Fatalf("GET: %v", r.Status)
+			}
+		}
+		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpPing, Tenant: 1, ID: id}))
+		id++
+		if r := c.mustRecv(); r.Status != proto.StatusOK {
+			t.Fatalf("PING: %v", r.Status)
+		}
+	}
+	if n := s.Stats().FramesPaced; n < rounds*per/4 {
+		t.Fatalf("%d of %d frames paced with a PING after every %d refused GETs; want at least %d", n, rounds*(per+1), per, rounds*per/4)
+	}
+	fmt.Printf("run through pings: frames=%d paced=%d\n", rounds*(per+1), s.Stats().FramesPaced)
+}
