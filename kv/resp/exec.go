@@ -24,7 +24,7 @@ type exec struct {
 	// request: the command asked the backend (do), so its answer counts
 	// in the connection's run of -BUSY answers (kv/server
 	// refused_pace.go); a local command's (PING, an unknown command, a
-	// syntax error) neither ends nor extends one.
+	// syntax error) does not end one (a -BUSY one extends it).
 	request bool
 }
 
