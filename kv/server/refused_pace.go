@@ -177,10 +177,12 @@ type refusals struct {
 	// refusedPaceMax, in ns; until is when it ends, as time since
 	// paceEpoch in ns.
 	after, until atomic.Int64
-	// read is when the reader last read a frame in a run (reader only).
+	// read is when the reader last read a frame in a run (waitPace's
+	// goroutine only).
 	read time.Duration
 	// fresh: paced from HELLO (inherit), its first frame not yet read
-	// (reader only).
+	// (set before the first request is read; then waitPace's goroutine
+	// only).
 	fresh bool
 	// tenant is the connection's tenant's mark (nil before HELLO).
 	tenant *tenantPace
@@ -266,15 +268,16 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 	}
 }
 
-// pace is how long the next frame waits, when the connection is in a run
-// of refusedRunPacedMin refusals or more: until the last refusal's
-// retry-after has passed, and a retry-after since the last frame read in
-// the run (so frames already sent do not all go at once while their
-// predecessors' answers are still being written), and until its tenant's
-// next turn (tenantPace.reserve: its paced connections together are read
-// one frame per retry-after); else 0. A client that waits its retry-after
-// before it sends is not slowed: the time has passed when its frame comes
-// (unless another of its tenant's connections took the turn).
+// pace is how long the next frame waits, when the connection is paced:
+// until the last refusal's retry-after has passed, and a retry-after
+// since the last frame read in the run (so frames already sent do not
+// all go at once while their predecessors' answers are still being
+// written), and, for a frame that came before that (early), until its
+// tenant's next turn (tenantPace.reserve: the early frames of its paced
+// connections together are read one per retry-after); else 0. A client
+// that waits its retry-after before it sends is not slowed: the time has
+// passed when its frame comes, and it takes no turn. Called by the
+// goroutine that calls waitPace (it reads fresh).
 func (r *refusals) pace() time.Duration {
 	if !r.paced.Load() {
 		return 0
@@ -294,8 +297,10 @@ func (r *refusals) ready() time.Duration {
 }
 
 // waitPace waits out the connection's pace (pace) before its next frame
-// is read, taking its tenant's turn, and counts the frame paced when it
-// waits; false when the connection ended meanwhile. Reader only.
+// is read, taking its tenant's turn when the frame came early, and counts
+// the frame paced when it waits; false when the connection ended
+// meanwhile. Reader only (for a hosted protocol, the goroutine that runs
+// its commands).
 func (c *conn) waitPace() bool {
 	r := &c.refused
 	if !r.paced.Load() {
