@@ -238,16 +238,18 @@ func (r *refusals) answered(throttled bool, ra time.Duration) {
 		if r.answers.Load() != 0 {
 			r.answers.Store(0)
 		}
-		if t := r.tenant; t != nil && !testingNoTenantRun && t.run.Add(1) >= refusedRunPacedMin {
-			t.mark(ra, now)
+		tenantRun := false
+		if t := r.tenant; t != nil && !testingNoTenantRun {
+			tenantRun = t.run.Add(1) >= refusedRunPacedMin
 		}
-		if !r.paced.Load() {
-			if n < refusedRunPacedMin {
-				return
-			}
+		paced := r.paced.Load()
+		if !paced && n >= refusedRunPacedMin {
+			paced = true
 			r.paced.Store(true)
 		}
-		r.tenant.mark(ra, now)
+		if paced || tenantRun {
+			r.tenant.mark(ra, now)
+		}
 		return
 	}
 	if t := r.tenant; t != nil && t.run.Load() != 0 {
@@ -284,10 +286,19 @@ func (r *refusals) pace() time.Duration {
 	}
 	now := time.Since(paceEpoch)
 	at := r.ready()
-	if at > now && (!r.fresh || testingTurnsForAll) {
+	if r.takesTurn(at, now) {
 		at = r.tenant.turn(at)
 	}
 	return max(0, at-now)
+}
+
+// takesTurn reports whether a frame its own pace lets be read at at, now,
+// takes its tenant's turn: only an early one (sent before its own pace
+// allowed), and not a new connection's first. A frame that came in its
+// time, as a client waiting its retry-after sends it, waits for no other
+// connection. waitPace's goroutine only (it reads fresh).
+func (r *refusals) takesTurn(at, now time.Duration) bool {
+	return at > now && (!r.fresh || testingTurnsForAll)
 }
 
 // ready is when the connection's own pace lets its next frame be read,
@@ -309,11 +320,7 @@ func (c *conn) waitPace() bool {
 	defer func() { r.read = time.Since(paceEpoch) }()
 	now := time.Since(paceEpoch)
 	at := r.ready()
-	if at > now && (!r.fresh || testingTurnsForAll) {
-		// Early (sent before its own pace allowed): it takes its
-		// tenant's turn. A frame that came in its time, as a client
-		// waiting its retry-after sends it, and a new connection's first
-		// frame, wait for no other connection.
+	if r.takesTurn(at, now) {
 		at = r.tenant.reserve(at, time.Duration(r.after.Load()))
 	}
 	r.fresh = false
