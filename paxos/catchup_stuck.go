@@ -17,6 +17,15 @@ package paxos
 // compaction), at most once per election timeout. Offering a snapshot is
 // always safe: it holds only chosen values.
 
+// A peer that was silent (down, paused, cut off) for longer than an
+// election timeout is not stuck either: its commit index stood still
+// because it was away, and the catch-ups sent before it left say nothing
+// of how it takes them now. Its count starts afresh when it is heard
+// again (heardFrom); without that, a follower restarted after an outage
+// with its commit index where it stopped was offered a whole snapshot a
+// few catch-ups after it came back, while the leader's log still held
+// every slot it missed (kv/replica TestCatchUpTailByBytes failed CI so).
+
 // catchupStuckSendsMin is how many catch-ups a peer must have been sent
 // without its commit index moving before it counts as stuck: a peer that
 // was down, or answers late, is not.
@@ -46,4 +55,15 @@ func (n *Node) catchupStuck(to NodeID, p *peer) bool {
 	meta := n.metaAt(n.applied)
 	n.send(Message{Type: MsgSnapshot, To: to, Ballot: n.lead.ballot, Commit: n.commit, Snapshot: &meta})
 	return true
+}
+
+// heardFrom notes an answer from peer p (leader): it is active in this
+// check-quorum window, and if it had been silent for more than an election
+// timeout, its stuck count starts afresh.
+func (n *Node) heardFrom(p *peer) {
+	p.active = true
+	if p.heardTick != 0 && n.now-p.heardTick > int64(n.cfg.ElectionTicks) && !TestingStuckAcrossSilence {
+		p.stuckSince, p.stuckSends = 0, 0
+	}
+	p.heardTick = n.now
 }

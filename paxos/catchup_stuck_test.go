@@ -53,3 +53,77 @@ func stuckCatchup(t *testing.T) (ticks int, caughtUp bool) {
 	}
 	return ticks - 1, false
 }
+
+// TestStuckCountRestartsAfterSilence: a lagging acceptor that was sent a
+// catch-up and then went down for ten election timeouts comes back with
+// its commit index where it stopped and takes no catch-up at first (a
+// slow restart); the leader, whose log holds every slot it missed, offers
+// it no snapshot before catchupStuckTicks of catch-ups since its return.
+// Planted (TestingStuckAcrossSilence: the count from before the outage
+// stands): the offer comes a few catch-ups after the return.
+func TestStuckCountRestartsAfterSilence(t *testing.T) {
+	defer func() { TestingStuckAcrossSilence = false }()
+	offers, window, caughtUp := stuckAfterSilence(t)
+	if offers != 0 {
+		t.Fatalf("%d snapshot offers to the returned acceptor within %d ticks of its return", offers, window)
+	}
+	if !caughtUp {
+		t.Fatal("node 3 did not catch up from the log once it took catch-ups")
+	}
+	TestingStuckAcrossSilence = true
+	pOffers, _, _ := stuckAfterSilence(t)
+	if pOffers == 0 {
+		t.Fatal("planted (count kept across the silence): no offer either: the test does not show the gap")
+	}
+	fmt.Printf("stuck count after silence: offers=%d within_ticks=%d; planted (count kept): offers=%d\n", offers, window, pOffers)
+}
+
+// stuckAfterSilence returns the snapshot offers node 3 got within the
+// window after its return, the window's ticks, and whether node 3 caught
+// up from the log once it took catch-ups again.
+func stuckAfterSilence(t *testing.T) (offers, window int, caughtUp bool) {
+	nw := newNetwork(t, 3)
+	for nw.leader() != 1 {
+		nw.nodes[1].electionElapsed = nw.nodes[1].electionTimeout
+		nw.tick(1)
+	}
+	dropCatchup := true
+	nw.dropNext = func(m Message) bool {
+		if m.To != 3 {
+			return false
+		}
+		if m.Type == MsgSnapshot {
+			offers++
+			return true
+		}
+		return m.Type == MsgAccept || (dropCatchup && m.Type == MsgCatchup)
+	}
+	nw.propose(1, "a", "b", "c")
+	nw.tick(int(nw.nodes[1].catchupResendTicks()) + 1) // a catch-up or two went, dropped
+	ld := nw.nodes[1]
+	p := ld.lead.peers[3]
+	if p.stuckSends == 0 {
+		t.Fatal("no catch-up went to node 3 before its outage: the test needs one")
+	}
+	before := nw.nodes[3].Status().Commit
+	nw.crash(3)
+	nw.tick(10 * ld.cfg.ElectionTicks)
+	nw.restart(3)
+	if c := nw.nodes[3].Status().Commit; c != before {
+		t.Fatalf("node 3 came back at commit %d, not %d where it stopped: the test needs it unmoved", c, before)
+	}
+	if ld.snap != nil {
+		t.Fatal("the leader compacted: the test needs its log to hold every slot")
+	}
+	// Within catchupStuckTicks of the return, but long enough for more
+	// than catchupStuckSendsMin catch-ups at the resend pace.
+	window = int(ld.catchupStuckTicks()) - 2
+	if sends := window / int(ld.catchupResendTicks()); sends <= catchupStuckSendsMin {
+		t.Fatalf("the window holds %d catch-ups, not more than %d", sends, catchupStuckSendsMin)
+	}
+	offers = 0
+	nw.tick(window)
+	dropCatchup = false
+	nw.tick(int(ld.catchupResendTicks()) + 1)
+	return offers, window, nw.nodes[3].Status().Commit >= ld.Status().Commit
+}

@@ -103,10 +103,14 @@ type peer struct {
 	// next at once), so one slow acceptor is fed at the pace it answers.
 	catchupTick int64
 	// stuckSince is when the first catch-up went to this peer since its
-	// answers last showed its commit index move or reach the leader's, and
-	// stuckSends how many went since (catchup_stuck.go).
+	// answers last showed its commit index move or reach the leader's, or
+	// since it came back from a silence, and stuckSends how many went
+	// since (catchup_stuck.go).
 	stuckSince int64
 	stuckSends int
+	// heardTick is when this peer's last answer (to a heartbeat or an
+	// accept) arrived; 0 before the first.
+	heardTick int64
 }
 
 type leavingPeer struct {
@@ -514,7 +518,7 @@ func (n *Node) handleAccepted(m *Message) {
 	if m.Ballot != l.ballot || p == nil {
 		return
 	}
-	p.active = true
+	n.heardFrom(p)
 	p.commit = max(p.commit, m.Commit)
 	for s := m.Slot; s <= m.Index && n.role == RoleLeader; s++ {
 		a := l.acks[s]
@@ -551,7 +555,7 @@ func (n *Node) handleHeartbeatResp(m *Message) {
 	if p == nil {
 		return
 	}
-	p.active = true
+	n.heardFrom(p)
 	prev := p.commit
 	p.commit = m.Commit
 	if m.Commit != prev || m.Commit >= n.commit {

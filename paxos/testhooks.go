@@ -81,6 +81,12 @@ var TestingIgnoreLogRoom bool
 // a snapshot until the leader compacts past it.
 var TestingNoStuckCatchupOffer bool
 
+// TestingStuckAcrossSilence, when set, plants the gap heardFrom closes: a
+// peer's stuck count survives a silence, so a peer that was down (its
+// commit index unmoved across the outage) is offered a snapshot a few
+// catch-ups after it returns, however short its log's gap.
+var TestingStuckAcrossSilence bool
+
 // TestingIgnoreChosen, when set, plants the gap DurableState.Chosen closes:
 // a restarted node counts every entry above its applied slot
 // uncommitted, whatever was recorded chosen.

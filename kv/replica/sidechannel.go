@@ -92,6 +92,10 @@ type sideChannel struct {
 	wg      sync.WaitGroup
 	conns   atomic.Int64 // accepted connections open
 	dropped atomic.Uint64
+	// backoffMin and backoffMax bound a sender's sleep after a failed
+	// dial (sideDialBackoffMin and sideDialBackoffMax; tests lengthen
+	// them before start).
+	backoffMin, backoffMax time.Duration
 
 	mu       sync.Mutex
 	accepted map[net.Conn]*sideConn
@@ -129,6 +133,9 @@ type sidePeer struct {
 	// sideQueueBytesMax unless one message alone is more.
 	queued atomic.Int64
 	stop   chan struct{} // closed when the peer leaves the membership
+	// wake ends a backoff sleep early: the peer was heard (heard,
+	// sidechannel_peers.go). One token at most.
+	wake chan struct{}
 }
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
@@ -139,15 +146,17 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
 	}
 	s := &sideChannel{
-		ln:        ln,
-		log:       log,
-		auth:      auth,
-		budget:    make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
-		probation: make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
-		deliver:   deliver,
-		peers:     make(map[paxos.NodeID]*sidePeer, len(peers)),
-		stop:      make(chan struct{}),
-		accepted:  make(map[net.Conn]*sideConn),
+		ln:         ln,
+		log:        log,
+		auth:       auth,
+		budget:     make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
+		probation:  make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
+		deliver:    deliver,
+		peers:      make(map[paxos.NodeID]*sidePeer, len(peers)),
+		stop:       make(chan struct{}),
+		accepted:   make(map[net.Conn]*sideConn),
+		backoffMin: sideDialBackoffMin,
+		backoffMax: sideDialBackoffMax,
 	}
 	for id, addr := range peers {
 		s.peers[id] = newSidePeer(id, addr)
@@ -448,14 +457,14 @@ func writeSideFrame(w io.Writer, b []byte) error {
 }
 
 // sendLoop keeps one connection to p, dialling lazily when a message waits
-// and backing off (bounded) after a failure. A message whose write fails is
-// dropped: Paxos retransmits what matters.
+// and backing off (bounded) after a failure, or until p is heard from. A
+// message whose write fails is dropped: Paxos retransmits what matters.
 func (s *sideChannel) sendLoop(p *sidePeer) {
 	defer s.wg.Done()
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
-		backoff = sideDialBackoffMin
+		backoff = s.backoffMin
 	)
 	defer func() {
 		if conn != nil {
@@ -478,14 +487,21 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 				s.dropped.Add(1)
 				s.log.Debug().Err(err).Uint64("peer", uint64(p.id)).Dur("backoff", backoff).Msg("side channel dial failed")
 				select {
+				case <-p.wake: // a token from before this failure says nothing
+				default:
+				}
+				select {
 				case <-s.stop:
 					return
+				case <-p.stop:
+					return
 				case <-time.After(backoff):
+				case <-p.wake:
 				}
-				backoff = min(2*backoff, sideDialBackoffMax)
+				backoff = min(2*backoff, s.backoffMax)
 				continue
 			}
-			backoff = sideDialBackoffMin
+			backoff = s.backoffMin
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
 		conn.SetWriteDeadline(time.Now().Add(sideWriteTimeout))

@@ -10,7 +10,32 @@ import "synod/paxos"
 // not per peer: the authenticator decides which senders it admits.
 
 func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
-	return &sidePeer{id: id, addr: addr, queue: make(chan []byte, sideQueueMsgsMax), stop: make(chan struct{})}
+	return &sidePeer{id: id, addr: addr, queue: make(chan []byte, sideQueueMsgsMax), stop: make(chan struct{}),
+		wake: make(chan struct{}, 1)}
+}
+
+// heard tells the sender to peer id that a datagram from it just arrived:
+// a sender sleeping off a failed dial dials again at once. A peer that was
+// down (restarted, paused) made its sender back off for up to
+// sideDialBackoffMax; the catch-ups it needs on its return travel here,
+// and its leader counts them toward giving up on the log and offering a
+// whole snapshot (paxos catchup_stuck.go). So a returned peer is dialled
+// when it is heard, not when the backoff ends. At most one dial runs per
+// peer, so a peer heard often costs one dial per failure, no more.
+func (s *sideChannel) heard(id paxos.NodeID) {
+	if testingSideIgnoresHeard {
+		return
+	}
+	s.peersMu.Lock()
+	p := s.peers[id]
+	s.peersMu.Unlock()
+	if p == nil {
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // setPeers makes the senders match peers (id -> TCP address).

@@ -118,3 +118,8 @@ var testingSnapRequestUnaddressed bool
 // to the slot (here with a pause between, so a test sees it every time):
 // TestAnsweredWriteIsApplied shows its check catches it.
 var testingAnswerBeforeApplied bool
+
+// testingSideIgnoresHeard, when set, plants the gap sideChannel.heard
+// closes: a sender backing off from a peer that was down sleeps its whole
+// backoff (up to sideDialBackoffMax) after the peer is back.
+var testingSideIgnoresHeard bool

@@ -127,6 +127,9 @@ func (r *Replica) deliver(b []byte, wait bool) deliverResult {
 		r.metrics.InboundDropped.Inc()
 		return deliverTaken
 	}
+	if !wait && r.side != nil {
+		r.side.heard(m.From) // a datagram: the sender is up; redial it now if its side channel is down
+	}
 	if r.accel != nil && r.accel.received(&m, !wait) {
 		return deliverTaken // the accept fast path answered it and queued its mirror
 	}
