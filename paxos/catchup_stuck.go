@@ -22,9 +22,12 @@ package paxos
 // because it was away, and the catch-ups sent before it left say nothing
 // of how it takes them now. Its count starts afresh when it is heard
 // again (heardFrom); without that, a follower restarted after an outage
-// with its commit index where it stopped was offered a whole snapshot a
-// few catch-ups after it came back, while the leader's log still held
-// every slot it missed (kv/replica TestCatchUpTailByBytes failed CI so).
+// with its commit index where it stopped, having been sent a catch-up
+// just before it left, could be offered a whole snapshot a few catch-ups
+// after its return, while the leader's log still held every slot it
+// missed (TestStuckCountRestartsAfterSilence). The catch-ups themselves
+// must reach it too: kv/replica's side channel dials a returned peer as
+// soon as it is heard (sideChannel.heard).
 
 // catchupStuckSendsMin is how many catch-ups a peer must have been sent
 // without its commit index moving before it counts as stuck: a peer that
