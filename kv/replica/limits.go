@@ -166,6 +166,11 @@ const (
 	// sideDialBackoffMin and sideDialBackoffMax bound reconnect backoff.
 	sideDialBackoffMin = 10 * time.Millisecond
 	sideDialBackoffMax = 1 * time.Second
+	// sideHeardSilence: a peer heard after this long without a datagram
+	// has returned, and its sender, if backing off, dials at once
+	// (sideChannel.heard). Longer than kvnode's heartbeat interval (20
+	// ms), shorter than an outage that grows the backoff.
+	sideHeardSilence = 100 * time.Millisecond
 	// sideDialTimeout and sideWriteTimeout bound one dial and one frame write.
 	sideDialTimeout  = 1 * time.Second
 	sideWriteTimeout = 5 * time.Second

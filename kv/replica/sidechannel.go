@@ -93,9 +93,9 @@ type sideChannel struct {
 	conns   atomic.Int64 // accepted connections open
 	dropped atomic.Uint64
 	// backoffMin and backoffMax bound a sender's sleep after a failed
-	// dial (sideDialBackoffMin and sideDialBackoffMax; tests lengthen
-	// them before start).
-	backoffMin, backoffMax time.Duration
+	// dial (sideDialBackoffMin and sideDialBackoffMax), and heardSilence
+	// is sideHeardSilence (heard); tests lengthen them before start.
+	backoffMin, backoffMax, heardSilence time.Duration
 
 	mu       sync.Mutex
 	accepted map[net.Conn]*sideConn
@@ -133,9 +133,12 @@ type sidePeer struct {
 	// sideQueueBytesMax unless one message alone is more.
 	queued atomic.Int64
 	stop   chan struct{} // closed when the peer leaves the membership
-	// wake ends a backoff sleep early: the peer was heard (heard,
-	// sidechannel_peers.go). One token at most.
+	// wake ends a backoff sleep early: the peer was heard after a
+	// silence (heard, sidechannel_peers.go). One token at most.
 	wake chan struct{}
+	// heardNanos is when a datagram from the peer last arrived (Unix
+	// nanoseconds; 0 before the first).
+	heardNanos atomic.Int64
 }
 
 // newSideChannel listens on listenAddr and prepares one sender per peer
@@ -146,17 +149,18 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		return nil, fmt.Errorf("listening for the side channel on %s: %w", listenAddr, err)
 	}
 	s := &sideChannel{
-		ln:         ln,
-		log:        log,
-		auth:       auth,
-		budget:     make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
-		probation:  make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
-		deliver:    deliver,
-		peers:      make(map[paxos.NodeID]*sidePeer, len(peers)),
-		stop:       make(chan struct{}),
-		accepted:   make(map[net.Conn]*sideConn),
-		backoffMin: sideDialBackoffMin,
-		backoffMax: sideDialBackoffMax,
+		ln:           ln,
+		log:          log,
+		auth:         auth,
+		budget:       make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
+		probation:    make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
+		deliver:      deliver,
+		peers:        make(map[paxos.NodeID]*sidePeer, len(peers)),
+		stop:         make(chan struct{}),
+		accepted:     make(map[net.Conn]*sideConn),
+		backoffMin:   sideDialBackoffMin,
+		backoffMax:   sideDialBackoffMax,
+		heardSilence: sideHeardSilence,
 	}
 	for id, addr := range peers {
 		s.peers[id] = newSidePeer(id, addr)
@@ -457,7 +461,8 @@ func writeSideFrame(w io.Writer, b []byte) error {
 }
 
 // sendLoop keeps one connection to p, dialling lazily when a message waits
-// and backing off (bounded) after a failure, or until p is heard from. A
+// and backing off (bounded) after a failure, or until p is heard from
+// after a silence. A
 // message whose write fails is dropped: Paxos retransmits what matters.
 func (s *sideChannel) sendLoop(p *sidePeer) {
 	defer s.wg.Done()

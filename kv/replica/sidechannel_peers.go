@@ -1,6 +1,10 @@
 package replica
 
-import "synod/paxos"
+import (
+	"time"
+
+	"synod/paxos"
+)
 
 // The side channel's peers follow the membership: the consensus loop
 // hands it the address book's peers after every membership change
@@ -14,14 +18,16 @@ func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
 		wake: make(chan struct{}, 1)}
 }
 
-// heard tells the sender to peer id that a datagram from it just arrived:
-// a sender sleeping off a failed dial dials again at once. A peer that was
-// down (restarted, paused) made its sender back off for up to
-// sideDialBackoffMax; the catch-ups it needs on its return travel here,
-// and its leader counts them toward giving up on the log and offering a
-// whole snapshot (paxos catchup_stuck.go). So a returned peer is dialled
-// when it is heard, not when the backoff ends. At most one dial runs per
-// peer, so a peer heard often costs one dial per failure, no more.
+// heard tells the sender to peer id that a datagram from it just arrived.
+// A peer heard after heardSilence (sideHeardSilence) or more of silence has returned (a
+// restart, a pause, a healed partition): a sender sleeping off a failed
+// dial to it dials again at once. The sender's backoff grew while the peer
+// was down, up to sideDialBackoffMax, and the catch-ups a returned peer
+// needs travel here: its leader counts them toward giving up on the log
+// and offering a whole snapshot (paxos catchup_stuck.go), and a CI run saw
+// it do so because they sat behind the sleep. A peer heard steadily wakes
+// nothing, so one whose TCP port refuses while its datagrams flow is
+// dialled at the backoff's pace, not at its datagrams'.
 func (s *sideChannel) heard(id paxos.NodeID) {
 	if testingSideIgnoresHeard {
 		return
@@ -30,6 +36,10 @@ func (s *sideChannel) heard(id paxos.NodeID) {
 	p := s.peers[id]
 	s.peersMu.Unlock()
 	if p == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-p.heardNanos.Swap(now) < int64(s.heardSilence) {
 		return
 	}
 	select {

@@ -247,3 +247,51 @@ func sideRedialAfterHeard(t *testing.T, wait time.Duration) (time.Duration, bool
 		return 0, false
 	}
 }
+
+// TestSideChannelSteadyPeerWakesNothing: only a peer heard after a silence
+// wakes a sender backing off from it; one heard steadily (its datagrams
+// flowing while its TCP port refuses) is dialled at the backoff's pace,
+// not at its datagrams'. The backoff is a minute and the silence 5 s:
+// heard again at once, the sender stays asleep with a message waiting;
+// heard after a silence, it dials.
+func TestSideChannelSteadyPeerWakesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the peer's TCP port refuses throughout
+	a, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: addr}, nil, func([]byte) bool { return true }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.backoffMin, a.backoffMax, a.heardSilence = time.Minute, time.Minute, 5*time.Second
+	a.start()
+	defer a.close()
+	waitDropped := func(n uint64, within time.Duration) bool {
+		for deadline := time.Now().Add(within); a.dropped.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+		return true
+	}
+	a.heard(2) // first heard: a wake token, which the failure below discards
+	a.send(2, []byte("m1"))
+	if !waitDropped(1, 10*time.Second) {
+		t.Fatal("the dial to the refusing peer did not fail")
+	}
+	a.heard(2) // heard steadily: no wake
+	a.send(2, []byte("m2"))
+	if waitDropped(2, 500*time.Millisecond) {
+		t.Fatal("a peer heard steadily woke its sender: it redials at its datagrams' pace")
+	}
+	a.peersMu.Lock()
+	a.peers[2].heardNanos.Add(-int64(10 * time.Second)) // as if silent for 10 s
+	a.peersMu.Unlock()
+	a.heard(2)
+	if !waitDropped(2, 10*time.Second) {
+		t.Fatal("a peer heard after a silence did not wake its sender")
+	}
+	fmt.Printf("side channel steady peer: woke_when_steady=false woke_after_silence=true dials_failed=%d\n", a.dropped.Load())
+}
