@@ -272,6 +272,10 @@ func (a *Auth) reject(err error) error {
 	return err
 }
 
+// forgive takes back one refusal its caller found to be a member's own
+// delayed traffic, not an attack (sideChannel.overtaken).
+func (a *Auth) forgive() { a.rejected.Add(^uint64(0)) }
+
 // Rejected is how many packets and connections this node refused: what
 // open and openFrameHead refused, and the refusals its callers report
 // through reject (misaddressed payloads, unproven connections past their

@@ -466,6 +466,7 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		return nil, err
 	}
 	r.side.refused = r.metrics.AuthRefused.Inc
+	r.side.overtakenConns = r.metrics.InboundDropped.Inc
 	r.side.serveSnapshot = r.serveSnapshotConn
 	r.refreshPeers() // the side channel's peers, the senders admitted
 	return r, nil

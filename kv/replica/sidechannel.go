@@ -100,6 +100,14 @@ type sideChannel struct {
 	mu       sync.Mutex
 	accepted map[net.Conn]*sideConn
 	seq      uint64 // accept order (mu)
+	// newest is, per member, the accept order of the newest connection
+	// of its that a frame proved (mu; one entry per member that ever
+	// proved one).
+	newest map[paxos.NodeID]uint64
+	// overtakenConns counts connections closed by overtaken (their
+	// frames older than the replay window, a newer connection of the
+	// same member proven): nil in tests.
+	overtakenConns func()
 }
 
 // sideConn is an accepted connection's standing. A connection is unproven
@@ -123,6 +131,9 @@ type sideChannel struct {
 type sideConn struct {
 	seq    uint64
 	proven atomic.Bool
+	// sender is the member whose head last authenticated on this
+	// connection (0 before one did); its receiver goroutine only.
+	sender paxos.NodeID
 }
 
 type sidePeer struct {
@@ -158,6 +169,7 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		peers:        make(map[paxos.NodeID]*sidePeer, len(peers)),
 		stop:         make(chan struct{}),
 		accepted:     make(map[net.Conn]*sideConn),
+		newest:       make(map[paxos.NodeID]uint64),
 		backoffMin:   sideDialBackoffMin,
 		backoffMax:   sideDialBackoffMax,
 		heardSilence: sideHeardSilence,
@@ -322,6 +334,7 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 				err = s.auth.reject(errSideMisaddressed)
 			} else {
 				sc.proven.Store(true)
+				s.proved(sc)
 				continue
 			}
 		}
@@ -332,6 +345,15 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 			err = s.auth.reject(fmt.Errorf("%w: %w", errUnprovenTimeout, err))
 		}
 		if err != nil {
+			if s.overtaken(sc, err) {
+				s.auth.forgive()
+				if s.overtakenConns != nil {
+					s.overtakenConns()
+				}
+				s.log.Debug().Err(err).Uint64("member", uint64(sc.sender)).Str("remote", c.RemoteAddr().String()).
+					Msg("side channel: closing a member's connection that its newer one overtook (frames older than the replay window)")
+				return
+			}
 			if isRefusal(err) {
 				if s.refused != nil {
 					s.refused()
@@ -365,6 +387,13 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 		return nil, err
 	}
 	n, err := s.auth.openSideHead(head[:], sideFrameBytesMax)
+	if err == nil || errors.Is(err, errAuthReplay) {
+		// The head's tag was verified (the counter is checked after
+		// it): its sender is the member it names.
+		if h, perr := parseSealedHeader(head[4 : 4+authHeaderBytes]); perr == nil {
+			sc.sender = h.sender
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -525,4 +554,43 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 			conn, w = nil, nil
 		}
 	}
+}
+
+// A member's connections can reach the receiver out of order. While a
+// receiver is paused (SIGSTOP, a stalled VM) its kernel still accepts the
+// connections its peers dial: a sender whose write times out dials again,
+// and on resuming the receiver reads several connections of one member at
+// once, each in its own goroutine. When a newer connection's frames are
+// read first, the replay window moves past the older connection's frames,
+// which are then refused as replays: genuine traffic, only late. An
+// outside tester saw this after every pause of 10 s or more under load:
+// it counted as an authentication failure, a false alarm on the counter
+// an operator watches for attacks. So a replay refusal on a connection
+// accepted before the newest one its member proved is that member's own
+// delayed traffic: the connection is closed as before, but counted in
+// synod_inbound_dropped_total, not as a refusal. An attacker replaying
+// captured frames dials after the member's connections it copied, so its
+// connection is the newest and its refusals count; to pass as older it
+// must have connected earlier and sent nothing, and a connection on
+// probation that sends nothing within sideHeadTimeout is closed and
+// counted (errUnprovenTimeout).
+
+// proved records that sc's frames proved it (its receiver goroutine).
+func (s *sideChannel) proved(sc *sideConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc.sender != 0 && sc.seq > s.newest[sc.sender] {
+		s.newest[sc.sender] = sc.seq
+	}
+}
+
+// overtaken reports whether err refused a frame of sc as a replay while a
+// connection its member opened after sc is proven.
+func (s *sideChannel) overtaken(sc *sideConn, err error) bool {
+	if testingOvertakenCounted || sc.sender == 0 || !errors.Is(err, errAuthReplay) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newest[sc.sender] > sc.seq
 }

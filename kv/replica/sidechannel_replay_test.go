@@ -2,8 +2,8 @@ package replica
 
 import (
 	"fmt"
-
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,4 +207,95 @@ func dialSend(t *testing.T, addr string, b []byte) net.Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestSideChannelOvertakenConnNotRefused: a member's older connection read
+// after its newer one (a receiver resuming from a pause reads the
+// connections its kernel accepted meanwhile all at once; an outside tester
+// saw the old ones counted as refused replays after every pause of 10 s or
+// more) is closed, its late frames dropped, but not counted as a refusal;
+// an attacker's connection, opened after the member's, replaying one of
+// its frames is counted as before. Planted (testingOvertakenCounted): the
+// member's late connection is counted.
+func TestSideChannelOvertakenConnNotRefused(t *testing.T) {
+	defer func() { testingOvertakenCounted = false }()
+	for _, planted := range []bool{false, true} {
+		testingOvertakenCounted = planted
+		res := sideOvertaken(t)
+		fmt.Printf("side channel overtaken: planted=%v old_closed=%v old_refused=%d old_dropped=%d replay_closed=%v replay_refused=%d\n",
+			planted, res.oldClosed, res.oldRefused, res.oldDropped, res.replayClosed, res.replayRefused)
+		if !res.oldClosed || !res.replayClosed || res.replayRefused != 1 {
+			t.Fatalf("planted=%v: old connection closed=%v, replaying connection closed=%v refused=%d: want both closed, the replay counted once",
+				planted, res.oldClosed, res.replayClosed, res.replayRefused)
+		}
+		if !planted && (res.oldRefused != 0 || res.oldDropped != 1) {
+			t.Fatalf("the member's overtaken connection: refusals %d, dropped %d: want 0 and 1", res.oldRefused, res.oldDropped)
+		}
+		if planted && res.oldRefused == 0 {
+			t.Fatal("planted (overtaken counted): no refusal counted: the test does not show the difference")
+		}
+	}
+}
+
+type overtakenResult struct {
+	oldClosed, replayClosed   bool
+	oldRefused, replayRefused uint64
+	oldDropped                int64
+}
+
+func sideOvertaken(t *testing.T) (res overtakenResult) {
+	rx, _ := sideReceiver(t)
+	var dropped atomic.Int64
+	rx.overtakenConns = func() { dropped.Add(1) }
+	addr := rx.ln.Addr().String()
+	tx := mustAuth(t, 9, 1, secretA)
+	old := tx.sealSide([]byte("for node 2: old"))
+	const newer = 2 * authReplayWindow
+	var frames [][]byte
+	for i := range newer {
+		frames = append(frames, tx.sealSide([]byte(fmt.Sprintf("for node 2: %d", i))))
+	}
+	// The old connection is accepted first and sends nothing yet, as a
+	// connection waiting in a paused receiver's accept queue.
+	cOld, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cOld.Close()
+	for deadline := time.Now().Add(5 * time.Second); rx.conns.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first connection was not accepted")
+		}
+	}
+	var all []byte
+	for _, f := range frames {
+		all = append(all, f...)
+	}
+	cNew := dialSend(t, addr, all)
+	defer cNew.Close()
+	// Every newer frame taken: the window's top is the last one's counter
+	// (the old frame took counter 1, the newer ones 2..newer+1).
+	taken := func() bool {
+		rx.auth.mu.Lock()
+		defer rx.auth.mu.Unlock()
+		w := rx.auth.windows[windowKey{1, authChannelSide}]
+		return w != nil && w.top == newer+1
+	}
+	for deadline := time.Now().Add(10 * time.Second); !taken(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the newer connection's frames were not taken")
+		}
+	}
+	before := rx.auth.Rejected()
+	if _, err := cOld.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	res.oldClosed = closedWithin(cOld, 3*time.Second)
+	res.oldRefused, res.oldDropped = rx.auth.Rejected()-before, dropped.Load()
+	before = rx.auth.Rejected()
+	cReplay := dialSend(t, addr, frames[1])
+	defer cReplay.Close()
+	res.replayClosed = closedWithin(cReplay, 3*time.Second)
+	res.replayRefused = rx.auth.Rejected() - before
+	return res
 }
