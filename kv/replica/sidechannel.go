@@ -101,12 +101,12 @@ type sideChannel struct {
 	accepted map[net.Conn]*sideConn
 	seq      uint64 // accept order (mu)
 	// newest is, per member, the accept order of the newest connection
-	// of its that a frame proved (mu; one entry per member that ever
-	// proved one).
+	// on which a head of that member's was taken (authenticated and
+	// fresh; mu; one entry per member that ever sent one).
 	newest map[paxos.NodeID]uint64
 	// overtakenConns counts connections closed by overtaken (their
-	// frames older than the replay window, a newer connection of the
-	// same member proven): nil in tests.
+	// frames older than the replay window, refused after a newer
+	// connection of the same member had a head taken): nil in tests.
 	overtakenConns func()
 }
 
@@ -334,7 +334,6 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 				err = s.auth.reject(errSideMisaddressed)
 			} else {
 				sc.proven.Store(true)
-				s.proved(sc)
 				continue
 			}
 		}
@@ -397,6 +396,7 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 	if err != nil {
 		return nil, err
 	}
+	s.took(sc)
 	// An unproven connection's body takes room in the probation budget
 	// first, so that together they hold at most its share of the budget.
 	pools, bodyTimeout := []chan struct{}{s.budget}, sideBodyTimeout
@@ -568,15 +568,23 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 // an operator watches for attacks. So a replay refusal on a connection
 // accepted before the newest one its member proved is that member's own
 // delayed traffic: the connection is closed as before, but counted in
-// synod_inbound_dropped_total, not as a refusal. An attacker replaying
-// captured frames dials after the member's connections it copied, so its
-// connection is the newest and its refusals count; to pass as older it
-// must have connected earlier and sent nothing, and a connection on
-// probation that sends nothing within sideHeadTimeout is closed and
-// counted (errUnprovenTimeout).
+// synod_inbound_dropped_total, not as a refusal. "Newest" is the newest
+// connection on which a head of the member's was taken, not the newest
+// proven: the window moves at the head, and a first version that waited
+// for the proof still counted one refusal in one of four 20 s pauses,
+// likely an old connection read between the newer one's head and its
+// body. An attacker
+// replaying captured frames dials after the member's connections it
+// copied, so its connection is the newest and its refusals count; to
+// pass as older it must have connected earlier and sent nothing, and a
+// connection on probation that sends nothing within sideHeadTimeout is
+// closed and counted (errUnprovenTimeout), as is one whose fresh head
+// (copied from traffic to another node) moved newest: its body is
+// addressed elsewhere, or never comes.
 
-// proved records that sc's frames proved it (its receiver goroutine).
-func (s *sideChannel) proved(sc *sideConn) {
+// took records that a head of sc's member was taken on sc (its receiver
+// goroutine).
+func (s *sideChannel) took(sc *sideConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sc.sender != 0 && sc.seq > s.newest[sc.sender] {
@@ -584,8 +592,8 @@ func (s *sideChannel) proved(sc *sideConn) {
 	}
 }
 
-// overtaken reports whether err refused a frame of sc as a replay while a
-// connection its member opened after sc is proven.
+// overtaken reports whether err refused a frame of sc as a replay after a
+// head of its member's was taken on a connection accepted after sc.
 func (s *sideChannel) overtaken(sc *sideConn, err error) bool {
 	if testingOvertakenCounted || sc.sender == 0 || !errors.Is(err, errAuthReplay) {
 		return false
