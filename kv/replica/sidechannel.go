@@ -595,7 +595,7 @@ func (s *sideChannel) took(sc *sideConn) {
 // overtaken reports whether err refused a frame of sc as a replay after a
 // head of its member's was taken on a connection accepted after sc.
 func (s *sideChannel) overtaken(sc *sideConn, err error) bool {
-	if testingOvertakenCounted || sc.sender == 0 || !errors.Is(err, errAuthReplay) {
+	if testingOvertakenCounted.Load() || sc.sender == 0 || !errors.Is(err, errAuthReplay) {
 		return false
 	}
 	s.mu.Lock()

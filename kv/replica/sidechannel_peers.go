@@ -29,7 +29,7 @@ func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
 // nothing, so one whose TCP port refuses while its datagrams flow is
 // dialled at the backoff's pace, not at its datagrams'.
 func (s *sideChannel) heard(id paxos.NodeID) {
-	if testingSideIgnoresHeard {
+	if testingSideIgnoresHeard.Load() {
 		return
 	}
 	s.peersMu.Lock()

@@ -218,9 +218,9 @@ func dialSend(t *testing.T, addr string, b []byte) net.Conn {
 // its frames is counted as before. Planted (testingOvertakenCounted): the
 // member's late connection is counted.
 func TestSideChannelOvertakenConnNotRefused(t *testing.T) {
-	defer func() { testingOvertakenCounted = false }()
+	defer testingOvertakenCounted.Store(false)
 	for _, planted := range []bool{false, true} {
-		testingOvertakenCounted = planted
+		testingOvertakenCounted.Store(planted)
 		res := sideOvertaken(t)
 		fmt.Printf("side channel overtaken: planted=%v old_closed=%v old_refused=%d old_dropped=%d replay_closed=%v replay_refused=%d\n",
 			planted, res.oldClosed, res.oldRefused, res.oldDropped, res.replayClosed, res.replayRefused)

@@ -193,12 +193,12 @@ func sidePeerDelivers(t *testing.T, addr string, got <-chan []byte, wait time.Du
 // so a message that arrives within the 10 s deadline came by the wake-up.
 // Planted (testingSideIgnoresHeard): nothing arrives within 2 s.
 func TestSideChannelRedialsWhenHeard(t *testing.T) {
-	defer func() { testingSideIgnoresHeard = false }()
+	defer testingSideIgnoresHeard.Store(false)
 	took, ok := sideRedialAfterHeard(t, 10*time.Second)
 	if !ok {
 		t.Fatal("no message reached the returned peer within 10 s of its being heard: the sender slept its backoff")
 	}
-	testingSideIgnoresHeard = true
+	testingSideIgnoresHeard.Store(true)
 	_, pOK := sideRedialAfterHeard(t, 2*time.Second)
 	if pOK {
 		t.Fatal("planted (heard ignored): the message arrived anyway: the test does not show the gap")

@@ -122,9 +122,9 @@ var testingAnswerBeforeApplied bool
 // testingSideIgnoresHeard, when set, plants the gap sideChannel.heard
 // closes: a sender backing off from a peer that was down sleeps its whole
 // backoff (up to sideDialBackoffMax) after the peer is back.
-var testingSideIgnoresHeard bool
+var testingSideIgnoresHeard atomic.Bool
 
 // testingOvertakenCounted, when set, plants the false alarm
 // sideChannel.overtaken removes: a member's connection overtaken by its
 // newer one has its late frames counted as refused replays.
-var testingOvertakenCounted bool
+var testingOvertakenCounted atomic.Bool
