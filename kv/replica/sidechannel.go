@@ -491,8 +491,8 @@ func writeSideFrame(w io.Writer, b []byte) error {
 
 // sendLoop keeps one connection to p, dialling lazily when a message waits
 // and backing off (bounded) after a failure, or until p is heard from
-// after a silence. A
-// message whose write fails is dropped: Paxos retransmits what matters.
+// after a silence. A message whose write fails is dropped: Paxos
+// retransmits what matters.
 func (s *sideChannel) sendLoop(p *sidePeer) {
 	defer s.wg.Done()
 	var (
@@ -566,21 +566,22 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 // outside tester saw this after every pause of 10 s or more under load:
 // it counted as an authentication failure, a false alarm on the counter
 // an operator watches for attacks. So a replay refusal on a connection
-// accepted before the newest one its member proved is that member's own
-// delayed traffic: the connection is closed as before, but counted in
-// synod_inbound_dropped_total, not as a refusal. "Newest" is the newest
-// connection on which a head of the member's was taken, not the newest
-// proven: the window moves at the head, and a first version that waited
-// for the proof still counted one refusal in one of four 20 s pauses,
-// likely an old connection read between the newer one's head and its
-// body. An attacker
-// replaying captured frames dials after the member's connections it
-// copied, so its connection is the newest and its refusals count; to
-// pass as older it must have connected earlier and sent nothing, and a
-// connection on probation that sends nothing within sideHeadTimeout is
-// closed and counted (errUnprovenTimeout), as is one whose fresh head
-// (copied from traffic to another node) moved newest: its body is
-// addressed elsewhere, or never comes.
+// accepted before the newest one on which a head of the same member's was
+// taken (authenticated and fresh) is that member's own delayed traffic:
+// the connection is closed as before, but counted in
+// synod_inbound_dropped_total, not as a refusal. The newest is taken at
+// the head, not at the connection's proof, because the window moves at
+// the head: a first version that waited for the proof still counted one
+// refusal in one of four 20 s pauses, likely an old connection read
+// between the newer one's head and its body.
+//
+// An attacker replaying captured frames dials after the member's
+// connections it copied, so its connection is the newest and its
+// refusals count. To pass as older it must have connected earlier and
+// sent nothing, and a connection on probation that sends nothing within
+// sideHeadTimeout is closed and counted (errUnprovenTimeout), as is one
+// whose fresh head (copied from traffic to another node) moved the
+// newest: its body is addressed elsewhere, or never comes.
 
 // took records that a head of sc's member was taken on sc (its receiver
 // goroutine).
