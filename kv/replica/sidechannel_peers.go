@@ -19,9 +19,9 @@ func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
 }
 
 // heard tells the sender to peer id that a datagram from it just arrived.
-// A peer heard after heardSilence (sideHeardSilence) or more of silence has returned (a
-// restart, a pause, a healed partition): a sender sleeping off a failed
-// dial to it dials again at once. The sender's backoff grew while the peer
+// A peer heard after heardSilence (sideHeardSilence) or more of silence
+// has returned (a restart, a pause, a healed partition): a sender sleeping
+// off a failed dial to it dials again at once. The sender's backoff grew while the peer
 // was down, up to sideDialBackoffMax, and the catch-ups a returned peer
 // needs travel here: its leader counts them toward giving up on the log
 // and offering a whole snapshot (paxos catchup_stuck.go), and a CI run saw
