@@ -947,10 +947,20 @@ func (c *conn) writeLoop() {
 		}
 		closeAfter := f.closeAfter
 		err := write(f)
-		for err == nil && !closeAfter && len(c.out) > 0 {
-			f = <-c.out
-			closeAfter = f.closeAfter
-			err = write(f)
+		// Coalesce what else is queued, without blocking: finish drains
+		// c.out once the connection is closed, so a frame seen queued may
+		// be gone by the time it is received (a blocking receive after a
+		// length check hung the writer, and Server.Close waiting for it,
+		// in a CI run).
+	coalesce:
+		for err == nil && !closeAfter {
+			select {
+			case f = <-c.out:
+				closeAfter = f.closeAfter
+				err = write(f)
+			default:
+				break coalesce
+			}
 		}
 		if err == nil {
 			err = bw.Flush()
