@@ -339,6 +339,7 @@ func TestMissingFiguresCatchesGaps(t *testing.T) {
 		"overload one victim":   func(r *Report) { o := r.Paths[0].Phases[scenOverload].Overload; o.Victims = o.Victims[:1] },
 		"overload paxos shed":   func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.ShedByClass = nil },
 		"overload flood rate":   func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.FloodOfferedOps = 1 },
+		"overload victims in":   func(r *Report) { r.Paths[0].Phases[scenOverload].Overload.VictimsIn = "" },
 		"load figures":          func(r *Report) { r.Paths[0].Phases[scenLoad].Load = nil },
 		"load stalled":          func(r *Report) { r.Paths[1].Phases[scenLoad].Load.Stalled = true },
 		"load cut off":          func(r *Report) { r.Paths[0].Phases[scenLoad].Load.CutOff = true },

@@ -41,6 +41,12 @@ func main() {
 				os.Exit(1)
 			}
 			return
+		case "victims":
+			if err := victimsMain(os.Stdin, os.Stdout); err != nil { // victims_process.go
+				fmt.Fprintf(os.Stderr, "kvbench victims: %v\n", err)
+				os.Exit(1)
+			}
+			return
 		case "stalls":
 			if err := stallsMain(os.Args[2:], os.Stdout); err != nil { // stalltrace.go
 				fmt.Fprintf(os.Stderr, "kvbench stalls: %v\n", err)
@@ -86,7 +92,7 @@ func parseFlags(args []string) (*Options, error) {
 		dist, paths, scenarios, endpoints, token, kvnode, out, dataDir                        string
 		warmup, duration, period, settle                                                      time.Duration
 		seed                                                                                  uint64
-		noPlots, quiet                                                                        bool
+		noPlots, quiet, victimsInline                                                         bool
 	)
 	fs.IntVar(&nodes, "nodes", 0, "replicas per cluster")
 	fs.IntVar(&tenants, "tenants", 0, "tenants (tenant 1 is the noisy neighbour)")
@@ -137,6 +143,7 @@ func parseFlags(args []string) (*Options, error) {
 	fs.IntVar(&pmemMiB, "pmem-mib", 0, "paxos acceptor log size in MiB (default 64, or 256 with the load scenario)")
 	fs.StringVar(&snapTransfer, "snapshot-transfer", "", "paxos nodes' [consensus] snapshot_transfer: whole (kvnode's default) or delta")
 	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
+	fs.BoolVar(&victimsInline, "victims-inline", false, "overload: run the victims in kvbench's own process, beside the flood's generator (default: a child process of their own)")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
 	stallFlags := addStallFlags(fs) // stages.go
 	if err := fs.Parse(args); err != nil {
@@ -245,6 +252,7 @@ func parseFlags(args []string) (*Options, error) {
 	}
 	o.DataDir = dataDir
 	o.NoPlots = o.NoPlots || noPlots
+	o.VictimsInline = victimsInline
 	o.Quiet = o.Quiet || quiet
 	stallFlags.apply(&o)
 	if err := o.validate(); err != nil {

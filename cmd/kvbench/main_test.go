@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// TestMain lets the test binary stand in for kvbench's own children.
+// TestMain lets the test binary stand in for kvbench's own children (the
+// hog, and the overload scenario's victims: victims_process.go).
 // startHog runs os.Executable() with "hog": under `go test` that is this
 // binary, which without this ran the package's tests as the "hog" (the
 // smoke test's hog phase burned no CPU on purpose, and each killed child
@@ -14,6 +15,13 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "hog" {
 		if err := hogMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "victims" {
+		if err := victimsMain(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

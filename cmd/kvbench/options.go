@@ -53,6 +53,10 @@ type Options struct {
 	// ops/s beside it (and alone, for the quiet baseline).
 	OverloadFactor float64
 	VictimRate     float64
+	// VictimsInline runs the overload scenario's victims in kvbench's own
+	// process, beside the flood's generator, rather than in a child of
+	// their own (victims_process.go).
+	VictimsInline bool
 	// Capacity, when > 0, is the capacity (puts/s) the tail and overload
 	// scenarios scale from instead of one measured on the path: variants
 	// compared side by side then get the same offered load.

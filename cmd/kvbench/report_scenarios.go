@@ -87,6 +87,9 @@ func scenarioRows(r *Report, row func(name string, f func(p *PathResult) string)
 				return fmt.Sprintf("%s/%s", ms(v.Quiet.P99Us), ms(v.Flood.P99Us))
 			}))
 		}
+		row("victims' client, lag max ms", ov(func(or *OverloadResult) string {
+			return fmt.Sprintf("%s, %.1f", or.VictimsIn, or.VictimLagMs)
+		}))
 		row(fmt.Sprintf("victim P99 x crit/std (<=%.0f)", overloadVictimRatioGoal), ov(func(or *OverloadResult) string {
 			var parts []string
 			for _, v := range or.Victims {

@@ -77,6 +77,67 @@ type OverloadResult struct {
 	// victim-standard.
 	ThrottledByTenant map[string]int64 `json:"throttled_by_tenant"`
 	Victims           []VictimFigures  `json:"victims"`
+	// VictimsIn says where the victims' load ran: victimsOwnProcess (a
+	// child: victims_process.go) or victimsInline (kvbench's process,
+	// beside the flood's generator). VictimLagMs is how far behind its
+	// schedule the victims' generator fell at worst, quiet or flooded.
+	VictimsIn   string  `json:"victims_in"`
+	VictimLagMs float64 `json:"victim_lag_ms"`
+}
+
+// Where the overload scenario's victims ran (OverloadResult.VictimsIn).
+const (
+	victimsOwnProcess = "own process"
+	victimsInline     = "kvbench's process"
+)
+
+// startOverloadVictims readies the victims' load where o says: in a child
+// process (the default) or here. run runs it once, adding the requests
+// that ended THROTTLED to thr; progress (may be nil) follows its schedule.
+func startOverloadVictims(ctx context.Context, o *Options, c *cluster, cfg load.Config, value []byte) (
+	run func(name string, thr *throttleCounts, progress func(float64)) (*load.Result, error), closeAll func(), err error) {
+	critTok, stdTok := c.tokenFor(victimCritTenantTok), c.tokenFor(victimStdTenantTok)
+	if !o.VictimsInline {
+		p, err := startVictims(victimSpec{Endpoints: c.endpoints, CritToken: critTok, StdToken: stdTok, Rate: cfg.Rate,
+			ReadRatio: o.ReadRatio, ValueBytes: len(value), Warmup: cfg.Warmup, Duration: cfg.Duration,
+			Concurrency: cfg.Concurrency, Seed: cfg.Seed})
+		if err != nil {
+			return nil, nil, err
+		}
+		run = func(name string, thr *throttleCounts, progress func(float64)) (*load.Result, error) {
+			res, got, err := p.run(ctx, name, progress)
+			if err != nil {
+				return nil, err
+			}
+			for i := range got {
+				thr[i].Add(got[i].Load())
+			}
+			return res, nil
+		}
+		return run, p.close, nil
+	}
+	crit, err := dialTenant(ctx, c.endpoints, critTok, client.RetriesMaxDefault)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dialing the critical victim: %w", err)
+	}
+	std, err := dialTenant(ctx, c.endpoints, stdTok, client.RetriesMaxDefault)
+	if err != nil {
+		crit.Close()
+		return nil, nil, fmt.Errorf("dialing the standard victim: %w", err)
+	}
+	closeAll = func() { crit.Close(); std.Close() }
+	for _, cl := range []*client.Client{crit, std} {
+		if err := writeVictimKeys(ctx, cl, value); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	run = func(_ string, thr *throttleCounts, progress func(float64)) (*load.Result, error) {
+		cfg := cfg
+		cfg.Progress = progress
+		return load.Run(ctx, cfg, thr.counted(victimPick(o, crit, std, value))), nil
+	}
+	return run, closeAll, nil
 }
 
 // VictimFigures is one victim tenant's quiet and flooded figures.
@@ -199,39 +260,27 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	if err != nil {
 		return nil, err
 	}
-	value := make([]byte, o.ValueBytes)
-	for i := range value {
-		value[i] = byte('0' + i%10)
-	}
-	crit, err := dialTenant(ctx, c.endpoints, c.tokenFor(victimCritTenantTok), client.RetriesMaxDefault)
+	value := victimValue(o.ValueBytes)
+	victimCfg := load.Config{Rate: 2 * o.VictimRate, Warmup: warmup, Duration: o.Duration, Concurrency: o.Concurrency,
+		Seed: o.Seed + 0x51c7, DrainTimeout: 2 * opTimeout}
+	runVictims, closeVictims, err := startOverloadVictims(ctx, o, c, victimCfg, value)
 	if err != nil {
-		return nil, fmt.Errorf("dialing the critical victim: %w", err)
+		return nil, err
 	}
-	defer crit.Close()
-	std, err := dialTenant(ctx, c.endpoints, c.tokenFor(victimStdTenantTok), client.RetriesMaxDefault)
-	if err != nil {
-		return nil, fmt.Errorf("dialing the standard victim: %w", err)
-	}
-	defer std.Close()
-	for _, cl := range []*client.Client{crit, std} {
-		if err := writeVictimKeys(ctx, cl, value); err != nil {
-			return nil, err
-		}
-	}
+	defer closeVictims()
 	flood, err := dialLoadClients(ctx, c, c.tokenFor(floodTenantToken), floodClients, floodRetries)
 	if err != nil {
 		return nil, err
 	}
 	defer closeClients(flood)
 
-	victimCfg := load.Config{Rate: 2 * o.VictimRate, Warmup: warmup, Duration: o.Duration, Concurrency: o.Concurrency,
-		Seed: o.Seed + 0x51c7, DrainTimeout: 2 * opTimeout}
 	// Quiet: the victims alone.
 	scrape0 := c.scrapeAll(ctx)
 	var quietThrottled throttleCounts
-	qcfg := victimCfg
-	qcfg.Progress = func(f float64) { bar.phase(min(f/2, 0.499)) }
-	quiet := load.Run(ctx, qcfg, quietThrottled.counted(victimPick(o, crit, std, value)))
+	quiet, err := runVictims("quiet", &quietThrottled, func(f float64) { bar.phase(min(f/2, 0.499)) })
+	if err != nil {
+		return nil, err
+	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -242,12 +291,15 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	floodRate := o.OverloadFactor * capOps
 	var thr throttleCounts
 	tw := openWindowAfter(ctx, c, lw, warmup)
-	var victims *load.Result
-	var wg sync.WaitGroup
+	var (
+		victims   *load.Result
+		victimErr error
+		wg        sync.WaitGroup
+	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		victims = load.Run(ctx, victimCfg, thr.counted(victimPick(o, crit, std, value)))
+		victims, victimErr = runVictims("flood", &thr, nil)
 	}()
 	floodRes := load.Run(ctx, load.Config{Rate: floodRate, Warmup: warmup, Duration: o.Duration, Concurrency: o.Concurrency,
 		Seed: o.Seed + 0xf100d, DrainTimeout: 2 * opTimeout, Progress: func(f float64) { bar.phase(0.5 + f/2) }},
@@ -255,6 +307,9 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	wg.Wait()
 	scrape2 := c.scrapeAll(ctx)
 	tw.finish(ctx, ph)
+	if victimErr != nil {
+		return nil, victimErr
+	}
 
 	// The phase's own figures are the victims' under the flood.
 	fillOpenLoop(ph, victims, o.Duration)
@@ -277,6 +332,11 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 		VictimRateOps: o.VictimRate, FloodOK: floodOK, FloodShed: floodRes.Shed,
 		ThroughputOps: float64(floodOK+victimsOK) / o.Duration.Seconds()}
 	or.ShareOfCapacity = or.ThroughputOps / capOps
+	or.VictimsIn = victimsOwnProcess
+	if o.VictimsInline {
+		or.VictimsIn = victimsInline
+	}
+	or.VictimLagMs = float64(max(quiet.ScheduleLag, victims.ScheduleLag).Microseconds()) / 1000
 	if ph.Cluster != nil {
 		or.ShedByClass = ph.Cluster.ShedByClass
 	}

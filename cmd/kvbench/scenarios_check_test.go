@@ -56,6 +56,9 @@ func missingScenarioFigures(p *PathResult, s string, ph *PhaseResult, o *Options
 		if p.Replication == "paxos" && len(o.Endpoints) == 0 && or.ShedByClass == nil {
 			add("the overload guard's synod_overload_shed_total was not read")
 		}
+		if want := map[bool]string{false: victimsOwnProcess, true: victimsInline}[o.VictimsInline]; or.VictimsIn != want {
+			add("victims ran in %q, want %q", or.VictimsIn, want)
+		}
 		if len(or.Victims) != 2 {
 			add("%d victims, want 2", len(or.Victims))
 		}
@@ -137,7 +140,7 @@ func completePhase(s string, o *Options) *PhaseResult {
 		v := VictimFigures{Priority: "critical", Quiet: h, Flood: h, Ratio: 1}
 		ph.Overload = &OverloadResult{CapacityOps: 200, Factor: o.OverloadFactor, FloodOfferedOps: o.OverloadFactor * 200,
 			ThroughputOps: 190, ShareOfCapacity: 0.95, ThrottledByTenant: map[string]int64{}, ShedByClass: map[string]int64{},
-			Victims: []VictimFigures{v, v}}
+			Victims: []VictimFigures{v, v}, VictimsIn: victimsOwnProcess}
 	case scenLoad:
 		step := int64(o.LoadStepMiB) << 20
 		target := int64(o.LoadGiB * (1 << 30))
