@@ -56,10 +56,22 @@ func TestWireRefusesMalformed(t *testing.T) {
 		plant func(w *WireResult)
 		want  string
 	}{
-		"short counts":    {func(w *WireResult) { s := *w.Hists[0].Hist.Snapshot; s.Counts = s.Counts[:10]; w.Hists[0].Hist.Snapshot = &s }, "counts, want"},
-		"other range":     {func(w *WireResult) { s := *w.Hists[0].Hist.Snapshot; s.HighestTrackableValue = 5; w.Hists[0].Hist.Snapshot = &s }, "range"},
-		"no counts":       {func(w *WireResult) { w.Hists[0].Hist.Snapshot = nil }, "no counts"},
-		"negative count":  {func(w *WireResult) { s := *w.Hists[0].Hist.Snapshot; s.Counts = append([]int64{-1}, s.Counts[1:]...); w.Hists[0].Hist.Snapshot = &s }, "negative"},
+		"short counts": {func(w *WireResult) {
+			s := *w.Hists[0].Hist.Snapshot
+			s.Counts = s.Counts[:10]
+			w.Hists[0].Hist.Snapshot = &s
+		}, "counts, want"},
+		"other range": {func(w *WireResult) {
+			s := *w.Hists[0].Hist.Snapshot
+			s.HighestTrackableValue = 5
+			w.Hists[0].Hist.Snapshot = &s
+		}, "range"},
+		"no counts": {func(w *WireResult) { w.Hists[0].Hist.Snapshot = nil }, "no counts"},
+		"negative count": {func(w *WireResult) {
+			s := *w.Hists[0].Hist.Snapshot
+			s.Counts = append([]int64{-1}, s.Counts[1:]...)
+			w.Hists[0].Hist.Snapshot = &s
+		}, "negative"},
 		"key twice":       {func(w *WireResult) { w.Hists = append(w.Hists, w.Hists[0]) }, "twice"},
 		"negative offer":  {func(w *WireResult) { w.Offered = -1 }, "negative"},
 		"negative errors": {func(w *WireResult) { w.Errors[0].N = -2 }, "negative"},
