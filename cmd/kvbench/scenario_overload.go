@@ -151,7 +151,7 @@ type VictimFigures struct {
 	// Store is the same tenant's requests timed inside the nodes (the
 	// tenant's service time, admission to reply:
 	// synod_tenant_latency_seconds{stage="service"}, summed over the
-	// nodes): what the store adds, without the load generator's own
+	// nodes): what the store adds, without any client's own
 	// scheduling on a machine it shares with the nodes. Nil when a node
 	// did not answer a scrape.
 	Store        *StoreVictimFigures `json:"store,omitempty"`
