@@ -94,6 +94,21 @@ type Config struct {
 	// inflightSlotsMax alone.
 	InflightBytesMax int
 
+	// PipelineSlotsMax, when > 0, is the leader's phase 2 pipeline window:
+	// it assigns a new slot only while fewer than PipelineSlotsMax slots
+	// above its commit index are assigned, and proposals made meanwhile
+	// wait in its queue and share the next slot (up to SlotCmdsMax,
+	// SlotBytesMax). 0 leaves the window at inflightSlotsMax; more than
+	// that is an error. A small window trades nothing at low load (a
+	// proposal with the window open gets a slot at once) for batching
+	// under load: with a wide one, a leader fed faster than one proposal
+	// per loop turn but below its capacity gives nearly every command a
+	// slot of its own, and each slot costs an Accept and a persist on
+	// every follower (kv/replica pipelineSlotsMax says what was measured).
+	// Slots a new leader re-proposes after phase 1 are assigned whatever
+	// the window; new proposals wait until they commit.
+	PipelineSlotsMax int
+
 	// RecordOverheadBytes is the ring space a persisted entry takes beyond
 	// its encoding (the caller's record header and alignment). It is used
 	// only to judge SetLogRoom.
@@ -288,6 +303,8 @@ func NewNode(cfg Config, st DurableState) (*Node, error) {
 		return nil, fmt.Errorf("paxos: config: LeaseTicks %d must be in [0, ElectionTicks]", cfg.LeaseTicks)
 	case cfg.DriftTicks < 0 || (cfg.LeaseTicks > 0 && cfg.DriftTicks >= cfg.LeaseTicks):
 		return nil, fmt.Errorf("paxos: config: DriftTicks %d must be in [0, LeaseTicks)", cfg.DriftTicks)
+	case cfg.PipelineSlotsMax < 0 || cfg.PipelineSlotsMax > inflightSlotsMax:
+		return nil, fmt.Errorf("paxos: config: PipelineSlotsMax %d must be in [0, %d]", cfg.PipelineSlotsMax, inflightSlotsMax)
 	}
 	n := &Node{
 		cfg:            cfg,

@@ -373,3 +373,56 @@ func TestInflightBytesBoundsWindow(t *testing.T) {
 		t.Fatalf("%d bytes still counted in flight with everything committed", b)
 	}
 }
+
+// A leader with Config.PipelineSlotsMax assigns at most that many slots
+// above its commit index; proposals made while the window is full wait
+// in its queue and share the next slot once it opens, and every one is
+// applied. With the default window each proposal gets a slot of its own.
+func TestPipelineSlotsBatchQueued(t *testing.T) {
+	const window, proposals = 2, 50
+	run := func(pipelineSlots int) (assignedWhileCut, slotsUsed Slot) {
+		nw := newNetwork(t, 3)
+		for id := NodeID(1); id <= 3; id++ {
+			cfg := testConfig(id, []NodeID{1, 2, 3})
+			cfg.PipelineSlotsMax = pipelineSlots
+			nw.start(id, cfg)
+		}
+		l := nw.elect()
+		n := nw.nodes[l]
+		nw.settle()
+		nw.isolate(l) // nothing commits: the window fills
+		first := n.Status().LastSlot
+		for i := range proposals {
+			if err := n.Propose([][]byte{{byte(i)}}); err != nil {
+				t.Fatal(err)
+			}
+			nw.settle()
+		}
+		assignedWhileCut = n.Status().LastSlot - first
+		nw.heal()
+		for range 200 {
+			nw.tick(1)
+			nw.settle()
+		}
+		if got := len(nw.cmds(l)); got != proposals {
+			t.Fatalf("window %d: %d of %d commands applied once the window could drain", pipelineSlots, got, proposals)
+		}
+		return assignedWhileCut, n.Status().LastSlot - first
+	}
+	cut, used := run(window)
+	if cut != window {
+		t.Fatalf("window %d: %d slots assigned while nothing committed", window, cut)
+	}
+	// The window's slots, then the queued proposals in one slot.
+	if used > window+1 {
+		t.Fatalf("window %d: %d slots for %d proposals; want the queued ones batched (at most %d)", window, used, proposals, window+1)
+	}
+	wideCut, wideUsed := run(0)
+	if wideCut != proposals || wideUsed != proposals {
+		t.Fatalf("default window: %d slots assigned while cut, %d in all, want %d each", wideCut, wideUsed, proposals)
+	}
+	t.Logf("window=%d: %d slots while cut, %d in all; default: %d, %d", window, cut, used, wideCut, wideUsed)
+	if _, err := NewNode(Config{ID: 1, Members: []NodeID{1}, PipelineSlotsMax: inflightSlotsMax + 1}, DurableState{}); err == nil {
+		t.Fatal("a window above inflightSlotsMax accepted")
+	}
+}

@@ -58,6 +58,9 @@ type Options struct {
 	// InflightBytesMax sets every node's paxos.Config.InflightBytesMax
 	// (0: no byte bound on the leader's window).
 	InflightBytesMax int
+	// PipelineSlotsMax sets every node's paxos.Config.PipelineSlotsMax
+	// (0: the default window).
+	PipelineSlotsMax int
 
 	// Trace, when set, receives a line for every notable event.
 	Trace func(string)
@@ -407,6 +410,7 @@ func (s *sim) baseConfig(id paxos.NodeID) paxos.Config {
 		// state holds a snapshot.
 		Join:             s.byID[id] != nil && s.byID[id].join,
 		InflightBytesMax: s.opts.InflightBytesMax,
+		PipelineSlotsMax: s.opts.PipelineSlotsMax,
 	}
 }
 

@@ -232,3 +232,31 @@ func TestSimulationSmallWindow(t *testing.T) {
 		t.Errorf("only %d operations in %d seeds", sum.Ops, n)
 	}
 }
+
+// simPipelineSlots is kv/replica's pipeline window (pipelineSlotsMax):
+// the simulator runs the fault batch with the window kvnode runs.
+const simPipelineSlots = 2
+
+// TestSimulationPipelineSlots: a leader whose pipeline window is a few
+// slots (Config.PipelineSlotsMax, what kv/replica sets so that proposals
+// made while slots are in flight share the next one) keeps every oracle
+// under every fault kind, and finishes every operation after they heal.
+func TestSimulationPipelineSlots(t *testing.T) {
+	n := seedsDefault
+	if testing.Short() {
+		n = seedsShort
+	}
+	sum := RunBatch(1, n, Options{PipelineSlotsMax: simPipelineSlots}, 0, nil)
+	fmt.Printf("paxossim pipeline window: seeds=%d pipeline_slots=%d ops=%d violations=%d lease_checks=%d lease_violations=%d\n",
+		sum.Seeds, simPipelineSlots, sum.Ops, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	for i, r := range sum.Failed {
+		if i == 10 {
+			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
+			break
+		}
+		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with Options.PipelineSlotsMax)")
+	}
+	if sum.Ops < n {
+		t.Errorf("only %d operations in %d seeds", sum.Ops, n)
+	}
+}
