@@ -126,3 +126,13 @@ func (r *Replica) drrBatchCmdsMax() int {
 	}
 	return max(1, min(proposeBatchCmdsMax, pipelineCmdsMax-r.pipelineCmds()))
 }
+
+// pipelineSlots is the pipeline window a new replica gives its paxos node:
+// pipelineSlotsMax (limits.go), or paxos's default where a test plants the
+// wide window.
+func pipelineSlots() int {
+	if testingWidePipeline {
+		return 0
+	}
+	return pipelineSlotsMax
+}

@@ -432,6 +432,8 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 		ExternalElection: cfg.Accel != nil,
 		// Every member keeps room for the window (limits.go).
 		InflightBytesMax: leaderInflightBytesMax,
+		// Proposals made while slots are in flight share the next one.
+		PipelineSlotsMax: pipelineSlots(),
 		// Judges the log room declared for re-proposals (declareLogRoom).
 		RecordOverheadBytes: acceptEntryOverheadBytes,
 	}, st)

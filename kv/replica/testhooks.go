@@ -42,6 +42,12 @@ var testingDelayAfterControl time.Duration
 // fair queuing.
 var testingNoPipelineGate atomic.Bool
 
+// testingWidePipeline, when true at a replica's New, gives its paxos
+// node the default pipeline window (1,024 slots) instead of
+// pipelineSlotsMax, as before the window: TestPipelineWindowHoldsWrites
+// plants it to show its measures catch the loss.
+var testingWidePipeline bool
+
 // testingNoCatchUpTail, when true, turns catchUpFloor off
 // (snapshot_compact.go): a node compacts through its snapshot, keeping no
 // tail for followers a little behind. The planted twin inside
