@@ -214,23 +214,8 @@ const simWindowBytes = 96
 // log never wedges the group) keeps every oracle, and the group still
 // commits under faults and finishes every operation after they heal.
 func TestSimulationSmallWindow(t *testing.T) {
-	n := seedsMembershipHeavy
-	if testing.Short() {
-		n = seedsShort
-	}
-	sum := RunBatch(1, n, Options{InflightBytesMax: simWindowBytes}, 0, nil)
-	fmt.Printf("paxossim small window: seeds=%d window_bytes=%d ops=%d violations=%d lease_checks=%d lease_violations=%d\n",
-		sum.Seeds, simWindowBytes, sum.Ops, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
-	for i, r := range sum.Failed {
-		if i == 10 {
-			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
-			break
-		}
-		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with Options.InflightBytesMax)")
-	}
-	if sum.Ops < n {
-		t.Errorf("only %d operations in %d seeds", sum.Ops, n)
-	}
+	runNarrowed(t, seedsMembershipHeavy, Options{InflightBytesMax: simWindowBytes},
+		fmt.Sprintf("small window: window_bytes=%d", simWindowBytes), "Options.InflightBytesMax")
 }
 
 // simPipelineSlots is kv/replica's pipeline window (pipelineSlotsMax):
@@ -242,19 +227,28 @@ const simPipelineSlots = 2
 // made while slots are in flight share the next one) keeps every oracle
 // under every fault kind, and finishes every operation after they heal.
 func TestSimulationPipelineSlots(t *testing.T) {
-	n := seedsDefault
+	runNarrowed(t, seedsDefault, Options{PipelineSlotsMax: simPipelineSlots},
+		fmt.Sprintf("pipeline window: pipeline_slots=%d", simPipelineSlots), "Options.PipelineSlotsMax")
+}
+
+// runNarrowed runs n seeds (seedsShort under -short) of the default fault
+// batch with opts narrowing the leader's window, prints a summary line
+// named by what, and fails for every violation (its replay names option)
+// or when the operations finished are fewer than the seeds.
+func runNarrowed(t *testing.T, n int, opts Options, what, option string) {
+	t.Helper()
 	if testing.Short() {
 		n = seedsShort
 	}
-	sum := RunBatch(1, n, Options{PipelineSlotsMax: simPipelineSlots}, 0, nil)
-	fmt.Printf("paxossim pipeline window: seeds=%d pipeline_slots=%d ops=%d violations=%d lease_checks=%d lease_violations=%d\n",
-		sum.Seeds, simPipelineSlots, sum.Ops, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	sum := RunBatch(1, n, opts, 0, nil)
+	fmt.Printf("paxossim %s seeds=%d ops=%d violations=%d lease_checks=%d lease_violations=%d\n",
+		what, sum.Seeds, sum.Ops, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
 	for i, r := range sum.Failed {
 		if i == 10 {
 			t.Errorf("... and %d more failing seeds", len(sum.Failed)-i)
 			break
 		}
-		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with Options.PipelineSlotsMax)")
+		t.Errorf("%s\nreplay: %s", r, replayCommand(r.Seed)+" (with "+option+")")
 	}
 	if sum.Ops < n {
 		t.Errorf("only %d operations in %d seeds", sum.Ops, n)
