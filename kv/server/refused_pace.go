@@ -163,6 +163,11 @@ var testingTurnsForAll bool
 // connection is read one frame per retry-after of its own.
 var testingOwnTurns bool
 
+// testingPaceIgnoresHangup plants the gap waitPace's hang-up check closes:
+// a paced reader sleeps out its wait whether or not its peer closed. An
+// atomic: readers of a running server read it.
+var testingPaceIgnoresHangup atomic.Bool
+
 // refusals tracks a connection's run of THROTTLED answers.
 type refusals struct {
 	// run counts THROTTLED answers since the last other answer, or,
@@ -329,12 +334,34 @@ func (c *conn) waitPace() bool {
 		return true
 	}
 	c.s.paced.Add(1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.ctx.Done():
-		return false
+	// The reader reads nothing while it waits, so it would not see the
+	// peer close: a flooder's closed connections held their tenant's
+	// connection cap for as long as their turns were ahead (1.5 s seen
+	// with a few connections sharing turns). So the wait looks for the
+	// peer's hang-up every paceHangupCheck, and ends the connection at
+	// it: a peer that half-closed to read its answers loses those of its
+	// frames still paced (they were not run), which a client honouring
+	// retry-after never has.
+	end := time.Now().Add(d)
+	for {
+		step := min(time.Until(end), paceHangupCheck)
+		if step <= 0 {
+			return true
+		}
+		t := time.NewTimer(step)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return false
+		}
+		if !testingPaceIgnoresHangup.Load() && peerHungUp(c.nc) {
+			c.close("the peer hung up while its frames were paced")
+			return false
+		}
 	}
 }
+
+// paceHangupCheck is how often a paced reader's wait looks for its peer's
+// hang-up (waitPace).
+const paceHangupCheck = 20 * time.Millisecond
