@@ -36,7 +36,8 @@
 // committed.
 //
 // Phase 2 is per slot with a pipeline window of inflightSlotsMax slots
-// beyond the commit index, or Config.PipelineSlotsMax. Proposals queue (ProposalQueueMax) and are
+// beyond the commit index (Config.PipelineSlotsMax narrows it for slots
+// that are not full). Proposals queue (ProposalQueueMax) and are
 // batched into slots (SlotCmdsMax, SlotBytesMax) when the caller collects a
 // Ready. The leader learns a commit from a majority of MsgAccepted for the
 // same (slot, ballot); every count is reported as an AckEvent and through

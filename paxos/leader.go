@@ -290,34 +290,20 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 // canAssign reports whether the leader may fill a new slot now.
 func (n *Node) canAssign() bool {
 	l := n.lead
-	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+n.pipelineSlots() && !n.windowBytesFull() && !n.ownUnstableFull() && !n.transferring()
+	return (len(l.ccSlots) == 0 || TestingAssignPastConfChange) && l.nextSlot <= n.commit+inflightSlotsMax && !n.windowBytesFull() && !n.ownUnstableFull() && !n.transferring()
 }
 
-// pipelineSlots is the leader's pipeline window: the most slots above its
-// commit index it assigns (Config.PipelineSlotsMax, or inflightSlotsMax).
-func (n *Node) pipelineSlots() Slot {
-	if n.cfg.PipelineSlotsMax > 0 {
-		return Slot(n.cfg.PipelineSlotsMax)
-	}
-	return inflightSlotsMax
+// partialSlotOpen reports whether the leader may assign a slot that is
+// not full now: fewer than Config.PipelineSlotsMax slots above its commit
+// index (always without one).
+func (n *Node) partialSlotOpen() bool {
+	return n.cfg.PipelineSlotsMax == 0 || n.lead.nextSlot <= n.commit+Slot(n.cfg.PipelineSlotsMax)
 }
 
 // windowBytesFull reports whether the leader's entries above its commit
 // index reached Config.InflightBytesMax.
 func (n *Node) windowBytesFull() bool {
 	return n.cfg.InflightBytesMax > 0 && n.lead.inflightBytes >= n.cfg.InflightBytesMax
-}
-
-// QueuedCmds is how many proposed commands wait in the leader's queue for
-// a slot (the pipeline window, the byte window, a membership change or a
-// hand-over holds them); 0 on a node that does not lead. A caller that
-// proposes only while it is 0 keeps its writes in its own queues, where
-// it bounds their bytes, and batches them itself.
-func (n *Node) QueuedCmds() int {
-	if n.role != RoleLeader {
-		return 0
-	}
-	return len(n.lead.queue)
 }
 
 // InflightBytes is the encoded size of the entries the leader holds above
@@ -346,6 +332,13 @@ func (n *Node) flush() {
 			}
 			bytes += sz
 			k++
+		}
+		// The pipeline window holds back only a slot that more
+		// proposals could still join; a full one gains nothing by
+		// waiting.
+		full := k == SlotCmdsMax || k < len(l.queue) || bytes >= SlotBytesMax
+		if !full && !n.partialSlotOpen() {
+			break
 		}
 		cmds := slices.Clone(l.queue[:k])
 		l.queue = l.queue[k:]

@@ -426,3 +426,48 @@ func TestPipelineSlotsBatchQueued(t *testing.T) {
 		t.Fatal("a window above inflightSlotsMax accepted")
 	}
 }
+
+// The pipeline window holds back only slots that are not full: commands
+// that each fill a slot (SlotBytesMax) get their slots at once, the
+// window full or not, so large values keep their pipeline.
+func TestPipelineSlotsPassFullSlots(t *testing.T) {
+	const window, proposals = 2, 6
+	nw := newNetwork(t, 3)
+	for id := NodeID(1); id <= 3; id++ {
+		cfg := testConfig(id, []NodeID{1, 2, 3})
+		cfg.PipelineSlotsMax = window
+		nw.start(id, cfg)
+	}
+	l := nw.elect()
+	n := nw.nodes[l]
+	nw.settle()
+	nw.isolate(l)
+	first := n.Status().LastSlot
+	for i := range proposals {
+		cmd := make([]byte, SlotBytesMax)
+		cmd[0] = byte(i)
+		if err := n.Propose([][]byte{cmd}); err != nil {
+			t.Fatal(err)
+		}
+		nw.settle()
+	}
+	if got := n.Status().LastSlot - first; got != proposals {
+		t.Fatalf("%d slots assigned for %d full ones with a window of %d, want every one", got, proposals, window)
+	}
+	// A small command after them waits for the window.
+	if err := n.Propose([][]byte{{1}}); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	if got := n.Status().LastSlot - first; got != proposals {
+		t.Fatalf("a partial slot assigned past a full window (%d slots)", got)
+	}
+	nw.heal()
+	for range 200 {
+		nw.tick(1)
+		nw.settle()
+	}
+	if got := len(nw.cmds(l)); got != proposals+1 {
+		t.Fatalf("%d of %d commands applied", got, proposals+1)
+	}
+}

@@ -89,9 +89,17 @@ func (w *workload) key() []byte {
 	return keyOf(w.zrng.IntN(w.o.Keys))
 }
 
+// preloadOpsPer is how many PUTs of valueBytes one preload BATCH carries:
+// preloadBatchOps, fewer when their values would pass half a request body
+// (a preload of 256 KiB values was refused TOO_LARGE), at least one.
+func preloadOpsPer(valueBytes int) int {
+	return max(1, min(preloadBatchOps, proto.RequestBodyBytesMax/2/(valueBytes+64)))
+}
+
 // preload writes every key of every tenant in batches.
 func (w *workload) preload(ctx context.Context) error {
 	type job struct{ t, from int }
+	per := preloadOpsPer(len(w.value))
 	jobs := make(chan job)
 	errs := make(chan error, preloadParallel)
 	var wg sync.WaitGroup
@@ -101,13 +109,19 @@ func (w *workload) preload(ctx context.Context) error {
 			defer wg.Done()
 			for j := range jobs {
 				var ops []proto.BatchOp
-				for k := j.from; k < min(j.from+preloadBatchOps, w.o.Keys); k++ {
+				for k := j.from; k < min(j.from+per, w.o.Keys); k++ {
 					ops = append(ops, proto.BatchOp{Op: proto.OpPut, Key: keyOf(k), Value: w.value})
 				}
 				var err error
 				for attempt := 0; attempt < 20; attempt++ {
 					c, cancel := context.WithTimeout(ctx, opTimeout)
-					err = w.clients[j.t].Batch(c, ops)
+					if len(ops) == 1 {
+						// A value too large to batch with another: a PUT,
+						// whose body has room for the largest value.
+						err = w.clients[j.t].Put(c, ops[0].Key, ops[0].Value)
+					} else {
+						err = w.clients[j.t].Batch(c, ops)
+					}
 					cancel()
 					if err == nil {
 						break
@@ -124,7 +138,7 @@ func (w *workload) preload(ctx context.Context) error {
 		}()
 	}
 	for t := 0; t < w.o.Tenants; t++ {
-		for k := 0; k < w.o.Keys; k += preloadBatchOps {
+		for k := 0; k < w.o.Keys; k += per {
 			jobs <- job{t, k}
 		}
 	}

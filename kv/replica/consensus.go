@@ -42,11 +42,7 @@ func (r *Replica) consensusLoop() {
 			}
 		} else {
 			proposeC, drrKick := r.proposeC, r.drrGate()
-			if r.holdProposals() || r.node.QueuedCmds() > 0 {
-				// Writes wait here while paxos holds some it has not put
-				// in a slot yet (its pipeline window, pipelineSlotsMax,
-				// is full): in proposeC or the scheduler, which bound
-				// their bytes, and the next Propose batches them.
+			if r.holdProposals() {
 				proposeC, drrKick = nil, nil
 			}
 			select {

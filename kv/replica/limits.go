@@ -103,22 +103,26 @@ const (
 	// "Memory"). The leader's window is leaderInflightBytesMax, so this
 	// keeps it fed many times over.
 	proposeQueueBytesMax = 32 << 20
-	// pipelineSlotsMax is the leader's pipeline window
-	// (paxos.Config.PipelineSlotsMax): it assigns a new slot only while
-	// fewer than this many above its commit index wait to be chosen, and
-	// writes that come meanwhile wait in proposeC or the tenant
-	// scheduler (the consensus loop proposes only while paxos's queue is
-	// empty) and go out together in the next slot. With paxos's default
-	// window (1,024 slots) a leader fed below its capacity gave nearly
-	// every write a slot of its own (1.06-1.35 writes per slot at half the
-	// ceiling on every Paxos path), and every slot costs an Accept, a
-	// persist and an answer on each follower: the CPU that batching would
-	// save went into queueing. Measured side by side with kvbench
-	// (docs/benchmarking.md, "The pipeline window"): at half the capacity
-	// the write P99 and P99.9 fell about 2x on the msync and shm paths,
-	// and the closed-loop ceiling rose 20-50 %. A write that finds the
-	// window open gets its slot at once, so one client alone sees no
-	// change; 2 keeps one slot in the air while the next fills.
+	// pipelineSlotsMax is the leader's pipeline window for slots that are
+	// not full (paxos.Config.PipelineSlotsMax): it assigns such a slot
+	// only while fewer than this many above its commit index wait to be
+	// chosen, and writes that come meanwhile join it in paxos's queue (a
+	// full slot, 256 writes or 256 KiB, goes out at once; paxos's queue
+	// is bounded as before, by paxos.ProposalQueueMax and the request
+	// budgets upstream). With paxos's
+	// default window (1,024 slots) a leader fed below its capacity gave
+	// nearly every write a slot of its own (1.06-1.35 writes per slot at
+	// half the ceiling on every Paxos path), and every slot costs an
+	// Accept, a persist and an answer on each follower: the CPU that
+	// batching would save went into queueing. Measured side by side with
+	// kvbench (docs/benchmarking.md, "The pipeline window"): the
+	// closed-loop ceiling rose 30-95 % and the tail at one offered load
+	// fell on the shm and accel paths; 256 KiB values, which fill a slot
+	// each, kept their throughput only once full slots were let through
+	// (a window on every slot cost them a third).
+	// A write that finds the window open gets its slot at once, so one
+	// client alone sees no change; 2 keeps one slot in the air while the
+	// next fills.
 	pipelineSlotsMax = 2
 	// proposeBatchCmdsMax and proposeBatchBytesMax bound one Propose call.
 	proposeBatchCmdsMax  = 256
