@@ -110,7 +110,8 @@ type Config struct {
 	// values that each fill a slot, a window on every slot capped the
 	// pipeline at that many values (256 KiB values: a third less
 	// throughput at 2). Slots a new leader re-proposes after phase 1 are
-	// assigned whatever the window; new proposals wait until they commit.
+	// assigned whatever the window; new proposals that do not fill a slot
+	// wait until enough of them commit.
 	PipelineSlotsMax int
 
 	// RecordOverheadBytes is the ring space a persisted entry takes beyond
