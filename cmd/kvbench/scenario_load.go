@@ -160,19 +160,18 @@ type loadWriters struct {
 }
 
 // ack records one acknowledged value and the step boundaries it crossed.
+// The count and the boundaries change under one lock, so a reader that
+// sees the count reach a boundary and then calls steps sees it.
 func (lw *loadWriters) ack(n int64) {
 	now := time.Now()
 	lw.lastAck.Store(now.UnixNano())
+	lw.stepMu.Lock()
+	defer lw.stepMu.Unlock()
 	after := lw.acked.Add(n)
 	before := after - n
-	if after/lw.step == before/lw.step {
-		return
-	}
-	lw.stepMu.Lock()
 	for b := before/lw.step + 1; b <= after/lw.step && len(lw.stepAt) < loadStepsMax; b++ {
 		lw.stepAt = append(lw.stepAt, now)
 	}
-	lw.stepMu.Unlock()
 }
 
 func (lw *loadWriters) steps() []time.Time {
