@@ -92,6 +92,18 @@ func newNetwork(t testing.TB, size int) *network {
 	return nw
 }
 
+// newNetworkWith is newNetwork with every node's config passed through
+// edit first.
+func newNetworkWith(t testing.TB, size int, edit func(*Config)) *network {
+	nw := newNetwork(t, size)
+	for _, id := range nw.ids {
+		cfg := testConfig(id, nw.ids)
+		edit(&cfg)
+		nw.start(id, cfg)
+	}
+	return nw
+}
+
 func (nw *network) start(id NodeID, cfg Config) {
 	nw.t.Helper()
 	d := nw.durable[id]

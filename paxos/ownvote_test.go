@@ -335,12 +335,7 @@ func TestOwnVoteSingleNode(t *testing.T) {
 // propose, and fills again as slots commit.
 func TestInflightBytesBoundsWindow(t *testing.T) {
 	const cmdBytes, boundBytes = 3000, 10000
-	nw := newNetwork(t, 3)
-	for id := NodeID(1); id <= 3; id++ {
-		cfg := testConfig(id, []NodeID{1, 2, 3})
-		cfg.InflightBytesMax = boundBytes
-		nw.start(id, cfg)
-	}
+	nw := newNetworkWith(t, 3, func(c *Config) { c.InflightBytesMax = boundBytes })
 	l := nw.elect()
 	n := nw.nodes[l]
 	// Cut the followers off: nothing commits.
@@ -349,10 +344,7 @@ func TestInflightBytesBoundsWindow(t *testing.T) {
 	for i := range 50 {
 		cmd := make([]byte, cmdBytes)
 		cmd[0] = byte(i)
-		if err := n.Propose([][]byte{cmd}); err != nil {
-			t.Fatal(err)
-		}
-		nw.settle()
+		nw.propose(l, string(cmd))
 	}
 	assigned := n.Status().LastSlot - first
 	if n.InflightBytes() < boundBytes || n.InflightBytes() >= boundBytes+cmdBytes+64 {
@@ -362,10 +354,7 @@ func TestInflightBytesBoundsWindow(t *testing.T) {
 		t.Fatalf("%d slots of %d bytes assigned past a %d-byte bound", assigned, cmdBytes, boundBytes)
 	}
 	nw.heal()
-	for range 200 {
-		nw.tick(1)
-		nw.settle()
-	}
+	nw.tick(200)
 	if got := len(nw.cmds(l)); got != 50 {
 		t.Fatalf("%d of 50 commands applied once the window could drain", got)
 	}
@@ -381,29 +370,18 @@ func TestInflightBytesBoundsWindow(t *testing.T) {
 func TestPipelineSlotsBatchQueued(t *testing.T) {
 	const window, proposals = 2, 50
 	run := func(pipelineSlots int) (assignedWhileCut, slotsUsed Slot) {
-		nw := newNetwork(t, 3)
-		for id := NodeID(1); id <= 3; id++ {
-			cfg := testConfig(id, []NodeID{1, 2, 3})
-			cfg.PipelineSlotsMax = pipelineSlots
-			nw.start(id, cfg)
-		}
+		nw := newNetworkWith(t, 3, func(c *Config) { c.PipelineSlotsMax = pipelineSlots })
 		l := nw.elect()
 		n := nw.nodes[l]
 		nw.settle()
 		nw.isolate(l) // nothing commits: the window fills
 		first := n.Status().LastSlot
 		for i := range proposals {
-			if err := n.Propose([][]byte{{byte(i)}}); err != nil {
-				t.Fatal(err)
-			}
-			nw.settle()
+			nw.propose(l, string([]byte{byte(i)}))
 		}
 		assignedWhileCut = n.Status().LastSlot - first
 		nw.heal()
-		for range 200 {
-			nw.tick(1)
-			nw.settle()
-		}
+		nw.tick(200)
 		if got := len(nw.cmds(l)); got != proposals {
 			t.Fatalf("window %d: %d of %d commands applied once the window could drain", pipelineSlots, got, proposals)
 		}
@@ -432,12 +410,7 @@ func TestPipelineSlotsBatchQueued(t *testing.T) {
 // window full or not, so large values keep their pipeline.
 func TestPipelineSlotsPassFullSlots(t *testing.T) {
 	const window, proposals = 2, 6
-	nw := newNetwork(t, 3)
-	for id := NodeID(1); id <= 3; id++ {
-		cfg := testConfig(id, []NodeID{1, 2, 3})
-		cfg.PipelineSlotsMax = window
-		nw.start(id, cfg)
-	}
+	nw := newNetworkWith(t, 3, func(c *Config) { c.PipelineSlotsMax = window })
 	l := nw.elect()
 	n := nw.nodes[l]
 	nw.settle()
@@ -446,27 +419,18 @@ func TestPipelineSlotsPassFullSlots(t *testing.T) {
 	for i := range proposals {
 		cmd := make([]byte, SlotBytesMax)
 		cmd[0] = byte(i)
-		if err := n.Propose([][]byte{cmd}); err != nil {
-			t.Fatal(err)
-		}
-		nw.settle()
+		nw.propose(l, string(cmd))
 	}
 	if got := n.Status().LastSlot - first; got != proposals {
 		t.Fatalf("%d slots assigned for %d full ones with a window of %d, want every one", got, proposals, window)
 	}
 	// A small command after them waits for the window.
-	if err := n.Propose([][]byte{{1}}); err != nil {
-		t.Fatal(err)
-	}
-	nw.settle()
+	nw.propose(l, "x")
 	if got := n.Status().LastSlot - first; got != proposals {
 		t.Fatalf("a partial slot assigned past a full window (%d slots)", got)
 	}
 	nw.heal()
-	for range 200 {
-		nw.tick(1)
-		nw.settle()
-	}
+	nw.tick(200)
 	if got := len(nw.cmds(l)); got != proposals+1 {
 		t.Fatalf("%d of %d commands applied", got, proposals+1)
 	}

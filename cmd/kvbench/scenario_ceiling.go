@@ -167,7 +167,7 @@ func closedLoopPuts(ctx context.Context, o *Options, c *cluster, warmup, duratio
 func runCeiling(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, st *pathRun, warmup time.Duration, bar *progress) (*PhaseResult, error) {
 	ph := &PhaseResult{Scenario: scenCeiling}
 	tw := openWindowAfter(ctx, c, lw, warmup)
-	stop := progressTicker(bar, warmup+o.Duration)
+	stop := progressTicker(bar.phase, warmup+o.Duration)
 	res, err := closedLoopPuts(ctx, o, c, warmup, o.Duration)
 	stop()
 	tw.finish(ctx, ph)
@@ -190,9 +190,10 @@ func runCeiling(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, st
 	return ph, nil
 }
 
-// progressTicker moves the progress bar through a phase of length d
-// that has no schedule of its own to report it; stop ends the phase.
-func progressTicker(bar *progress, d time.Duration) (stop func()) {
+// progressTicker reports the fraction of a phase of length d gone by
+// (every 100 ms, below 1) for a phase that has no schedule of its own to
+// report it; stop ends the phase and reports 1.
+func progressTicker(report func(frac float64), d time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -207,10 +208,10 @@ func progressTicker(bar *progress, d time.Duration) (stop func()) {
 				return
 			case <-t.C:
 				if f := float64(time.Since(start)) / float64(d); f < 1 {
-					bar.phase(f)
+					report(f)
 				}
 			}
 		}
 	}()
-	return func() { close(done); wg.Wait(); bar.phase(1) }
+	return func() { close(done); wg.Wait(); report(1) }
 }

@@ -227,28 +227,14 @@ func (p *victimProc) run(ctx context.Context, name string, progress func(float64
 	if err := p.enc.Encode(victimPhase{Name: name}); err != nil {
 		return nil, nil, fmt.Errorf("victims' process: %s: %w", name, err)
 	}
-	stop := make(chan struct{})
-	go func() {
-		start, total := time.Now(), p.spec.Warmup+p.spec.Duration
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				p.cmd.Process.Kill()
-				return
-			case <-t.C:
-				if progress != nil {
-					progress(min(float64(time.Since(start))/float64(total), 1))
-				}
-			}
-		}
-	}()
+	stopKill := context.AfterFunc(ctx, func() { p.cmd.Process.Kill() })
+	defer stopKill()
+	if progress != nil {
+		stop := progressTicker(progress, p.spec.Warmup+p.spec.Duration)
+		defer stop()
+	}
 	var out victimRun
 	err := p.read(&out)
-	close(stop)
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
@@ -268,9 +254,6 @@ func (p *victimProc) run(ctx context.Context, name string, progress func(float64
 			return nil, nil, fmt.Errorf("victims' process: %s: a negative THROTTLED count", name)
 		}
 		thr[i].Store(n)
-	}
-	if progress != nil {
-		progress(1)
 	}
 	return res, &thr, nil
 }
