@@ -25,9 +25,9 @@ func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
 // while the peer was down, up to sideDialBackoffMax, and the catch-ups a
 // returned peer needs travel here: its leader counts them toward giving up
 // on the log and offering a whole snapshot (paxos catchup_stuck.go), and a
-// CI run saw it do so because they sat behind the sleep. A peer heard steadily wakes
-// nothing, so one whose TCP port refuses while its datagrams flow is
-// dialled at the backoff's pace, not at its datagrams'.
+// CI run saw it do so because they sat behind the sleep. A peer heard
+// steadily wakes nothing, so one whose TCP port refuses while its
+// datagrams flow is dialled at the backoff's pace, not at its datagrams'.
 func (s *sideChannel) heard(id paxos.NodeID) {
 	if testingSideIgnoresHeard.Load() {
 		return
