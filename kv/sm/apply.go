@@ -44,7 +44,11 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		}
 		results[i] = res
 	}
-	usage, err := s.commitUsage(batch, deltas)
+	err := s.writeDirty(w)
+	var usage []usageUpdate
+	if err == nil {
+		usage, err = s.commitUsage(batch, deltas)
+	}
 	if err == nil {
 		err = setApplied(batch, slot)
 	}
@@ -80,7 +84,7 @@ func (s *SM) applyOne(w *slotBatch, slot uint64, cmd []byte, deltas map[tenants.
 	if d != (usageDelta{}) {
 		deltas[tenant] = d
 	}
-	return res, s.record(w.batch, slot, k, req.Seq, req.FirstUnacked, res)
+	return res, s.record(w, slot, k, req.Seq, req.FirstUnacked, res)
 }
 
 // execute performs one decoded write on batch and adds what it changes in

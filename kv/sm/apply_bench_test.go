@@ -9,9 +9,11 @@ import (
 
 // BenchmarkApplyPuts applies slots of 16 puts of 128-byte values, to new
 // keys and to keys already stored: what the state machine costs a write
-// (the usage accounting's read of the old value included).
+// (the usage accounting's read of the old value included). "window-256"
+// writes new keys from a client with ResultsPerClientMax writes
+// unacknowledged, so each apply rewrites a full exactly-once entry.
 func BenchmarkApplyPuts(b *testing.B) {
-	for _, mode := range []string{"new-keys", "overwrites"} {
+	for _, mode := range []string{"new-keys", "overwrites", "window-256"} {
 		b.Run(mode, func(b *testing.B) {
 			s, err := Open(b.TempDir(), Options{})
 			if err != nil {
@@ -30,7 +32,11 @@ func BenchmarkApplyPuts(b *testing.B) {
 					if mode == "overwrites" {
 						k = seq % 4096
 					}
-					cmds[j] = EncodeCommand(1, &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: seq, FirstUnacked: seq,
+					unacked := seq
+					if mode == "window-256" && seq > ResultsPerClientMax {
+						unacked = seq - ResultsPerClientMax + 1
+					}
+					cmds[j] = EncodeCommand(1, &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: seq, FirstUnacked: unacked,
 						Key: fmt.Appendf(nil, "key-%012d", k), Value: value})
 				}
 				if _, err := s.Apply(uint64(i+1), cmds); err != nil {

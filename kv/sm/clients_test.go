@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -375,5 +377,136 @@ func TestClientSharesOptions(t *testing.T) {
 	defer d.Close()
 	if d.share(9) != ClientsPerTenantDefault {
 		t.Fatal(d.share(9))
+	}
+}
+
+// TestSlotEvictsEntryItChanged: a client entry is written once per slot,
+// after the slot's last command (writeDirty). An entry that the same slot
+// changed and then evicted must stay deleted: one slot of 40 new clients
+// of a tenant whose share is 16 evicts the slot's own first clients, and
+// the table stored in Pebble must be the one in memory (a tombstone, not
+// an entry brought back beside it).
+func TestSlotEvictsEntryItChanged(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{ClientsDefault: ClientsPerTenantMin}
+	s := openOpts(t, dir, opts)
+	sw := &slotWriter{t: t, s: s}
+	sw.flood(1, 1, 40)
+	stored, err := loadClients(s.db)
+	if err != nil {
+		t.Fatalf("stored table: %v", err)
+	}
+	if !tablesEqual(stored, s.clients) {
+		t.Fatalf("the stored table differs from memory: %d entries %d tombstones stored, %d and %d in memory",
+			len(stored[1].entries), len(stored[1].tombs), len(s.clients[1].entries), len(s.clients[1].tombs))
+	}
+	if _, ok := s.clients[1].tombs[1]; !ok || s.entry(clientKey{1, 1}) != nil {
+		t.Fatal("client 1, the slot's first, was not evicted: the test no longer covers an eviction inside one slot")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openOpts(t, dir, opts)
+	defer s.Close()
+	sw.s = s
+	if r := sw.apply(write{tenant: 1, client: 1, seq: 1, key: "flood", value: "again"}); r[0].Status != proto.StatusSequenceStale {
+		t.Fatalf("retry of an evicted client's write after a restart: %v, want SEQUENCE_STALE", r[0].Status)
+	}
+}
+
+// TestClientEntryMatchesMapModel checks the sorted-slice entry against the
+// map it replaced (kept here as the model): random puts in nearly
+// increasing order with retries and reorders, floors that rise, and the
+// ResultsPerClientMax trim; after every step the encodings must be equal
+// and decode must give the entry back.
+func TestClientEntryMatchesMapModel(t *testing.T) {
+	type model struct {
+		floor   uint64
+		results map[uint64]cachedResult
+	}
+	encodeModel := func(m *model, lastSlot uint64) []byte {
+		e := &clientEntry{floor: m.floor, lastSlot: lastSlot}
+		for _, s := range slices.Sorted(maps.Keys(m.results)) {
+			e.results = append(e.results, m.results[s])
+		}
+		return e.encode()
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	for run := 0; run < 200; run++ {
+		e := &clientEntry{}
+		m := &model{results: map[uint64]cachedResult{}}
+		next := uint64(1)
+		for step := 0; step < 600; step++ {
+			seq := next
+			switch r := rng.IntN(10); {
+			case r < 7:
+				next++
+			case r < 9: // a reorder or a retry
+				seq = next - min(next-1, rng.Uint64N(300))
+			default: // a gap
+				next += 1 + rng.Uint64N(40)
+				seq = next
+			}
+			fua := seq - min(seq-1, rng.Uint64N(320))
+			if rng.IntN(50) == 0 {
+				fua = seq + 1 // a client that acknowledged past this write
+			}
+			res := cachedResult{seq: seq, status: proto.Status(rng.IntN(4)), failedOp: rng.Uint32N(3)}
+			// The model: the code before the slice.
+			m.results[seq] = res
+			m.floor = max(m.floor, fua)
+			for len(m.results) > ResultsPerClientMax {
+				lowest := slices.Min(slices.Collect(maps.Keys(m.results)))
+				m.floor = max(m.floor, lowest+1)
+				delete(m.results, lowest)
+			}
+			maps.DeleteFunc(m.results, func(q uint64, _ cachedResult) bool { return q < m.floor })
+			// The entry, as record changes it.
+			e.put(res)
+			e.raiseFloor(fua)
+			if over := len(e.results) - ResultsPerClientMax; over > 0 {
+				e.raiseFloor(e.results[over-1].seq + 1)
+			}
+			e.lastSlot = uint64(step)
+			got, want := e.encode(), encodeModel(m, uint64(step))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("run %d step %d (seq %d, first unacked %d): entry %d results floor %d, model %d results floor %d",
+					run, step, seq, fua, len(e.results), e.floor, len(m.results), m.floor)
+			}
+			d, err := decodeClientEntry(got)
+			if err != nil || !bytes.Equal(d.encode(), got) {
+				t.Fatalf("run %d step %d: decode: %v", run, step, err)
+			}
+			if len(e.results) > 0 && cap(e.results) > 2*(ResultsPerClientMax+1)+64 {
+				t.Fatalf("run %d step %d: %d results in a backing array of %d", run, step, len(e.results), cap(e.results))
+			}
+		}
+	}
+}
+
+// TestDecodeClientEntryRejectsDisorder: a stored entry's results must be in
+// strictly increasing order and at or above its floor (what encode writes);
+// anything else is a corrupt store or snapshot, not a table to run on.
+func TestDecodeClientEntryRejectsDisorder(t *testing.T) {
+	enc := func(floor uint64, seqs ...uint64) []byte {
+		e := &clientEntry{floor: floor}
+		for _, s := range seqs {
+			e.results = append(e.results, cachedResult{seq: s})
+		}
+		return e.encode()
+	}
+	if _, err := decodeClientEntry(enc(3, 3, 4, 9)); err != nil {
+		t.Fatalf("a good entry: %v", err)
+	}
+	for name, b := range map[string][]byte{
+		"duplicate":     enc(1, 4, 4),
+		"decreasing":    enc(1, 5, 4),
+		"below floor":   enc(5, 4, 6),
+		"short":         enc(1, 4)[:20],
+		"count too big": enc(1, 4)[:17],
+	} {
+		if _, err := decodeClientEntry(b); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
 	}
 }

@@ -221,6 +221,9 @@ type slotBatch struct {
 	db      *pebble.DB
 	written map[string]int
 	garbage uint64 // values the slot deleted or replaced (SM.Garbage)
+	// dirty: the client entries the slot changed, each once, in the order
+	// first changed (SM.writeDirty writes them).
+	dirty []dirtyEntry
 }
 
 // valueLen returns the length of key's current value as the slot sees it
