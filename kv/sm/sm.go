@@ -52,6 +52,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/rs/zerolog"
 
@@ -257,9 +258,20 @@ func (s *SM) pebbleOptions() *pebble.Options {
 	limiter := newPebbleLimiter()
 	po := &pebble.Options{DisableWAL: true, Logger: pebbleLogger{log: log, limiter: limiter}, EventListener: pebbleEvents(log, limiter),
 		FS: vfs.OnDiskFull(vfs.Default, diskFullPause)}
+	// Bloom filters on every level (L1 and below inherit L0's policy).
+	// Every applied PUT reads its key's old value length first (usage
+	// accounting, slotBatch.valueLen); for a key that is not there, as in a
+	// load of new keys, that Get would search an index block of every level
+	// its key range overlaps. Filter blocks live in the block cache, so
+	// they are inside the memory bound.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
 	s.setPebbleMemory(po) // cache and memtables: only there (memory.go)
 	return po
 }
+
+// bloomBitsPerKey sizes the sstables' Bloom filters: 10 bits a key give
+// about 1 % false positives (CockroachDB's choice).
+const bloomBitsPerKey = 10
 
 // load reads the applied slot and the client table from Pebble.
 func (s *SM) load() error {
