@@ -542,8 +542,10 @@ func (c *conn) readLoop() {
 		}
 		// A client pipelining on through its refusals is read one frame
 		// per retry-after (refused_pace.go); asked once the next frame
-		// has come, so a client that waited its retry-after is not.
-		if !c.waitPace() {
+		// has come, so a client that waited its retry-after is not. The
+		// frame's own slot is the only one held when every earlier
+		// request was answered (send comes before a slot is given back).
+		if !c.waitPace(len(c.slots) == 1) {
 			c.done(responseBytesReserved)
 			return
 		}

@@ -207,7 +207,7 @@ func (h *Hosted) Answered(throttled bool, retryAfter time.Duration) {
 // as long as its run of THROTTLED answers asks (refused_pace.go); it
 // returns at once when the connection is not paced, and early when the
 // connection ends. The caller flushes its answers first.
-func (h *Hosted) WaitPace() { h.c.waitPace() }
+func (h *Hosted) WaitPace() { h.c.waitPace(false) }
 
 // Paced reports whether the next command would wait (WaitPace).
 func (h *Hosted) Paced() bool { return h.c.refused.pace() > 0 }

@@ -291,7 +291,7 @@ func (r *refusals) pace() time.Duration {
 	}
 	now := time.Since(paceEpoch)
 	at := r.ready()
-	if r.takesTurn(at, now) {
+	if r.takesTurn(at, now, false) {
 		at = r.tenant.turn(at)
 	}
 	return max(0, at-now)
@@ -301,10 +301,29 @@ func (r *refusals) pace() time.Duration {
 // takes its tenant's turn: only an early one (sent before its own pace
 // allowed), and not a new connection's first. A frame that came in its
 // time, as a client waiting its retry-after sends it, waits for no other
-// connection. waitPace's goroutine only (it reads fresh).
-func (r *refusals) takesTurn(at, now time.Duration) bool {
-	return at > now && (!r.fresh || testingTurnsForAll)
+// connection. Nor does one that came once every earlier frame of its
+// connection was answered (answeredAll: the binary reader knows it, a
+// hosted protocol passes false) and the last refusal's retry-after had
+// passed: its client sent it after an answer that asked no wait, an
+// admitted one (a compliant client paced from HELLO waited up to 1 s a
+// frame behind its tenant's flooding connections). A pipelined frame
+// asked about before its predecessor is answered (the request runs in a
+// goroutine of its own) still takes a turn, so a flooder skips the turns
+// at most once per admitted request. waitPace's goroutine only (it reads
+// fresh).
+func (r *refusals) takesTurn(at, now time.Duration, answeredAll bool) bool {
+	if at <= now || (r.fresh && !testingTurnsForAll) {
+		return false
+	}
+	if answeredAll && time.Duration(r.until.Load()) <= now && !testingTurnsAfterAdmitted {
+		return false
+	}
+	return true
 }
+
+// testingTurnsAfterAdmitted plants the gap that sparing frames sent after
+// an admitted answer closes: every early frame takes a turn.
+var testingTurnsAfterAdmitted bool
 
 // ready is when the connection's own pace lets its next frame be read,
 // in a run (time since paceEpoch).
@@ -317,7 +336,7 @@ func (r *refusals) ready() time.Duration {
 // the frame paced when it waits; false when the connection ended
 // meanwhile. Reader only (for a hosted protocol, the goroutine that runs
 // its commands).
-func (c *conn) waitPace() bool {
+func (c *conn) waitPace(answeredAll bool) bool {
 	r := &c.refused
 	if !r.paced.Load() {
 		return true
@@ -325,7 +344,7 @@ func (c *conn) waitPace() bool {
 	defer func() { r.read = time.Since(paceEpoch) }()
 	now := time.Since(paceEpoch)
 	at := r.ready()
-	if r.takesTurn(at, now) {
+	if r.takesTurn(at, now, answeredAll) {
 		at = r.tenant.reserve(at, time.Duration(r.after.Load()))
 	}
 	r.fresh = false

@@ -421,6 +421,15 @@ const turnsSpareBound = 800 * time.Millisecond
 // retry-after; it returns the slowest answer (the first over bound ends
 // it), and a line.
 func compliantBesideFlood(t *testing.T) (time.Duration, string) {
+	return besideFlood(t, false)
+}
+
+// besideFlood is compliantBesideFlood; with admitted, the one more
+// connection's GETs are refused, then admitted, then admitted again, the
+// last sent 1 ms after the answer before it (an admitted answer asks for
+// no wait), while the connection is still paced (one admitted answer
+// does not end a run).
+func besideFlood(t *testing.T, admitted bool) (time.Duration, string) {
 	const retryAfter = 50 * time.Millisecond
 	const flooders, each = 32, 60
 	s, addr := start(t, &refuseAll{retryAfter: retryAfter}, Config{})
@@ -456,18 +465,24 @@ func compliantBesideFlood(t *testing.T) (time.Duration, string) {
 	time.Sleep(200 * time.Millisecond) // the flooders' frames have come and taken their turns
 	c := dialRaw(t, addr)
 	c.hello(tokenA)
+	keys, want, gaps := []string{"no", "no", "no"}, []proto.Status{proto.StatusThrottled, proto.StatusThrottled, proto.StatusThrottled},
+		[]time.Duration{retryAfter + 2*time.Millisecond, retryAfter + 2*time.Millisecond, 0}
+	if admitted {
+		keys, want = []string{"no", "ok", "ok"}, []proto.Status{proto.StatusThrottled, proto.StatusOK, proto.StatusOK}
+		gaps = []time.Duration{retryAfter + 2*time.Millisecond, time.Millisecond, 0}
+	}
 	var worst time.Duration
-	for i := range 3 {
+	for i := range keys {
 		start := time.Now()
-		c.send(get(nil, 900_000+i))
-		if r := c.mustRecv(); r.Status != proto.StatusThrottled {
-			t.Fatalf("compliant GET %d: %v", i, r.Status)
+		c.send(proto.AppendRequest(nil, &proto.Request{Op: proto.OpGet, Tenant: 1, ID: uint64(900_000 + i), Key: []byte(keys[i])}))
+		if r := c.mustRecv(); r.Status != want[i] {
+			t.Fatalf("compliant GET %d of %q: %v, want %v", i, keys[i], r.Status, want[i])
 		}
 		worst = max(worst, time.Since(start))
 		if worst > turnsSpareBound {
 			break
 		}
-		time.Sleep(retryAfter + 2*time.Millisecond)
+		time.Sleep(gaps[i])
 	}
 	return worst, fmt.Sprintf("flooders=%d frames_each=%d retry_after=%v compliant_worst=%v paced_at_hello=%d",
 		flooders, each, retryAfter, worst.Round(time.Millisecond), s.Stats().ConnsPacedAtHello)
@@ -506,4 +521,24 @@ func TestRefusedRunNotEndedByPings(t *testing.T) {
 		t.Fatalf("%d of %d frames paced with a PING after every %d refused GETs; want at least %d", n, rounds*(per+1), per, rounds*per/4)
 	}
 	fmt.Printf("run through pings: frames=%d paced=%d\n", rounds*(per+1), s.Stats().FramesPaced)
+}
+
+// TestTurnsSpareFramesAfterAdmitted: a compliant client on a connection
+// paced from HELLO (its tenant's other connections flood), whose GET was
+// admitted, sends its next GET 1 ms after that answer: no retry-after was
+// asked, so the frame takes no turn behind the flooders' (refused_pace.go,
+// takesTurn); it waits at most its own pace. Planted
+// (testingTurnsAfterAdmitted): it waits for the turns, about 1.6 s.
+func TestTurnsSpareFramesAfterAdmitted(t *testing.T) {
+	worst, line := besideFlood(t, true)
+	if worst > turnsSpareBound {
+		t.Fatalf("%s: want every request answered within %v", line, turnsSpareBound)
+	}
+	testingTurnsAfterAdmitted = true
+	defer func() { testingTurnsAfterAdmitted = false }()
+	plantedWorst, plantedLine := besideFlood(t, true)
+	if plantedWorst <= turnsSpareBound {
+		t.Fatalf("planted (turns after an admitted answer): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("turns spare frames after an admitted answer: %s; planted: %s\n", line, plantedLine)
 }
