@@ -396,39 +396,52 @@ func reconnectEvery(t *testing.T, per, conns int) (uint64, string) {
 // turn): it waits behind the flood (an outside tester: up to 1 s a frame,
 // 10 s for one request).
 func TestTurnsSpareFramesSentInTime(t *testing.T) {
-	const bound = turnsSpareBound
-	worst, line := compliantBesideFlood(t)
-	if worst > bound {
-		t.Fatalf("%s: want every request answered within %v", line, bound)
-	}
-	testingTurnsForAll = true
-	defer func() { testingTurnsForAll = false }()
-	plantedWorst, plantedLine := compliantBesideFlood(t)
-	if plantedWorst <= bound {
-		t.Fatalf("planted (turns for every frame): %s: the test does not show the gap", plantedLine)
-	}
+	line, plantedLine := turnsSpared(t, false, &testingTurnsForAll, "turns for every frame")
 	fmt.Printf("turns spare frames in time: %s; planted (turns for all): %s\n", line, plantedLine)
 }
 
-// turnsSpareBound is the slowest answer TestTurnsSpareFramesSentInTime
-// accepts: a retry-after and change, well under the 1.6 s of turns.
-const turnsSpareBound = 800 * time.Millisecond
-
-// compliantBesideFlood paces 32 connections of tenant 1 with 60
-// pipelined refused GETs each (at a 50 ms retry-after: each holds a turn,
-// so a turn taken now comes about 1.6 s later), then opens one more and
-// sends three GETs one at a time, each after the last answer's
-// retry-after; it returns the slowest answer (the first over bound ends
-// it), and a line.
-func compliantBesideFlood(t *testing.T) (time.Duration, string) {
-	return besideFlood(t, false)
+// TestTurnsSpareFramesAfterAdmitted: a compliant client on a connection
+// paced from HELLO (its tenant's other connections flood), whose GET was
+// admitted, sends its next GET 1 ms after that answer: no retry-after was
+// asked, so the frame takes no turn behind the flooders' (refused_pace.go,
+// takesTurn); it waits at most its own pace. Planted
+// (testingTurnsAfterAdmitted): it waits for the turns, about 1.6 s.
+func TestTurnsSpareFramesAfterAdmitted(t *testing.T) {
+	line, plantedLine := turnsSpared(t, true, &testingTurnsAfterAdmitted, "turns after an admitted answer")
+	fmt.Printf("turns spare frames after an admitted answer: %s; planted: %s\n", line, plantedLine)
 }
 
-// besideFlood is compliantBesideFlood; with admitted, the one more
-// connection's GETs are refused, then admitted, then admitted again, the
-// last sent 1 ms after the answer before it (an admitted answer asks for
-// no wait), while the connection is still paced (one admitted answer
-// does not end a run).
+// turnsSpared runs besideFlood(admitted), whose every answer must come
+// within turnsSpareBound, then again with *planted set, which must show
+// the gap (an answer past the bound); it returns both runs' lines.
+func turnsSpared(t *testing.T, admitted bool, planted *bool, plantedName string) (string, string) {
+	t.Helper()
+	worst, line := besideFlood(t, admitted)
+	if worst > turnsSpareBound {
+		t.Fatalf("%s: want every request answered within %v", line, turnsSpareBound)
+	}
+	*planted = true
+	defer func() { *planted = false }()
+	plantedWorst, plantedLine := besideFlood(t, admitted)
+	if plantedWorst <= turnsSpareBound {
+		t.Fatalf("planted (%s): %s: the test does not show the gap", plantedName, plantedLine)
+	}
+	return line, plantedLine
+}
+
+// turnsSpareBound is the slowest answer the TestTurnsSpare tests
+// accept: a retry-after and change, well under the 1.6 s of turns.
+const turnsSpareBound = 800 * time.Millisecond
+
+// besideFlood paces 32 connections of tenant 1 with 60 pipelined refused
+// GETs each (at a 50 ms retry-after: each holds a turn, so a turn taken
+// now comes about 1.6 s later), then opens one more and sends three GETs
+// one at a time, each after the last answer's retry-after; it returns the
+// slowest answer (the first over turnsSpareBound ends it), and a line.
+// With admitted, the one more connection's GETs are refused, then
+// admitted, then admitted again, the last sent 1 ms after the answer
+// before it (an admitted answer asks for no wait), while the connection
+// is still paced (one admitted answer does not end a run).
 func besideFlood(t *testing.T, admitted bool) (time.Duration, string) {
 	const retryAfter = 50 * time.Millisecond
 	const flooders, each = 32, 60
@@ -521,24 +534,4 @@ func TestRefusedRunNotEndedByPings(t *testing.T) {
 		t.Fatalf("%d of %d frames paced with a PING after every %d refused GETs; want at least %d", n, rounds*(per+1), per, rounds*per/4)
 	}
 	fmt.Printf("run through pings: frames=%d paced=%d\n", rounds*(per+1), s.Stats().FramesPaced)
-}
-
-// TestTurnsSpareFramesAfterAdmitted: a compliant client on a connection
-// paced from HELLO (its tenant's other connections flood), whose GET was
-// admitted, sends its next GET 1 ms after that answer: no retry-after was
-// asked, so the frame takes no turn behind the flooders' (refused_pace.go,
-// takesTurn); it waits at most its own pace. Planted
-// (testingTurnsAfterAdmitted): it waits for the turns, about 1.6 s.
-func TestTurnsSpareFramesAfterAdmitted(t *testing.T) {
-	worst, line := besideFlood(t, true)
-	if worst > turnsSpareBound {
-		t.Fatalf("%s: want every request answered within %v", line, turnsSpareBound)
-	}
-	testingTurnsAfterAdmitted = true
-	defer func() { testingTurnsAfterAdmitted = false }()
-	plantedWorst, plantedLine := besideFlood(t, true)
-	if plantedWorst <= turnsSpareBound {
-		t.Fatalf("planted (turns after an admitted answer): %s: the test does not show the gap", plantedLine)
-	}
-	fmt.Printf("turns spare frames after an admitted answer: %s; planted: %s\n", line, plantedLine)
 }
