@@ -29,7 +29,10 @@ type Conn interface {
 	// returns the number filled.
 	ReadBatch(pkts []Packet) (int, error)
 	// WriteBatch sends pkts[i].Buf[:pkts[i].N] to pkts[i].Addr for each i
-	// and returns how many were handed to the network.
+	// and returns how many were handed to the network. It keeps no
+	// reference to any Buf once it returns: the caller may reuse them
+	// (kv/replica's send loop seals every datagram of a batch into one
+	// buffer it reuses for the next).
 	WriteBatch(pkts []Packet) (int, error)
 	// BatchSize is the largest batch worth passing to ReadBatch/WriteBatch.
 	BatchSize() int

@@ -36,6 +36,14 @@ func sampleMessages() []Message {
 func TestMessageRoundTrip(t *testing.T) {
 	for _, m := range sampleMessages() {
 		b := AppendMessage([]byte{0xff}, &m)[1:]
+		if n := MessageSize(&m); n != len(b) {
+			t.Fatalf("%v: MessageSize %d, encoding %d bytes", m.Type, n, len(b))
+		}
+		for i := range m.Entries {
+			if n, enc := EntrySize(&m.Entries[i]), len(AppendEntry(nil, &m.Entries[i])); n != enc {
+				t.Fatalf("%v: EntrySize %d, encoding %d bytes", m.Type, n, enc)
+			}
+		}
 		got, err := UnmarshalMessage(b)
 		if err != nil {
 			t.Fatalf("%v: %v", m.Type, err)
@@ -138,7 +146,11 @@ func FuzzUnmarshalMessage(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := UnmarshalMessage(AppendMessage(nil, &m))
+		enc := AppendMessage(nil, &m)
+		if n := MessageSize(&m); n != len(enc) {
+			t.Fatalf("MessageSize %d, encoding %d bytes", n, len(enc))
+		}
+		again, err := UnmarshalMessage(enc)
 		if err != nil || !reflect.DeepEqual(again, m) {
 			t.Fatalf("re-encoding changed the message: %v\n%+v\n%+v", err, m, again)
 		}

@@ -305,8 +305,34 @@ const sideFrameHeadBytes = 4 + authHeaderBytes + authTagBytes
 
 // sealSide returns the side-channel frame of payload.
 func (a *Auth) sealSide(payload []byte) []byte {
-	sealed := a.seal(make([]byte, 0, len(payload)+authOverheadBytes), authChannelSide, payload)
-	return a.frameSealed(make([]byte, 0, sideFrameHeadBytes+len(sealed)-authHeaderBytes), sealed)
+	return a.sealSideTo(nil, payload)
+}
+
+// sealSideTo is sealSide into buffers the caller keeps: it seals payload
+// into bufs.sealed, frames it into bufs.frame and returns the frame, which
+// aliases bufs.frame until the next call. The side channel's send loop
+// keeps one sideBufs a peer, so a frame costs no allocation (nil bufs:
+// fresh buffers).
+func (a *Auth) sealSideTo(bufs *sideBufs, payload []byte) []byte {
+	if bufs == nil {
+		bufs = &sideBufs{}
+	}
+	bufs.sealed = a.seal(bufs.sealed[:0], authChannelSide, payload)
+	bufs.frame = a.frameSealed(bufs.frame[:0], bufs.sealed)
+	return bufs.frame
+}
+
+// sideBufs are a side channel sender's buffers for sealing frames
+// (sealSideTo).
+type sideBufs struct{ sealed, frame []byte }
+
+// release drops buffers that a large frame grew past sideBufsBytesMax, so
+// that one large message does not keep its size for the connection's
+// life.
+func (b *sideBufs) release() {
+	if cap(b.sealed) > sideBufsBytesMax || cap(b.frame) > sideBufsBytesMax {
+		*b = sideBufs{}
+	}
 }
 
 // frameSealed appends to dst the stream frame (side channel, snapshot

@@ -451,7 +451,7 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 			if r.accel != nil && r.accel.fast.alreadySent(m) {
 				continue // the accel fast path sent this Accepted already
 			}
-			out = append(out, outMsg{to: m.To, b: paxos.AppendMessage(nil, m)})
+			out = append(out, outMsg{to: m.To, b: paxos.AppendMessage(make([]byte, 0, paxos.MessageSize(m)), m)})
 		}
 		select {
 		case r.outbound <- out:
@@ -506,17 +506,38 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 }
 
 // copyEntries deep-copies entries: paxos may reuse their buffers after
-// Advance while the apply loop still reads them.
+// Advance while the apply loop still reads them. The copy takes three
+// allocations whatever the number of commands (the entries, every
+// command's slice header, every command's bytes), where one a command
+// was most of a loaded node's allocations by count; each command is
+// capped at its length, so appending to one never writes into the next.
 func copyEntries(es []paxos.Entry) []paxos.Entry {
+	ncmds, nbytes := 0, 0
+	for i := range es {
+		ncmds += len(es[i].Cmds)
+		for _, c := range es[i].Cmds {
+			nbytes += len(c)
+		}
+	}
 	out := make([]paxos.Entry, len(es))
+	cmds := make([][]byte, 0, ncmds)
+	buf := make([]byte, 0, nbytes)
 	for i, e := range es {
 		out[i] = e
-		if len(e.Cmds) > 0 {
-			out[i].Cmds = make([][]byte, len(e.Cmds))
-			for j, c := range e.Cmds {
-				out[i].Cmds[j] = append([]byte(nil), c...)
-			}
+		if len(e.Cmds) == 0 {
+			continue
 		}
+		start := len(cmds)
+		for _, c := range e.Cmds {
+			if len(c) == 0 {
+				cmds = append(cmds, nil) // as append([]byte(nil), c...) gave
+				continue
+			}
+			at := len(buf)
+			buf = append(buf, c...)
+			cmds = append(cmds, buf[at:len(buf):len(buf)])
+		}
+		out[i].Cmds = cmds[start:len(cmds):len(cmds)]
 	}
 	return out
 }

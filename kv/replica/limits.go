@@ -151,6 +151,15 @@ const (
 	// consensus message (paxos.MessageBytesMax, a snapshot included) and
 	// its seal. A peer that announces more is disconnected.
 	sideFrameBytesMax = paxos.MessageBytesMax + authOverheadBytes
+	// pmemPayloadsBytesMax is the most the acceptor log adapter keeps of
+	// the buffer it encodes a batch's payloads in between batches
+	// (PMemLog.payloads).
+	pmemPayloadsBytesMax = 1 << 20
+	// sideBufsBytesMax is the most a side channel sender keeps of the
+	// buffers it seals frames in between frames (sideBufs): an Accept
+	// batch fits many times over; a larger frame's buffers are dropped
+	// after it is written.
+	sideBufsBytesMax = 1 << 20
 	// sideBufferedBytesMax bounds the frame bodies buffered at once across
 	// every side-channel connection of a node (two of the largest); a
 	// receiver waits for room before reading a body.

@@ -17,6 +17,12 @@ import (
 type PMemLog struct {
 	l   *pmem.Log
 	buf []pmem.Record
+	// payloads holds the encoded payloads of buf, one after the other:
+	// pmem.Log.Append copies them, so the buffer is reused call after call
+	// and an accepted entry costs no allocation to encode (it held a third
+	// of a loaded leader's allocated bytes). A batch that grew it past
+	// pmemPayloadsBytesMax gives it back.
+	payloads []byte
 }
 
 var _ AcceptorLog = (*PMemLog)(nil)
@@ -44,17 +50,28 @@ func (p *PMemLog) SetPromised(b paxos.Ballot) error {
 func (p *PMemLog) Append(entries []paxos.Entry) error {
 	for len(entries) > 0 {
 		n := min(len(entries), pmem.AppendBatchRecordsMax)
-		p.buf = p.buf[:0]
+		p.buf, p.payloads = p.buf[:0], p.payloads[:0]
+		size := 0
+		for i := range entries[:n] {
+			size += entryPayloadSize(&entries[i])
+		}
+		p.payloads = slices.Grow(p.payloads, size)
 		for i := range entries[:n] {
 			e := &entries[i]
+			start := len(p.payloads)
+			p.payloads = appendEntryPayload(p.payloads, e)
 			p.buf = append(p.buf, pmem.Record{
 				Type:    pmem.RecordEntry,
 				Slot:    uint64(e.Slot),
 				Ballot:  pmem.Ballot{Round: e.Ballot.Round, Node: uint64(e.Ballot.Node)},
-				Payload: entryPayload(e),
+				Payload: p.payloads[start:len(p.payloads):len(p.payloads)],
 			})
 		}
-		if err := p.l.Append(p.buf); err != nil {
+		err := p.l.Append(p.buf)
+		if cap(p.payloads) > pmemPayloadsBytesMax {
+			p.payloads = nil
+		}
+		if err != nil {
 			if errors.Is(err, pmem.ErrFull) {
 				return fmt.Errorf("%w: %v", ErrLogFull, err)
 			}

@@ -31,10 +31,22 @@ var reballotRingBytes = pmem.RecordBytes(reballotPayloadBytes)
 // entryPayload is the record payload for e: a re-ballot when e.Held is
 // set, the entry's encoding otherwise.
 func entryPayload(e *paxos.Entry) []byte {
+	return appendEntryPayload(make([]byte, 0, entryPayloadSize(e)), e)
+}
+
+// entryPayloadSize is the length of e's record payload.
+func entryPayloadSize(e *paxos.Entry) int {
 	if e.Held.IsZero() {
-		return paxos.AppendEntry(nil, e)
+		return paxos.EntrySize(e)
 	}
-	b := make([]byte, 0, reballotPayloadBytes)
+	return reballotPayloadBytes
+}
+
+// appendEntryPayload appends e's record payload (entryPayload) to b.
+func appendEntryPayload(b []byte, e *paxos.Entry) []byte {
+	if e.Held.IsZero() {
+		return paxos.AppendEntry(b, e)
+	}
 	b = binary.LittleEndian.AppendUint64(b, uint64(e.Slot))
 	b = binary.LittleEndian.AppendUint64(b, e.Ballot.Round)
 	b = binary.LittleEndian.AppendUint64(b, uint64(e.Ballot.Node))

@@ -463,15 +463,17 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// writeFrame writes one frame, sealed when the channel authenticates.
-func (s *sideChannel) writeFrame(w io.Writer, b []byte) error {
+// writeFrame writes one frame, sealed (in bufs) when the channel
+// authenticates.
+func (s *sideChannel) writeFrame(w io.Writer, b []byte, bufs *sideBufs) error {
 	if s.auth == nil {
 		return writeSideFrame(w, b)
 	}
 	if len(b)+authOverheadBytes > sideFrameBytesMax {
 		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
 	}
-	_, err := w.Write(s.auth.sealSide(b))
+	_, err := w.Write(s.auth.sealSideTo(bufs, b))
+	bufs.release()
 	return err
 }
 
@@ -498,6 +500,7 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
+		bufs    sideBufs // sealing, reused frame after frame
 		backoff = s.backoffMin
 	)
 	defer func() {
@@ -539,10 +542,10 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
 		conn.SetWriteDeadline(time.Now().Add(sideWriteTimeout))
-		err := s.writeFrame(w, b)
+		err := s.writeFrame(w, b, &bufs)
 		// Coalesce whatever else is queued into the same flush.
 		for err == nil && len(p.queue) > 0 {
-			err = s.writeFrame(w, p.take(<-p.queue))
+			err = s.writeFrame(w, p.take(<-p.queue), &bufs)
 		}
 		if err == nil {
 			err = w.Flush()

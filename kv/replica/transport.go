@@ -162,9 +162,16 @@ func (r *Replica) sendLoop() {
 	}
 	batchMax := max(r.conn.BatchSize(), 1)
 	pkts := make([]afxdp.Packet, 0, batchMax)
+	// sealed holds the sealed datagrams of pkts, one after the other, and
+	// is reused after each flush (WriteBatch keeps no Buf), so sealing
+	// costs no allocation a datagram. It holds at most batchMax datagrams
+	// of maxPayload bytes and their seals; a datagram sealed after the
+	// buffer grew lands in the new array, and the packets before it keep
+	// the old one until the flush.
+	var sealed []byte
 	flush := func() {
-		for len(pkts) > 0 {
-			n, err := r.conn.WriteBatch(pkts)
+		for rest := pkts; len(rest) > 0; {
+			n, err := r.conn.WriteBatch(rest)
 			if err != nil {
 				// Skip the packet that failed; Paxos retransmits.
 				r.metrics.OutboundDropped.Inc()
@@ -173,12 +180,10 @@ func (r *Replica) sendLoop() {
 				}
 				n++
 			}
-			if n >= len(pkts) {
-				break
-			}
-			pkts = pkts[n:]
+			rest = rest[min(n, len(rest)):]
 		}
-		pkts = pkts[:0]
+		clear(pkts) // drop the references to sent buffers
+		pkts, sealed = pkts[:0], sealed[:0]
 	}
 	for {
 		var out []outMsg
@@ -205,7 +210,9 @@ func (r *Replica) sendLoop() {
 				}
 				b := m.b
 				if a := r.cfg.Auth; a != nil {
-					b = a.seal(make([]byte, 0, len(b)+authOverheadBytes), authChannelDatagram, b)
+					start := len(sealed)
+					sealed = a.seal(sealed, authChannelDatagram, b)
+					b = sealed[start:len(sealed):len(sealed)]
 				}
 				pkts = append(pkts, afxdp.Packet{Buf: b, N: len(b), Addr: addr})
 				if len(pkts) == batchMax {
