@@ -33,7 +33,7 @@ func (c *Client) ForwardWithin(ctx context.Context, req *proto.Request, room Roo
 	switch {
 	case req.Op == proto.OpHello:
 		return nil, errors.New("client: Forward of HELLO")
-	case req.Op.IsWrite() && (req.ClientID == 0 || req.Seq == 0 || req.FirstUnacked == 0 || req.FirstUnacked > req.Seq):
+	case req.Op.IsWrite() && (req.ClientID == 0 || req.Seq == 0 || req.Seq > proto.SeqMax || req.FirstUnacked == 0 || req.FirstUnacked > req.Seq):
 		return nil, fmt.Errorf("%w: Forward of a %v without a valid write identity", ErrBadRequest, req.Op)
 	}
 	// do's loop, except that a write's first unacked is the caller's: do's

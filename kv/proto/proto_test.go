@@ -16,6 +16,7 @@ func sampleRequests() []*Request {
 		{Op: OpGet, Flags: FlagStaleOK, Tenant: 7, ID: 3, Key: []byte("k")},
 		{Op: OpPut, Tenant: 7, ID: 4, ClientID: 9, Seq: 5, FirstUnacked: 3, Key: []byte("key"), Value: []byte("value")},
 		{Op: OpPut, Tenant: 7, ID: 4, ClientID: 9, Seq: 5, FirstUnacked: 5, Key: []byte("key"), Value: []byte{}},
+		{Op: OpPut, Tenant: 7, ID: 4, ClientID: 9, Seq: SeqMax, FirstUnacked: SeqMax, Key: []byte("key"), Value: []byte("the largest seq")},
 		{Op: OpDelete, Tenant: 7, ID: 5, ClientID: 9, Seq: 6, FirstUnacked: 6, Key: []byte("key")},
 		{Op: OpCAS, Tenant: 7, ID: 6, ClientID: 9, Seq: 7, FirstUnacked: 7, Key: []byte("key"), ExpectPresent: true, Expect: []byte("old"), Value: []byte("new")},
 		{Op: OpCAS, Tenant: 7, ID: 6, ClientID: 9, Seq: 7, FirstUnacked: 7, Key: []byte("key"), Expect: []byte{}, Value: []byte("new")},
@@ -154,6 +155,8 @@ func TestMalformed(t *testing.T) {
 			return b
 		}(), false},
 		{"client id zero", AppendRequest(nil, &Request{Op: OpPut, Tenant: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k")}), false},
+		{"seq zero", AppendRequest(nil, &Request{Op: OpPut, Tenant: 1, ClientID: 1, FirstUnacked: 1, Key: []byte("k")}), false},
+		{"seq above SeqMax", AppendRequest(nil, &Request{Op: OpPut, Tenant: 1, ClientID: 1, Seq: SeqMax + 1, FirstUnacked: 1, Key: []byte("k")}), false},
 		{"first unacked above seq", AppendRequest(nil, &Request{Op: OpPut, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 2, Key: []byte("k")}), false},
 		{"empty key", AppendRequest(nil, &Request{Op: OpPut, Tenant: 1, ClientID: 1, Seq: 1, FirstUnacked: 1}), false},
 		{"key too long", AppendRequest(nil, &Request{Op: OpGet, Tenant: 1, Key: make([]byte, KeyBytesMax+1)}), true},

@@ -84,6 +84,13 @@ const (
 	expectDigest = 2 // the key holds a value whose SHA-256 is expect
 )
 
+// SeqMax is the largest seq a write may carry. 0 and 2^64-1 are reserved:
+// a client's tombstone, kept when its exactly-once entry is evicted, is
+// one above its highest seq, and one above 2^64-1 wraps to 0, below
+// which nothing is stale: an outside tester's retry of a write with seq
+// 2^64-1, re-sent after its entry was evicted, applied a second time.
+const SeqMax = 1<<64 - 2
+
 // ExpectDigestBytes is the length of a digest condition's expect field.
 const ExpectDigestBytes = sha256.Size
 
@@ -260,6 +267,8 @@ func readWriteID(r *reader, req *Request) {
 		r.fail("client id 0 is reserved")
 	case req.Seq == 0:
 		r.fail("seq 0 is reserved")
+	case req.Seq > SeqMax:
+		r.fail("seq %d is reserved (at most %d: the tombstone one above it must fit in 64 bits)", req.Seq, uint64(SeqMax))
 	case req.FirstUnacked == 0 || req.FirstUnacked > req.Seq:
 		r.fail("first unacked %d outside 1..seq=%d", req.FirstUnacked, req.Seq)
 	}
