@@ -96,6 +96,9 @@ func runNode(cfg *Config) error {
 
 	promReg := newPromRegistry()
 	promReg.MustRegister(newPebbleCollector(store))
+	if tc := newTransportCollector(conn); tc != nil {
+		promReg.MustRegister(tc)
+	}
 	if stalls != nil {
 		promReg.MustRegister(stalls.Collector())
 	}

@@ -26,9 +26,25 @@ import (
 	"synod/tenants"
 )
 
-// Admin endpoint limits.
+// Admin endpoint limits. The admin port answers anyone who can reach it
+// (401 without the token), so what an unauthenticated sender can hold
+// there is bounded: an outside tester's requests that announced a body
+// and never sent it were answered 401 and then held open for good (the
+// server waits for the body it would discard before reusing the
+// connection), and 20,000 of them took every file descriptor of the
+// process: the client and RESP listeners stopped, and on the leader
+// Pebble could not open an sstable and the node exited.
 const (
 	adminReadHeaderTimeout = 5 * time.Second
+	// adminReadTimeout bounds reading a whole request, body included.
+	adminReadTimeout = 10 * time.Second
+	// adminIdleTimeout closes a kept-alive connection idle this long.
+	adminIdleTimeout = 60 * time.Second
+	// adminConnsMax bounds the admin connections open at once; further
+	// ones wait in the kernel's accept queue (no descriptor of this
+	// process) until one closes. Operators' scrapers and kvctl need a
+	// handful.
+	adminConnsMax = 64
 	// adminShutdownTimeout bounds the admin server's part of a shutdown.
 	adminShutdownTimeout = time.Second
 )
@@ -85,13 +101,18 @@ func listenAdmin(addr string, h http.Handler) (*http.Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
-	admin := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: adminReadHeaderTimeout}
 	aln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	go admin.Serve(aln)
+	admin := newAdminServer(h)
+	go admin.Serve(newCappedListener(aln, adminConnsMax))
 	return admin, nil
+}
+
+// newAdminServer is the admin endpoint's http.Server with its limits.
+func newAdminServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: adminReadHeaderTimeout, ReadTimeout: adminReadTimeout, IdleTimeout: adminIdleTimeout}
 }
 
 // awaitStop blocks until SIGTERM/SIGINT (nil) or an error on fatal (that

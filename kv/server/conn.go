@@ -22,7 +22,7 @@ import (
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = errors.New("server: closed")
 
-// acceptRetryDelayMax bounds the back-off after a temporary accept error.
+// acceptRetryDelayMax bounds the back-off after a failed accept.
 const acceptRetryDelayMax = time.Second
 
 // errIdle ends a connection that stayed idle for IdleTimeout.
@@ -61,6 +61,7 @@ type Server struct {
 	admin adminCheck
 
 	refused, evicted, throttled atomic.Uint64
+	acceptFailed                atomic.Uint64 // accept errors waited out (serve)
 	paced                       atomic.Uint64 // frames read late: refused_pace.go
 	pacedAtHello                atomic.Uint64 // connections paced from HELLO: refused_pace.go
 
@@ -131,6 +132,7 @@ func (s *Server) Stats() Stats {
 	st := Stats{ConnsAuthenticated: s.authed, ConnsUnauthenticated: s.preHello.n}
 	s.mu.Unlock()
 	st.ConnsRefused, st.ConnsEvicted = s.refused.Load(), s.evicted.Load()
+	st.AcceptsFailed = s.acceptFailed.Load()
 	st.ResponseBytes, st.ResponseBytesPeak = s.node.used.Load(), s.node.peak.Load()
 	st.RequestBytes, st.RequestBytesPeak = s.reqNode.used.Load(), s.reqNode.peak.Load()
 	st.ResponsesThrottled = s.throttled.Load()
@@ -140,8 +142,15 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Serve accepts connections on ln until ln fails or Close is called (then
-// it returns ErrServerClosed). It takes ownership of ln.
+// Serve accepts connections on ln until Close is called (then it returns
+// ErrServerClosed) or ln is closed under it (net.ErrClosed). It takes
+// ownership of ln. Every other accept error (the process out of file
+// descriptors, EMFILE, above all) is waited out with a back-off of up to
+// acceptRetryDelayMax and the loop goes on: an outside tester who held
+// 20,000 connections to the admin port exhausted the descriptors, and
+// the client and RESP servers, which returned on that error, stayed
+// stopped after the connections were gone while the node reported
+// itself healthy.
 func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
 
 // serve is Serve, and with hosted not nil ServeHosted (hosted.go).
@@ -170,14 +179,14 @@ func (s *Server) serve(ln net.Listener, hosted func(*Hosted)) error {
 			if closed {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), acceptRetryDelayMax)
-				s.log.Warn().Err(err).Dur("retry_in", delay).Msg("accept failed")
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("server: accepting: %w", err)
 			}
-			return fmt.Errorf("server: accepting: %w", err)
+			delay = min(max(2*delay, 5*time.Millisecond), acceptRetryDelayMax)
+			s.acceptFailed.Add(1)
+			s.warnLog.event(s.log.Warn()).Err(err).Dur("retry_in", delay).Msg("accept failed; retrying")
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		s.admit(nc, hosted)

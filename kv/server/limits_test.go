@@ -739,7 +739,7 @@ func TestCollector(t *testing.T) {
 	if got["synod_client_conns/authenticated"] != 1 || got["synod_client_conns_refused_total"] != 1 {
 		t.Fatalf("metrics: %v", got)
 	}
-	if _, ok := got["synod_client_frames_paced_total"]; !ok || len(got) != 18 {
+	if _, ok := got["synod_client_frames_paced_total"]; !ok || len(got) != 19 {
 		t.Fatalf("metrics: %v", got)
 	}
 	if _, ok := got["synod_client_conns_paced_at_hello_total"]; !ok {

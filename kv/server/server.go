@@ -302,6 +302,9 @@ type Stats struct {
 	// pre-HELLO connections closed to make room for newer ones.
 	ConnsRefused uint64
 	ConnsEvicted uint64
+	// AcceptsFailed counts accept errors the listener loop waited out
+	// (out of file descriptors, most likely: Serve).
+	AcceptsFailed uint64
 	// ResponseBytes is what the node's response budget holds now (bytes
 	// reserved for requests in flight plus answers not yet written);
 	// ResponseBytesPeak the most it ever held.
