@@ -238,8 +238,8 @@ func (r *Replica) consensusInput(in consensusInput) {
 		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
 		bytes := 0
 		now := r.stageNow()
-		batchMax := r.drrBatchCmdsMax()
-		for len(batch) < batchMax && bytes < proposeBatchBytesMax {
+		cmdsMax, bytesMax := r.drrBatchMax()
+		for len(batch) < cmdsMax && bytes < bytesMax {
 			p, _, ok := r.drr.Dequeue()
 			if !ok {
 				break
@@ -256,6 +256,9 @@ func (r *Replica) consensusInput(in consensusInput) {
 		}
 		if len(batch) > 0 {
 			r.propose(batch, batchIDs)
+			if testingTrackPipelinePeak.Load() {
+				notePipelinePeak(r.pipelineBytes())
+			}
 		}
 	case inMirror:
 		r.step(in.msg)

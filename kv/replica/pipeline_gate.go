@@ -40,6 +40,14 @@ import (
 // and the order is FIFO either way.
 const pipelineCmdsMax = 64
 
+// pipelineBytesMax bounds the same writes by their bytes: 64 commands of
+// 1 MiB are 64 MiB for a victim's write to wait behind (each replicated,
+// persisted and applied on three replicas first). An outside tester's
+// tenant pipelining 1 MB PUTs left another tenant's small writes at a
+// median of 1.1 s and a P99 of 2.3 s. The gate takes at least one write
+// whatever its size, so a write larger than the bound still goes, alone.
+const pipelineBytesMax = 4 << 20
+
 // tenantMixWindow is how long after two tenants' writes interleaved the
 // gate stays engaged.
 const tenantMixWindow = time.Second
@@ -84,6 +92,22 @@ func (r *Replica) pipelineCmds() int {
 	return max(n, 0)
 }
 
+// pipelineBytes is the bytes of the writes pipelineCmds counts (their
+// envelopes).
+func (r *Replica) pipelineBytes() int {
+	n := r.pendingBytes.Load()
+	if r.drr != nil {
+		n -= r.queuedBytes.Load()
+	}
+	return int(max(n, 0))
+}
+
+// pipelineFull reports whether the gate's bound on commands or on bytes
+// is reached.
+func (r *Replica) pipelineFull() bool {
+	return r.pipelineCmds() >= pipelineCmdsMax || (!testingNoPipelineBytes.Load() && r.pipelineBytes() >= pipelineBytesMax)
+}
+
 // drrGate returns the scheduler's kick channel when the loop may take
 // writes from it, nil while the pipeline is full (consensus loop). A
 // closed gate is reopened by the answer that frees room (gateWake).
@@ -95,11 +119,11 @@ func (r *Replica) drrGate() chan struct{} {
 		r.gated.Store(false)
 		return r.drrKick
 	}
-	if r.pipelineCmds() >= pipelineCmdsMax {
+	if r.pipelineFull() {
 		r.gated.Store(true)
 		// An answer may have come between the count and the store:
 		// look again, so a wake is never lost.
-		if r.pipelineCmds() >= pipelineCmdsMax {
+		if r.pipelineFull() {
 			return nil
 		}
 	}
@@ -119,12 +143,20 @@ func (r *Replica) gateWake() {
 	}
 }
 
-// drrBatchCmdsMax is how many writes one scheduler batch may take now.
-func (r *Replica) drrBatchCmdsMax() int {
+// drrBatchMax is how many writes, and how many of their bytes, one
+// scheduler batch may take now: the batch stops once it reaches either
+// (its last write may pass the byte bound: the scheduler cannot be asked
+// a write's size before it is taken; its first write always goes).
+func (r *Replica) drrBatchMax() (cmds, bytes int) {
 	if !r.gateEngaged() {
-		return proposeBatchCmdsMax
+		return proposeBatchCmdsMax, proposeBatchBytesMax
 	}
-	return max(1, min(proposeBatchCmdsMax, pipelineCmdsMax-r.pipelineCmds()))
+	cmds = max(1, min(proposeBatchCmdsMax, pipelineCmdsMax-r.pipelineCmds()))
+	bytes = proposeBatchBytesMax
+	if !testingNoPipelineBytes.Load() {
+		bytes = max(1, min(bytes, pipelineBytesMax-r.pipelineBytes()))
+	}
+	return cmds, bytes
 }
 
 // pipelineSlots is the pipeline window a new replica gives its paxos node:

@@ -189,3 +189,66 @@ func TestPipelineGateIdleForOneTenant(t *testing.T) {
 		t.Fatal("gate engaged with one tenant writing")
 	}
 }
+
+// TestPipelineGateBoundsBytes: with tenants contending, the writes the
+// consensus loop has proposed and not yet answered hold at most about
+// pipelineBytesMax bytes (the last write of a batch may pass it), however
+// large the flood's writes: 64 commands of 256 KiB would be 16 MiB for a
+// victim's write to wait behind. Planted without the byte bound, the same
+// flood fills the pipeline past twice the bound (the measure tells).
+func TestPipelineGateBoundsBytes(t *testing.T) {
+	c := newTestClusterWith(t, func(tc *testCluster) { tc.drr = true; tc.pmemBytes = 96 << 20 })
+	c.put("warm", "up")
+	r := c.nodes[c.leader()].r
+	const valueBytes = 256 << 10
+	cmd := func(tn uint64, i, n int) []byte {
+		req := &proto.Request{Op: proto.OpPut, Key: []byte(fmt.Sprintf("bytes-%d-%d", tn, i)), Value: make([]byte, n)}
+		return sm.EncodeCommand(tenants.ID(tn), req)
+	}
+	run := func() (peak int64, accepted int) {
+		testingPipelinePeak.Store(0)
+		testingTrackPipelinePeak.Store(true)
+		defer testingTrackPipelinePeak.Store(false)
+		// A victim tenant's write engages the gate (tenantMix).
+		if w, _, err := r.submitWrite(testTenant2, cmd(2, 0, 10)); err != nil {
+			t.Fatal(err)
+		} else if res := <-w.ch; res.err != nil {
+			t.Fatal(res.err)
+		}
+		var flood []*writeWaiter
+		for i := 0; i < 96; i++ {
+			w, _, err := r.submitWrite(testTenant, cmd(1, i, valueBytes))
+			if errors.Is(err, ErrBusy) {
+				continue // the tenant's scheduler queue is full (8 MiB)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			flood = append(flood, w)
+		}
+		for _, w := range flood {
+			select {
+			case res := <-w.ch:
+				if res.err != nil {
+					t.Fatalf("flood write: %v", res.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a flood write was not answered")
+			}
+		}
+		return testingPipelinePeak.Load(), len(flood)
+	}
+	peak, accepted := run()
+	bound := int64(pipelineBytesMax + 2*(valueBytes+4096)) // the batch's last write, and one submitted at the moment
+	testingNoPipelineBytes.Store(true)
+	defer testingNoPipelineBytes.Store(false)
+	planted, plantedAccepted := run()
+	fmt.Printf("pipeline bytes: peak=%d bound=%d accepted=%d planted_no_byte_bound_peak=%d planted_accepted=%d\n",
+		peak, bound, accepted, planted, plantedAccepted)
+	if peak > bound {
+		t.Errorf("the pipeline held %d bytes of proposed writes, want at most %d (pipelineBytesMax %d and one write)", peak, bound, pipelineBytesMax)
+	}
+	if planted <= 2*pipelineBytesMax {
+		t.Errorf("planted without the byte bound, the pipeline held at most %d bytes, not past %d: the measure does not tell the bound from its absence", planted, 2*pipelineBytesMax)
+	}
+}

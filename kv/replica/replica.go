@@ -205,6 +205,9 @@ type Replica struct {
 	// inflightWrites is len(pending), readable without the lock (the
 	// overload guard's backlog).
 	inflightWrites atomic.Int64
+	// pendingBytes is the envelope bytes of the writes in pending (the
+	// pipeline gate's byte bound), kept with inflightWrites.
+	pendingBytes atomic.Int64
 	// queuedBytes is the envelope bytes of the writes submitted and not
 	// yet taken by the consensus loop (proposeC or the tenant scheduler),
 	// at most proposeQueueBytesMax (submitWrite).
@@ -614,8 +617,10 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 		// The scheduler bounds each tenant's queue, and their sum
 		// (tenantQueueBytesMax): a node-wide check here would let
 		// tenants that fill their queues refuse another tenant's first
-		// write.
-		r.queuedBytes.Add(n)
+		// write. The bytes are counted queued after the write is
+		// pending (below), so the pipeline gate's count of bytes
+		// proposed (pending less queued) only ever runs high for that
+		// moment, closing the gate early, never late.
 	} else if !r.reserveQueued(n) {
 		return nil, 0, fmt.Errorf("%w: %d bytes of writes wait to be proposed (at most %d)", ErrBusy, r.queuedBytes.Load(), proposeQueueBytesMax)
 	}
@@ -623,9 +628,11 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 	r.pendingMu.Lock()
 	r.pending[id] = w
 	r.inflightWrites.Store(int64(len(r.pending)))
+	r.pendingBytes.Add(int64(len(env)))
 	r.pendingMu.Unlock()
 	p := proposal{id: id, env: env, queued: r.stageNow()}
 	if r.drr != nil {
+		r.queuedBytes.Add(int64(len(env)))
 		r.mix.note(tenant, r.cfg.Now())
 		if err := r.drr.Enqueue(tenant, len(p.env), p); err != nil {
 			r.forget(id)
@@ -679,6 +686,9 @@ func (r *Replica) kickProposer() {
 
 func (r *Replica) forget(id uint64) {
 	r.pendingMu.Lock()
+	if w := r.pending[id]; w != nil {
+		r.pendingBytes.Add(-int64(len(w.env)))
+	}
 	delete(r.pending, id)
 	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
@@ -700,6 +710,9 @@ func (r *Replica) answer(id uint64, env []byte, res writeResult) {
 		r.log.Error().Uint64("proposal", id).Msg("a committed command names a waiting writer but is not its command; not answered")
 		return
 	}
+	if w != nil {
+		r.pendingBytes.Add(-int64(len(w.env)))
+	}
 	delete(r.pending, id)
 	r.inflightWrites.Store(int64(len(r.pending)))
 	r.pendingMu.Unlock()
@@ -716,6 +729,7 @@ func (r *Replica) failAllWrites(err error) {
 	old := r.pending
 	r.pending = make(map[uint64]*writeWaiter)
 	r.inflightWrites.Store(0)
+	r.pendingBytes.Store(0)
 	r.pendingMu.Unlock()
 	for _, w := range old {
 		w.ch <- writeResult{err: err}

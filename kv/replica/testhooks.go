@@ -42,6 +42,28 @@ var testingDelayAfterControl time.Duration
 // fair queuing.
 var testingNoPipelineGate atomic.Bool
 
+// testingNoPipelineBytes plants the pipeline gate without its byte bound
+// (pipelineBytesMax): commands alone bound it, as before.
+var testingNoPipelineBytes atomic.Bool
+
+// testingTrackPipelinePeak, when true, has the consensus loop record in
+// testingPipelinePeak the most bytes of proposed, unanswered writes it saw
+// right after taking a batch from the tenant scheduler.
+var (
+	testingTrackPipelinePeak atomic.Bool
+	testingPipelinePeak      atomic.Int64
+)
+
+// notePipelinePeak raises testingPipelinePeak to n.
+func notePipelinePeak(n int) {
+	for {
+		old := testingPipelinePeak.Load()
+		if int64(n) <= old || testingPipelinePeak.CompareAndSwap(old, int64(n)) {
+			return
+		}
+	}
+}
+
 // testingWidePipeline, when true at a replica's New, gives its paxos
 // node the default pipeline window (1,024 slots) instead of
 // pipelineSlotsMax, as before the window: TestPipelineWindowHoldsWrites
