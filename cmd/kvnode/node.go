@@ -239,6 +239,8 @@ func runNode(cfg *Config) error {
 	admitter = replica.NewOverloadGuard(rep, reg, admitter)
 	scfg := cfg.clientServerConfig(admitter)
 	scfg.AdminToken = cfg.Admin.token // authorizes kvctl member (kv/server admin.go)
+	// The open-file limit against what the caps add up to (fd_budget.go).
+	warnFDLimit(fdNeed(scfg), nofileLimit(), scfg, log)
 	srv := server.New(scfg, reg, backend, log.With().Str("loop", "server").Logger())
 	promReg.MustRegister(srv.Collector()) // connection caps, response budgets ([limits])
 	ln, err := net.Listen("tcp", cfg.ClientListen)

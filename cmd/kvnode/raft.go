@@ -99,6 +99,8 @@ func runRaftNode(cfg *Config) error {
 	defer backend.Stop()
 	scfg := cfg.clientServerConfig(shaperAdmitter{shaper})
 	scfg.AdminToken = cfg.Admin.token // member ops are refused by the raft backend, with the reason
+	// The open-file limit against what the caps add up to (fd_budget.go).
+	warnFDLimit(fdNeed(scfg), nofileLimit(), scfg, log)
 	srv := server.New(scfg, reg, backend, log.With().Str("loop", "server").Logger())
 	ln, err := net.Listen("tcp", cfg.ClientListen)
 	if err == nil {

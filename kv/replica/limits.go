@@ -252,3 +252,7 @@ var _ = [1]struct{}{}[proto.MemberIDMax+1-peersMax]
 func tenantQueueBytesMax(tenantCount int) int {
 	return min(tenants.TenantQueueBytesMax, proposeQueueBytesMax/max(tenantCount, 1))
 }
+
+// SideConnsMax is sideConnsMax for callers that budget the node's file
+// descriptors (kvnode).
+const SideConnsMax = sideConnsMax
