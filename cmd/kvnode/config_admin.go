@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -155,10 +156,19 @@ func (h *adminAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.on && !h.authorized(r) {
+		// Closed right after the answer: the server would otherwise
+		// read the body this request announced, before answering and
+		// again before closing, so a stranger's request that never
+		// sends it held its connection for adminReadTimeout, and its
+		// place at adminConnsMax. Reads past now fail, so nothing
+		// more is read from it.
+		w.Header().Set("Connection", "close")
+		http.NewResponseController(w).SetReadDeadline(time.Now())
 		w.Header().Set("WWW-Authenticate", adminRealm)
 		http.Error(w, "unauthorized: this admin endpoint needs Authorization: Bearer <admin.token>", http.StatusUnauthorized)
 		return
 	}
+	proveAdminConn(r.Context()) // capped_listener.go: it keeps its place
 	h.next.ServeHTTP(w, r)
 }
 

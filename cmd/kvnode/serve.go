@@ -40,9 +40,9 @@ const (
 	adminReadTimeout = 10 * time.Second
 	// adminIdleTimeout closes a kept-alive connection idle this long.
 	adminIdleTimeout = 60 * time.Second
-	// adminConnsMax bounds the admin connections open at once; further
-	// ones wait in the kernel's accept queue (no descriptor of this
-	// process) until one closes. Operators' scrapers and kvctl need a
+	// adminConnsMax bounds the admin connections open at once; at the
+	// cap a new one takes the place of the oldest that has not carried
+	// the token (cappedListener). Operators' scrapers and kvctl need a
 	// handful.
 	adminConnsMax = 64
 	// adminShutdownTimeout bounds the admin server's part of a shutdown.
@@ -112,7 +112,8 @@ func listenAdmin(addr string, h http.Handler) (*http.Server, error) {
 
 // newAdminServer is the admin endpoint's http.Server with its limits.
 func newAdminServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: adminReadHeaderTimeout, ReadTimeout: adminReadTimeout, IdleTimeout: adminIdleTimeout}
+	return &http.Server{Handler: h, ReadHeaderTimeout: adminReadHeaderTimeout, ReadTimeout: adminReadTimeout, IdleTimeout: adminIdleTimeout,
+		ConnContext: withAdminConn}
 }
 
 // awaitStop blocks until SIGTERM/SIGINT (nil) or an error on fatal (that
