@@ -10,6 +10,12 @@ import (
 const (
 	// TenantQueueItemsMax is the default bound on one tenant's queue.
 	TenantQueueItemsMax = 256
+	// drrRingItemsMin is the ring a tenant's queue starts with and goes
+	// back to once empty: the ring grows by doubling to its bound only
+	// while the tenant has that many writes waiting, so a bound in the
+	// thousands costs memory only under a burst (a ring allocated whole
+	// at its bound, for every tenant of a registry, would not).
+	drrRingItemsMin = 16
 	// TenantQueueBytesMax is the default bound on the frame bytes one
 	// tenant's queue holds: items alone let 256 megabyte writes wait in
 	// one tenant's queue, a quarter of a gigabyte of heap beside the
@@ -42,8 +48,13 @@ var ErrQueueFull = errors.New("tenants: tenant queue full")
 // DRRConfig configures a DRR; zero fields take the defaults.
 type DRRConfig struct {
 	QueueItemsMax int // per tenant
-	QueueBytesMax int // per tenant, frame bytes
-	QuantumBytes  int
+	// QueueItemsMaxByClass, where set (non-zero), bounds the queue of a
+	// tenant of that class instead of QueueItemsMax (kv/replica sets it
+	// to the overload guard's shedding points, so a tenant's burst is
+	// shed where the guard says, not earlier by its queue).
+	QueueItemsMaxByClass [classCount]int
+	QueueBytesMax        int // per tenant, frame bytes
+	QuantumBytes         int
 }
 
 // DRR is a deficit-round-robin scheduler across tenants, feeding the
@@ -84,14 +95,15 @@ type drrItem[T any] struct {
 }
 
 type tenantQueue[T any] struct {
-	id      ID
-	class   Class
-	quantum int
-	items   []drrItem[T] // ring, cap QueueItemsMax
-	head, n int
-	bytes   int // frame bytes of the items queued
-	deficit int
-	active  bool
+	id       ID
+	class    Class
+	quantum  int
+	itemsMax int          // the queue's bound (QueueItemsMax or its class's)
+	items    []drrItem[T] // ring: drrRingItemsMin to itemsMax, grown by doubling
+	head, n  int
+	bytes    int // frame bytes of the items queued
+	deficit  int
+	active   bool
 }
 
 // NewDRR builds a queue per tenant in reg. now stamps enqueue times for
@@ -109,8 +121,12 @@ func NewDRR[T any](reg *Registry, cfg DRRConfig, now func() time.Time, metrics *
 	d := &DRR[T]{cfg: cfg, now: now, metrics: metrics, queues: map[ID]*tenantQueue[T]{}}
 	for _, sp := range reg.All() {
 		w := max(sp.Weight, 1)
+		itemsMax := cfg.QueueItemsMax
+		if c := int(sp.Priority); c >= 0 && c < classCount && cfg.QueueItemsMaxByClass[c] > 0 {
+			itemsMax = cfg.QueueItemsMaxByClass[c]
+		}
 		d.queues[sp.ID] = &tenantQueue[T]{id: sp.ID, class: sp.Priority, quantum: cfg.QuantumBytes * w,
-			items: make([]drrItem[T], cfg.QueueItemsMax)}
+			itemsMax: itemsMax, items: make([]drrItem[T], min(itemsMax, drrRingItemsMin))}
 	}
 	return d
 }
@@ -128,9 +144,12 @@ func (d *DRR[T]) Enqueue(id ID, frameBytes int, v T) error {
 	if q == nil {
 		return ErrUnknownTenant
 	}
-	if q.n == len(q.items) || (q.n > 0 && q.bytes+frameBytes > d.cfg.QueueBytesMax) {
+	if q.n == q.itemsMax || (q.n > 0 && q.bytes+frameBytes > d.cfg.QueueBytesMax) {
 		d.metrics.Throttled(id, ThrottleQueue)
 		return ErrQueueFull
+	}
+	if q.n == len(q.items) {
+		q.resize(min(2*len(q.items), q.itemsMax))
 	}
 	q.items[(q.head+q.n)%len(q.items)] = drrItem[T]{v: v, frame: frameBytes, cost: min(cost, DRRCostBytesMax), enq: d.now()}
 	q.n++
@@ -176,11 +195,24 @@ func (d *DRR[T]) Dequeue() (v T, id ID, ok bool) {
 				q.active = false
 				q.deficit = 0
 				*list = (*list)[1:]
+				if len(q.items) > drrRingItemsMin {
+					q.resize(drrRingItemsMin) // the burst is over: give its ring back
+				}
 			}
 			return v, id, true
 		}
 	}
 	return v, 0, false
+}
+
+// resize moves the queue's items, in order, into a ring of size items
+// (at least q.n).
+func (q *tenantQueue[T]) resize(size int) {
+	ring := make([]drrItem[T], size)
+	for i := 0; i < q.n; i++ {
+		ring[i] = q.items[(q.head+i)%len(q.items)]
+	}
+	q.items, q.head = ring, 0
 }
 
 // Len returns the number of queued items.

@@ -89,8 +89,9 @@ const (
 	// buffer would (Paxos retransmits).
 	inboundMsgsMax = 4096
 	// proposeQueueMax is how many client writes wait to be proposed when
-	// there is no tenant scheduler (with one, tenants.TenantQueueItemsMax
-	// per tenant); a write beyond it is answered THROTTLED at once.
+	// there is no tenant scheduler (with one, per tenant, its class's
+	// overload threshold: overload.go); a write beyond it is answered
+	// THROTTLED at once.
 	proposeQueueMax = 4096
 	// proposeQueueBytesMax bounds the envelope bytes of the writes that
 	// wait to be proposed, node-wide: in proposeQueue without a tenant

@@ -364,7 +364,12 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	r.boot = boot
 	if cfg.Tenants != nil {
-		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{QueueBytesMax: tenantQueueBytesMax(len(cfg.Tenants.All()))},
+		// A tenant's queue holds as many writes as the overload guard
+		// lets its class have waiting node-wide, so a burst is shed
+		// where the guard says (docs/protocol.md "Overload"), not earlier
+		// by the queue; the guard's node-wide count bounds the sum.
+		byClass := [3]int{tenants.ClassCritical: overloadCriticalBacklog, tenants.ClassStandard: overloadStandardBacklog, tenants.ClassBulk: overloadBulkBacklog}
+		r.drr = tenants.NewDRR[proposal](cfg.Tenants, tenants.DRRConfig{QueueBytesMax: tenantQueueBytesMax(len(cfg.Tenants.All())), QueueItemsMaxByClass: byClass},
 			cfg.Now, cfg.TenantMetrics)
 		r.drrKick = make(chan struct{}, 1)
 		r.gateC = make(chan struct{}, 1)
