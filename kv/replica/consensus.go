@@ -238,7 +238,7 @@ func (r *Replica) consensusInput(in consensusInput) {
 		batch, batchIDs := ls.batch[:0], ls.batchIDs[:0]
 		bytes := 0
 		now := r.stageNow()
-		cmdsMax, bytesMax := r.drrBatchMax()
+		cmdsMax, bytesMax, engaged := r.drrBatchMax()
 		for len(batch) < cmdsMax && bytes < bytesMax {
 			p, _, ok := r.drr.Dequeue()
 			if !ok {
@@ -256,7 +256,7 @@ func (r *Replica) consensusInput(in consensusInput) {
 		}
 		if len(batch) > 0 {
 			r.propose(batch, batchIDs)
-			if testingTrackPipelinePeak.Load() {
+			if engaged && testingTrackPipelinePeak.Load() {
 				notePipelinePeak(r.pipelineBytes())
 			}
 		}

@@ -146,17 +146,18 @@ func (r *Replica) gateWake() {
 // drrBatchMax is how many writes, and how many of their bytes, one
 // scheduler batch may take now: the batch stops once it reaches either
 // (its last write may pass the byte bound: the scheduler cannot be asked
-// a write's size before it is taken; its first write always goes).
-func (r *Replica) drrBatchMax() (cmds, bytes int) {
+// a write's size before it is taken; its first write always goes);
+// engaged says whether the gate bounded them (gateEngaged).
+func (r *Replica) drrBatchMax() (cmds, bytes int, engaged bool) {
 	if !r.gateEngaged() {
-		return proposeBatchCmdsMax, proposeBatchBytesMax
+		return proposeBatchCmdsMax, proposeBatchBytesMax, false
 	}
 	cmds = max(1, min(proposeBatchCmdsMax, pipelineCmdsMax-r.pipelineCmds()))
 	bytes = proposeBatchBytesMax
 	if !testingNoPipelineBytes.Load() {
 		bytes = max(1, min(bytes, pipelineBytesMax-r.pipelineBytes()))
 	}
-	return cmds, bytes
+	return cmds, bytes, true
 }
 
 // pipelineSlots is the pipeline window a new replica gives its paxos node:

@@ -216,23 +216,31 @@ func TestPipelineGateBoundsBytes(t *testing.T) {
 		} else if res := <-w.ch; res.err != nil {
 			t.Fatal(res.err)
 		}
-		// The victim keeps writing until the flood is answered, so the
-		// gate stays engaged however slowly the flood goes (it
-		// disengages tenantMixWindow after the last interleaving:
-		// under the race detector a CI run took longer than that, and
-		// the rest of the flood went through ungated).
+		// The victim keeps writing, every 20 ms without waiting for
+		// its answers, until the flood is answered, so the gate stays
+		// engaged however slowly the flood goes (it disengages
+		// tenantMixWindow after the last interleaving: under the race
+		// detector a CI run took longer than that, and the rest of the
+		// flood went through ungated; so did a victim that waited for
+		// each answer, behind the flood, for more than that).
 		stopVictim := make(chan struct{})
 		victimDone := make(chan struct{})
 		go func() {
 			defer close(victimDone)
-			for i := 1000; ; i++ {
+			var sent []*writeWaiter
+			defer func() {
+				for _, v := range sent {
+					<-v.ch
+				}
+			}()
+			for i := 1000; len(sent) < 2000; i++ {
 				select {
 				case <-stopVictim:
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
 				if v, _, err := r.submitWrite(testTenant2, cmd(2, i, 10)); err == nil {
-					<-v.ch
+					sent = append(sent, v)
 				}
 			}
 		}()

@@ -48,7 +48,8 @@ var testingNoPipelineBytes atomic.Bool
 
 // testingTrackPipelinePeak, when true, has the consensus loop record in
 // testingPipelinePeak the most bytes of proposed, unanswered writes it saw
-// right after taking a batch from the tenant scheduler.
+// right after taking a batch from the tenant scheduler with the gate
+// engaged (a batch taken while one tenant writes alone is not bounded).
 var (
 	testingTrackPipelinePeak atomic.Bool
 	testingPipelinePeak      atomic.Int64
