@@ -195,7 +195,7 @@ func (a *accelMirror) accept(m *paxos.Message) bool {
 	f.accepts.Add(uint64(last - first + 1))
 	reply := paxos.Message{Type: paxos.MsgAccepted, Cluster: r.cfg.ClusterID, From: r.cfg.ID, To: m.From,
 		Ballot: m.Ballot, Slot: first, Index: last, Commit: r.status.Load().Commit}
-	if r.sendNow(m.From, paxos.AppendMessage(nil, &reply)) {
+	if r.sendNow(m.From, paxos.AppendMessage(make([]byte, 0, paxos.MessageSize(&reply)), &reply)) {
 		for s := first; s <= last; s++ {
 			f.sent[s&(accelWindowSlots-1)] = slotBallot{s, m.Ballot}
 		}

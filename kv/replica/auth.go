@@ -303,20 +303,12 @@ func (a *Auth) shouldLog(now time.Time) bool {
 // payload, and the whole tag after (openFrameHead, openFrameBody).
 const sideFrameHeadBytes = 4 + authHeaderBytes + authTagBytes
 
-// sealSide returns the side-channel frame of payload.
-func (a *Auth) sealSide(payload []byte) []byte {
-	return a.sealSideTo(nil, payload)
-}
-
-// sealSideTo is sealSide into buffers the caller keeps: it seals payload
-// into bufs.sealed, frames it into bufs.frame and returns the frame, which
-// aliases bufs.frame until the next call. The side channel's send loop
-// keeps one sideBufs a peer, so a frame costs no allocation (nil bufs:
-// fresh buffers).
+// sealSideTo returns the side-channel frame of payload, built in buffers
+// the caller keeps: it seals payload into bufs.sealed, frames it into
+// bufs.frame and returns the frame, which aliases bufs.frame until the
+// next call. The side channel's send loop keeps one sideBufs a peer, so a
+// frame costs no allocation.
 func (a *Auth) sealSideTo(bufs *sideBufs, payload []byte) []byte {
-	if bufs == nil {
-		bufs = &sideBufs{}
-	}
 	bufs.sealed = a.seal(bufs.sealed[:0], authChannelSide, payload)
 	bufs.frame = a.frameSealed(bufs.frame[:0], bufs.sealed)
 	return bufs.frame

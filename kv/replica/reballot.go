@@ -28,12 +28,6 @@ const (
 // counts it for an entry whose value the node holds (paxos HoldsValue).
 var reballotRingBytes = pmem.RecordBytes(reballotPayloadBytes)
 
-// entryPayload is the record payload for e: a re-ballot when e.Held is
-// set, the entry's encoding otherwise.
-func entryPayload(e *paxos.Entry) []byte {
-	return appendEntryPayload(make([]byte, 0, entryPayloadSize(e)), e)
-}
-
 // entryPayloadSize is the length of e's record payload.
 func entryPayloadSize(e *paxos.Entry) int {
 	if e.Held.IsZero() {
@@ -42,7 +36,8 @@ func entryPayloadSize(e *paxos.Entry) int {
 	return reballotPayloadBytes
 }
 
-// appendEntryPayload appends e's record payload (entryPayload) to b.
+// appendEntryPayload appends e's record payload to b: a re-ballot when
+// e.Held is set, the entry's encoding otherwise.
 func appendEntryPayload(b []byte, e *paxos.Entry) []byte {
 	if e.Held.IsZero() {
 		return paxos.AppendEntry(b, e)
