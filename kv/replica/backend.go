@@ -47,7 +47,7 @@ func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request)
 func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
 	switch req.Op {
 	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
-		res, err := b.r.Write(ctx, tenant, sm.EncodeCommand(tenant, req))
+		res, err := b.r.WriteRequest(ctx, tenant, req)
 		if err != nil {
 			return b.errResponse(err)
 		}

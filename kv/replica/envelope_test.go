@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+
+	"synod/kv/proto"
+	"synod/kv/sm"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -27,6 +30,25 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	id, cmd, err = parseEnvelope(v1)
 	if err != nil || id != (proposalID{origin: 3, seq: 99}) || string(cmd) != "cmd" {
 		t.Fatalf("v1: got %+v %q %v", id, cmd, err)
+	}
+}
+
+// TestEnvelopeRoomSameBytes: a command encoded into envelopeRoom and
+// stamped by putEnvelopeHeader (WriteRequest, submitEnvelope) is the same
+// log entry appendEnvelope makes of EncodeCommand (Write, submitWrite),
+// with no copy when CommandBytes held the command.
+func TestEnvelopeRoomSameBytes(t *testing.T) {
+	id := proposalID{origin: 2, boot: 0x0123456789abcdef, seq: 1 << 40}
+	req := &proto.Request{Op: proto.OpPut, ClientID: 7, Seq: 9, FirstUnacked: 8, Key: []byte("key"), Value: bytes.Repeat([]byte("v"), 4096)}
+	want := appendEnvelope(nil, id, sm.EncodeCommand(5, req))
+	room := envelopeRoom(sm.CommandBytes(req))
+	env := sm.AppendCommand(room, 5, req)
+	putEnvelopeHeader(env, id)
+	if !bytes.Equal(env, want) {
+		t.Fatalf("envelopeRoom+putEnvelopeHeader differs from appendEnvelope:\n%x\n%x", env[:40], want[:40])
+	}
+	if &env[0] != &room[:1][0] {
+		t.Fatalf("the command did not fit its room (%d bytes, room %d): it was copied", len(env), cap(room))
 	}
 }
 

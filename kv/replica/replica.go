@@ -15,6 +15,7 @@ import (
 	"synod/afxdp"
 	"synod/internal/lograte"
 	"synod/internal/stall"
+	"synod/kv/proto"
 	"synod/kv/sm"
 	"synod/paxos"
 	"synod/tenants"
@@ -579,6 +580,24 @@ func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.
 	if err != nil {
 		return sm.Result{}, err
 	}
+	return r.awaitWrite(ctx, w, id, start)
+}
+
+// WriteRequest is Write of sm.EncodeCommand(tenant, req), the command
+// encoded straight into its envelope (one copy of the value fewer).
+func (r *Replica) WriteRequest(ctx context.Context, tenant tenants.ID, req *proto.Request) (sm.Result, error) {
+	start := r.cfg.Now()
+	env := sm.AppendCommand(envelopeRoom(sm.CommandBytes(req)), tenant, req)
+	w, id, err := r.submitEnvelope(tenant, env)
+	if err != nil {
+		return sm.Result{}, err
+	}
+	return r.awaitWrite(ctx, w, id, start)
+}
+
+// awaitWrite waits for the answer of the write submitted as id (w), until
+// ctx ends or the replica stops; a write given up on is forgotten.
+func (r *Replica) awaitWrite(ctx context.Context, w *writeWaiter, id uint64, start time.Time) (sm.Result, error) {
 	select {
 	case res := <-w.ch:
 		if res.err == nil {
@@ -601,6 +620,15 @@ func (r *Replica) Write(ctx context.Context, tenant tenants.ID, cmd []byte) (sm.
 // the proposal; the writer's channel receives the answer (Write waits on
 // it; the simulator polls it). It never blocks.
 func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint64, error) {
+	env := envelopeRoom(len(cmd))
+	return r.submitEnvelope(tenant, append(env, cmd...))
+}
+
+// submitEnvelope is submitWrite of the command env[envelopeHeaderBytes:];
+// it writes the envelope's header into env[:envelopeHeaderBytes] and
+// keeps env.
+func (r *Replica) submitEnvelope(tenant tenants.ID, env []byte) (*writeWaiter, uint64, error) {
+	cmd := env[envelopeHeaderBytes:]
 	if len(cmd) > CommandBytesMax {
 		// No acceptor log could hold it: refused here, before it can
 		// reach paxos or the log (the size chain, limits.go).
@@ -617,7 +645,7 @@ func (r *Replica) submitWrite(tenant tenants.ID, cmd []byte) (*writeWaiter, uint
 		return nil, 0, ErrLogFull
 	}
 	id := r.nextProposal.Add(1)
-	env := appendEnvelope(nil, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id}, cmd)
+	putEnvelopeHeader(env, proposalID{origin: r.cfg.ID, boot: r.boot, seq: id})
 	if n := int64(len(env)); r.drr != nil {
 		// The scheduler bounds each tenant's queue, and their sum
 		// (tenantQueueBytesMax): a node-wide check here would let

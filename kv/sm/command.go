@@ -27,11 +27,27 @@ var _ = [1]struct{}{}[commandHeaderBytes-proto.CommandHeaderBytes]
 // nothing, and the result a leader returns is matched to its connection by
 // the runtime. req.Op must be a write (PUT, DELETE, CAS, BATCH).
 func EncodeCommand(tenant tenants.ID, req *proto.Request) []byte {
-	b := make([]byte, 0, commandHeaderBytes+len(req.Key)+len(req.Value)+64)
+	return AppendCommand(make([]byte, 0, CommandBytes(req)), tenant, req)
+}
+
+// AppendCommand appends EncodeCommand(tenant, req) to b.
+func AppendCommand(b []byte, tenant tenants.ID, req *proto.Request) []byte {
 	b = append(b, commandVersion)
 	b = binary.BigEndian.AppendUint32(b, uint32(tenant))
 	b = append(b, byte(req.Op))
 	return proto.AppendRequestBody(b, req)
+}
+
+// CommandBytes is the room EncodeCommand(_, req) is given up front: its
+// header, every key, value and expected value, and 64 bytes for the body's
+// fields, 16 more for each BATCH operation's. Room short of the command
+// only costs a copy (append grows the buffer).
+func CommandBytes(req *proto.Request) int {
+	n := commandHeaderBytes + len(req.Key) + len(req.Value) + len(req.Expect) + 64
+	for i := range req.Ops {
+		n += len(req.Ops[i].Key) + len(req.Ops[i].Value) + len(req.Ops[i].Expect) + 16
+	}
+	return n
 }
 
 // DecodeCommand decodes a command made by EncodeCommand. The request's

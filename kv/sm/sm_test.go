@@ -837,3 +837,39 @@ func TestPebbleErrorLinesLimited(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandBytesHoldsTheCommand: CommandBytes is room for the whole
+// command of every write kind at its size limits, so a command encoded
+// into it (kv/replica WriteRequest) is never copied to grow.
+func TestCommandBytesHoldsTheCommand(t *testing.T) {
+	big := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
+	ops := make([]proto.BatchOp, proto.BatchOpsMax)
+	for i := range ops {
+		switch i % 4 {
+		case 0:
+			ops[i] = proto.BatchOp{Op: proto.OpPut, Key: big(1 + i), Value: big(i * 7)}
+		case 1:
+			ops[i] = proto.BatchOp{Op: proto.OpDelete, Key: big(proto.KeyBytesMax)}
+		case 2:
+			ops[i] = proto.BatchOp{Op: proto.OpCAS, Key: big(3), Value: big(5), ExpectPresent: true, Expect: big(11)}
+		default:
+			ops[i] = proto.BatchOp{Op: proto.OpCAS, Key: big(1), ExpectPresent: true, ExpectDigest: true, Expect: big(proto.ExpectDigestBytes)}
+		}
+	}
+	w := proto.Request{ClientID: ^uint64(0), Seq: proto.SeqMax, FirstUnacked: proto.SeqMax}
+	for _, req := range []proto.Request{
+		{Op: proto.OpPut, Key: big(proto.KeyBytesMax), Value: big(1 << 20)},
+		{Op: proto.OpPut, Key: big(1)},
+		{Op: proto.OpDelete, Key: big(proto.KeyBytesMax)},
+		{Op: proto.OpCAS, Key: big(9), Value: big(100), ExpectPresent: true, Expect: big(4096)},
+		{Op: proto.OpCAS, Key: big(9), Value: big(100), ExpectPresent: true, ExpectDigest: true, Expect: big(proto.ExpectDigestBytes)},
+		{Op: proto.OpCAS, Key: big(9), Value: big(100)},
+		{Op: proto.OpBatch, Ops: ops},
+		{Op: proto.OpBatch, Ops: ops[:1]},
+	} {
+		req.ClientID, req.Seq, req.FirstUnacked = w.ClientID, w.Seq, w.FirstUnacked
+		if n, room := len(EncodeCommand(^tenants.ID(0), &req)), CommandBytes(&req); n > room {
+			t.Errorf("%v with %d ops: command of %d bytes, CommandBytes %d", req.Op, len(req.Ops), n, room)
+		}
+	}
+}
