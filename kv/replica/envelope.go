@@ -47,15 +47,6 @@ type proposalID struct {
 	seq    uint64
 }
 
-// appendEnvelope appends the envelope of cmd to buf.
-func appendEnvelope(buf []byte, id proposalID, cmd []byte) []byte {
-	buf = append(buf, envelopeVersion)
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(id.origin))
-	buf = binary.LittleEndian.AppendUint64(buf, id.boot)
-	buf = binary.LittleEndian.AppendUint64(buf, id.seq)
-	return append(buf, cmd...)
-}
-
 // envelopeRoom returns a buffer of envelopeHeaderBytes, to be filled by
 // putEnvelopeHeader, with room for a command of cmdBytes appended after
 // it: a write's command is encoded straight into its envelope, so a value
@@ -66,8 +57,7 @@ func envelopeRoom(cmdBytes int) []byte {
 }
 
 // putEnvelopeHeader writes id's envelope header into env's first
-// envelopeHeaderBytes; what follows is the command. Same bytes as
-// appendEnvelope.
+// envelopeHeaderBytes; what follows is the command.
 func putEnvelopeHeader(env []byte, id proposalID) {
 	_ = env[envelopeHeaderBytes-1]
 	env[0] = envelopeVersion
