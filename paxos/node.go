@@ -562,6 +562,14 @@ func (n *Node) Propose(cmds [][]byte) error {
 	return n.lead.enqueue(cmds)
 }
 
+// ConfChangePending reports whether this node leads with a membership
+// change queued or proposed and not yet committed: the change
+// ProposeConfChange would answer ErrConfChangeBusy for. False on a node
+// that does not lead.
+func (n *Node) ConfChangePending() bool {
+	return n.role == RoleLeader && (n.lead.ccQueued != nil || len(n.lead.ccSlots) > 0)
+}
+
 // ProposeConfChange proposes a membership change through the log.
 //
 // The rule: one change at a time, and a change stops the pipeline. The

@@ -69,6 +69,24 @@ type memberState struct {
 	// checked: noteRemoved ran once (at start); wasMember: this node has
 	// been in the committed membership since it started.
 	checked, wasMember bool
+	// changes counts the ConfChanges this process saw committed; recent
+	// holds the records of the last recentChangesMax of them, oldest
+	// first. A membership operation waits for its own record among them
+	// (committedSince), not for a state that a later change may undo.
+	changes uint64
+	recent  []committedChange
+}
+
+// recentChangesMax bounds memberState.recent. One change commits at a time
+// and its operation polls every memberPollInterval, so a change is looked
+// for among at most a few later ones.
+const recentChangesMax = 8
+
+// committedChange is one committed ConfChange: its record, and its number
+// among those committed since the process started (1 for the first).
+type committedChange struct {
+	seq     uint64
+	members []sm.Member
 }
 
 // memberView is what the consensus loop publishes for membership
@@ -77,6 +95,19 @@ type memberView struct {
 	members []sm.Member
 	slot    paxos.Slot
 	pending bool
+	recent  []committedChange // memberState.recent, shared: never modified
+}
+
+// committedSince reports whether a ConfChange whose record is members
+// committed after the first base ones (memberState.changes when it was
+// proposed).
+func (v *memberView) committedSince(base uint64, members []sm.Member) bool {
+	for _, c := range v.recent {
+		if c.seq > base && slices.Equal(c.members, members) {
+			return true
+		}
+	}
+	return false
 }
 
 // membersNow returns the published view (never nil after New).
@@ -185,7 +216,7 @@ func (r *Replica) refreshBook(cfg *Config) {
 		}
 	}
 	r.book.Store(book)
-	v := &memberView{members: slices.Clone(ms.committed), slot: ms.slot, pending: ms.pending != nil}
+	v := &memberView{members: slices.Clone(ms.committed), slot: ms.slot, pending: ms.pending != nil, recent: ms.recent}
 	r.memberView.Store(v)
 	r.noteRemoved(cfg.ID)
 }
@@ -276,6 +307,10 @@ func (r *Replica) noteConfChanges(rd *paxos.Ready) {
 			ms.previous = ms.committed
 		}
 		ms.committed, ms.slot, ms.record, ms.joining = rec, e.Slot, true, false
+		ms.changes++
+		// A new slice each time: the published view shares the old one.
+		recent := ms.recent[max(0, len(ms.recent)+1-recentChangesMax):]
+		ms.recent = append(slices.Clip(recent), committedChange{seq: ms.changes, members: rec})
 		changed = true
 		r.log.Info().Uint64("slot", uint64(e.Slot)).Str("members", describeMembers(rec)).Msg("membership changed")
 	}

@@ -58,20 +58,39 @@ func (r *Replica) ChangeMembership(ctx context.Context, ch MemberChange) error {
 	if err := r.leaderOrHint(); err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	if err := r.control(ctx, func() { done <- r.proposeMemberChange(ch) }); err != nil {
+	type proposed struct {
+		err  error
+		next []sm.Member // the record proposed
+		base uint64      // memberState.changes when it was proposed
+	}
+	done := make(chan proposed, 1)
+	if err := r.control(ctx, func() {
+		next, err := r.proposeMemberChange(ch)
+		done <- proposed{err, next, r.members.changes}
+	}); err != nil {
 		return err
 	}
-	var err error
+	var p proposed
 	select {
-	case err = <-done:
+	case p = <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
 	}
-	if err != nil && !errors.Is(err, errAlreadyInForce) {
-		return err
+	switch {
+	case errors.Is(p.err, errAlreadyInForce) || (p.err == nil && testingMemberWaitForState):
+		// Nothing proposed, and no change was pending: the committed
+		// membership has it; wait until the published view shows it.
+		return r.waitFor(ctx, func(s *paxos.Status) bool { return ch.inForce(s) && r.recordHolds(ch) },
+			"the change is not committed yet; its outcome is unknown")
+	case p.err != nil:
+		return p.err
 	}
-	return r.waitFor(ctx, func(s *paxos.Status) bool { return ch.inForce(s) && r.recordHolds(ch) },
+	// Wait for this change's own record to commit: a state check ("node
+	// 2 is a learner") could miss it when the next change, proposed the
+	// moment this one committed, undid it within one poll (the add is
+	// then never answered though it committed), and could see it before
+	// it commits.
+	return r.waitFor(ctx, func(*paxos.Status) bool { return r.membersNow().committedSince(p.base, p.next) },
 		"the change is not committed yet; its outcome is unknown")
 }
 
@@ -143,16 +162,23 @@ func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error
 // errAlreadyInForce: the change is in force already; nothing proposed.
 var errAlreadyInForce = errors.New("already in force")
 
-// proposeMemberChange builds the membership after ch and proposes it
-// (consensus loop).
-func (r *Replica) proposeMemberChange(ch MemberChange) error {
+// proposeMemberChange builds the membership after ch and proposes it,
+// returning the record proposed (consensus loop). While another change is
+// queued or uncommitted it refuses (ErrMemberConflict) before looking at
+// the membership: "already in force" is judged against the committed
+// membership, which that change is about to replace (a remove of a node
+// whose add was not yet committed was answered OK, and the node stayed).
+func (r *Replica) proposeMemberChange(ch MemberChange) ([]sm.Member, error) {
 	st := r.node.Status()
 	if st.Role != paxos.RoleLeader {
-		return r.notLeader(&st)
+		return nil, r.notLeader(&st)
+	}
+	if r.node.ConfChangePending() && !testingMemberIgnorePending {
+		return nil, fmt.Errorf("%w: a membership change is already in progress; retry once it is committed", ErrMemberConflict)
 	}
 	cur, err := r.currentMembers(&st)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	i := slices.IndexFunc(cur, func(m sm.Member) bool { return m.ID == uint64(ch.ID) })
 	next := slices.Clone(cur)
@@ -162,13 +188,13 @@ func (r *Replica) proposeMemberChange(ch MemberChange) error {
 		m := sm.Member{ID: uint64(ch.ID), ConsensusAddr: ch.ConsensusAddr, ClientAddr: ch.ClientAddr, Learner: true}
 		if i >= 0 {
 			if cur[i] == m {
-				return errAlreadyInForce
+				return nil, errAlreadyInForce
 			}
 			what := "a voter"
 			if cur[i].Learner {
 				what = fmt.Sprintf("a learner at %s / %s (remove it first to change its addresses)", cur[i].ConsensusAddr, cur[i].ClientAddr)
 			}
-			return fmt.Errorf("%w: node %d is already %s", ErrMemberInvalid, ch.ID, what)
+			return nil, fmt.Errorf("%w: node %d is already %s", ErrMemberInvalid, ch.ID, what)
 		}
 		next = append(next, m)
 		slices.SortFunc(next, func(a, b sm.Member) int { return cmpID(a.ID, b.ID) })
@@ -176,20 +202,20 @@ func (r *Replica) proposeMemberChange(ch MemberChange) error {
 	case proto.OpMemberPromote:
 		switch {
 		case i < 0:
-			return fmt.Errorf("%w: node %d is not a member (add it as a learner first)", ErrMemberInvalid, ch.ID)
+			return nil, fmt.Errorf("%w: node %d is not a member (add it as a learner first)", ErrMemberInvalid, ch.ID)
 		case !cur[i].Learner:
-			return errAlreadyInForce
+			return nil, errAlreadyInForce
 		}
 		next[i].Learner = false
 		cc.Type = paxos.ConfPromote
 	case proto.OpMemberRemove:
 		if i < 0 {
-			return errAlreadyInForce
+			return nil, errAlreadyInForce
 		}
 		next = slices.Delete(next, i, i+1)
 		cc.Type = paxos.ConfRemoveNode
 	default:
-		return fmt.Errorf("%w: %v is not a membership change", ErrMemberInvalid, ch.Op)
+		return nil, fmt.Errorf("%w: %v is not a membership change", ErrMemberInvalid, ch.Op)
 	}
 	cc.Node, cc.Context = ch.ID, sm.EncodeMembership(next)
 	err = r.node.ProposeConfChange(cc)
@@ -197,19 +223,19 @@ func (r *Replica) proposeMemberChange(ch MemberChange) error {
 	case err == nil:
 		r.log.Info().Str("op", ch.Op.String()).Uint64("node", uint64(ch.ID)).Str("members", describeMembers(next)).
 			Msg("membership change proposed")
-		return nil
+		return next, nil
 	case errors.Is(err, paxos.ErrNotLeader):
-		return r.notLeader(&st)
+		return nil, r.notLeader(&st)
 	case errors.Is(err, paxos.ErrConfChangeBusy):
-		return fmt.Errorf("%w: a membership change is already in progress; retry once it is committed", ErrMemberConflict)
+		return nil, fmt.Errorf("%w: a membership change is already in progress; retry once it is committed", ErrMemberConflict)
 	case errors.Is(err, paxos.ErrTransferring):
-		return fmt.Errorf("%w: a leadership transfer is in progress", ErrMemberConflict)
+		return nil, fmt.Errorf("%w: a leadership transfer is in progress", ErrMemberConflict)
 	case errors.Is(err, paxos.ErrLearnerBehind):
-		return fmt.Errorf("%w: %v; retry once it has caught up (kvctl member list shows its commit index)", ErrMemberConflict, err)
+		return nil, fmt.Errorf("%w: %v; retry once it has caught up (kvctl member list shows its commit index)", ErrMemberConflict, err)
 	case errors.Is(err, paxos.ErrBadConfChange):
-		return fmt.Errorf("%w: %v", ErrMemberInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrMemberInvalid, err)
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // currentMembers is the committed membership with addresses (consensus

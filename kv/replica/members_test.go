@@ -194,8 +194,10 @@ func TestMemberChangeRules(t *testing.T) {
 	// uncommitted is refused (both proposed in one consensus-loop turn).
 	errs := make(chan error, 2)
 	if err := r.control(ctx, func() {
-		errs <- r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 9})
-		errs <- r.proposeMemberChange(MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"})
+		_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 9})
+		errs <- err
+		_, err = r.proposeMemberChange(MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"})
+		errs <- err
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +215,100 @@ func TestMemberChangeRules(t *testing.T) {
 // cluster serves writes under the new leader with every earlier write in
 // place, a transfer to a non-voter is refused as invalid, and one to the
 // leader, or retried after it went through, succeeds without a change.
+// TestMemberOpWhileAnotherIsPending: an operation that is "already in
+// force" against the committed membership is refused while another change
+// is uncommitted, whose outcome decides it: an outside tester's remove of
+// node 2, sent 0.2 ms after its add, was answered OK while the add was
+// uncommitted, and node 2 stayed a member. Planted with the old judgement
+// (testingMemberIgnorePending), the remove answers OK and the node stays.
+func TestMemberOpWhileAnotherIsPending(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	r := c.nodes[l].r
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	add := MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"}
+	for _, second := range []MemberChange{{Op: proto.OpMemberRemove, ID: 8}, add, {Op: proto.OpMemberPromote, ID: 2}} {
+		errs := make(chan error, 2)
+		if err := r.control(ctx, func() {
+			if !slices.ContainsFunc(r.members.committed, func(m sm.Member) bool { return m.ID == 8 }) {
+				_, err := r.proposeMemberChange(add)
+				errs <- err
+			} else {
+				_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 8})
+				errs <- err
+			}
+			_, err := r.proposeMemberChange(second)
+			errs <- err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errs; err != nil {
+			t.Fatalf("the first change: %v", err)
+		}
+		if err := <-errs; !errors.Is(err, ErrMemberConflict) {
+			t.Fatalf("%v %d while another change is uncommitted: %v, want ErrMemberConflict", second.Op, second.ID, err)
+		}
+		// Through the operation as a client sends it: refused while
+		// pending, or, once the first committed, judged on its outcome.
+		if err := r.ChangeMembership(ctx, MemberChange{Op: proto.OpMemberRemove, ID: 8}); err != nil && !errors.Is(err, ErrMemberConflict) {
+			t.Fatalf("remove: %v", err)
+		}
+		c.change(MemberChange{Op: proto.OpMemberRemove, ID: 8})
+		c.waitMembers(l, []paxos.NodeID{1, 2, 3}, nil)
+	}
+}
+
+// TestMemberOpAnsweredWhenTheNextUndoesIt: a change is answered once its
+// own record commits, even when the next change, proposed the moment it
+// committed, undoes it before the operation looks: an outside tester's
+// add, followed within 4 ms by a remove of the same node, was never
+// answered (UNAVAILABLE after its deadline) though it committed. Planted
+// with the old wait for the state (testingMemberWaitForState), the add
+// times out.
+func TestMemberOpAnsweredWhenTheNextUndoesIt(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	c.put("a", "1")
+	l := c.leader()
+	r := c.nodes[l].r
+	add := MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"}
+	for round := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// The remover proposes the remove from the consensus loop the
+		// first turn after the add committed, before any poll.
+		stop := make(chan struct{})
+		removed := make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = r.control(ctx, func() {
+					if len(removed) == 0 && slices.ContainsFunc(r.members.committed, func(m sm.Member) bool { return m.ID == 8 }) &&
+						!r.node.ConfChangePending() {
+						_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 8})
+						removed <- err
+					}
+				})
+				time.Sleep(100 * time.Microsecond)
+			}
+		}()
+		err := r.ChangeMembership(ctx, add)
+		close(stop)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: the add committed, and was answered %v", round, err)
+		}
+		if err := <-removed; err != nil {
+			t.Fatalf("round %d: the remove: %v", round, err)
+		}
+		c.waitMembers(l, []paxos.NodeID{1, 2, 3}, nil)
+	}
+}
+
 func TestTransferLeadership(t *testing.T) {
 	c := newTestCluster(t, 3, 0)
 	c.put("a", "1")

@@ -157,3 +157,15 @@ var testingSideIgnoresHeard atomic.Bool
 // sideChannel.overtaken removes: a member's connection overtaken by its
 // newer one has its late frames counted as refused replays.
 var testingOvertakenCounted atomic.Bool
+
+// testingMemberIgnorePending, when true, plants the membership operations'
+// old judgement: "already in force" read from the committed membership
+// while another change is uncommitted (a remove of a node whose add is in
+// flight answered OK and did nothing).
+var testingMemberIgnorePending bool
+
+// testingMemberWaitForState, when true, plants the old wait of a
+// membership operation: for the state its change makes ("node 2 is a
+// learner") instead of its own record committing, so a change undone by
+// the next one within a poll is never answered.
+var testingMemberWaitForState bool
