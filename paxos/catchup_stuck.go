@@ -64,7 +64,7 @@ func (n *Node) catchupStuck(to NodeID, p *peer) bool {
 // check-quorum window, and if it had been silent for more than an election
 // timeout, its stuck count starts afresh.
 func (n *Node) heardFrom(p *peer) {
-	p.active = true
+	p.active, p.answered = true, true
 	if p.heardTick != 0 && n.now-p.heardTick > int64(n.cfg.ElectionTicks) && !TestingStuckAcrossSilence {
 		p.stuckSince, p.stuckSends = 0, 0
 	}

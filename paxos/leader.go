@@ -111,6 +111,9 @@ type peer struct {
 	// heardTick is when this peer's last answer (to a heartbeat or an
 	// accept) arrived; 0 before the first.
 	heardTick int64
+	// answered: an answer from this peer arrived under this leadership,
+	// so commit is a figure it reported (PeerProgress.Reported).
+	answered bool
 }
 
 type leavingPeer struct {

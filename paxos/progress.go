@@ -26,6 +26,11 @@ type PeerProgress struct {
 	// Tracked says this node leads and tracks ID's replication; the
 	// fields below are set only then (zero otherwise: unknown, not zero).
 	Tracked bool
+	// Reported says ID answered this leader (a heartbeat or an Accept):
+	// Commit, Acked and LagTicks are then ID's figures. A tracked member
+	// that never answered (down since this node began to lead) has them
+	// zero, unknown, not slot 0.
+	Reported bool
 	// Commit is ID's commit index as it last reported it (in a heartbeat
 	// answer or an Accepted).
 	Commit Slot
@@ -82,7 +87,7 @@ func (n *Node) PeerProgress() []PeerProgress {
 		}
 		if n.role == RoleLeader {
 			if p := n.lead.peers[id]; p != nil {
-				pp.Tracked = true
+				pp.Tracked, pp.Reported = true, p.answered || TestingReportUnanswered
 				pp.Commit, pp.Active = p.commit, p.active
 				pp.Acked = max(p.commit, n.highestAcked(id))
 				pp.LagTicks, pp.LagAtLeast = n.commitLag(p.commit)

@@ -37,14 +37,14 @@ func TestPeerProgressLeaderView(t *testing.T) {
 	}
 	for _, id := range followers {
 		p := progressOf(t, ln, id)
-		if !p.Tracked || !p.Heard || p.HeardAgoTicks > 1 || p.Commit != commit || p.Acked < commit || p.LagTicks != 0 || p.LagAtLeast {
+		if !p.Tracked || !p.Reported || !p.Heard || p.HeardAgoTicks > 1 || p.Commit != commit || p.Acked < commit || p.LagTicks != 0 || p.LagAtLeast {
 			t.Fatalf("leader's view of healthy follower %d: %+v (commit %d)", id, p, commit)
 		}
 	}
 	// A follower sees the leader, and nothing it cannot know.
 	f := nw.nodes[followers[0]]
 	pl := progressOf(t, f, l)
-	if !pl.Heard || pl.HeardAgoTicks > 1 || pl.Tracked || pl.Commit != 0 || pl.Acked != 0 {
+	if !pl.Heard || pl.HeardAgoTicks > 1 || pl.Tracked || pl.Reported || pl.Commit != 0 || pl.Acked != 0 {
 		t.Fatalf("follower's view of the leader: %+v", pl)
 	}
 	if po := progressOf(t, f, followers[1]); po.Heard || po.Tracked {

@@ -114,3 +114,8 @@ var TestingNoReballot bool
 // still in flight among them), so a re-ballot can reach the log before
 // the record it names.
 var TestingReballotAnyBase bool
+
+// TestingReportUnanswered (tests only) is a planted bug: PeerProgress
+// calls every tracked member's figures reported, also a member that never
+// answered this leader (its commit 0 then reads as a slot).
+var TestingReportUnanswered bool

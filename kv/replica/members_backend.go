@@ -54,7 +54,9 @@ func (b *Backend) membershipReply(ctx context.Context) *proto.MembershipReply {
 		}
 		for _, pp := range peers {
 			if uint64(pp.ID) == m.ID {
-				mi.Tracked, mi.Commit = pp.Tracked, uint64(pp.Commit)
+				// Tracked: its commit index is known (it answered
+				// this leader), as in STATUS.
+				mi.Tracked, mi.Commit = pp.Tracked && pp.Reported, uint64(pp.Commit)
 				mi.Reachable = pp.Heard && pp.HeardAgoTicks < int64(r.cfg.ElectionTicks)
 			}
 		}

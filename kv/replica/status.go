@@ -165,11 +165,16 @@ func (b *Backend) peerRow(m *proto.MemberStatus, s *paxos.Status, pp *paxos.Peer
 	}
 	switch {
 	case pp != nil && pp.Tracked:
-		// The leader's view of a member it replicates to.
+		// The leader's view of a member it replicates to: reachable or
+		// not, and its slots once it answered this leader (a member down
+		// since before it led has reported none: unknown, not 0).
 		m.Reachable = reachable
-		m.Known |= proto.KnownReachable | proto.KnownCommit | proto.KnownAcked | proto.KnownLag
-		m.Commit, m.Acked = uint64(pp.Commit), uint64(pp.Acked)
-		m.Lag, m.LagAtLeast = time.Duration(pp.LagTicks)*tick, pp.LagAtLeast
+		m.Known |= proto.KnownReachable
+		if pp.Reported {
+			m.Known |= proto.KnownCommit | proto.KnownAcked | proto.KnownLag
+			m.Commit, m.Acked = uint64(pp.Commit), uint64(pp.Acked)
+			m.Lag, m.LagAtLeast = time.Duration(pp.LagTicks)*tick, pp.LagAtLeast
+		}
 		if reachable {
 			// It answers under this leader's ballot: it follows it.
 			m.Role = proto.RoleFollower

@@ -161,6 +161,37 @@ func TestStatusLeaderView(t *testing.T) {
 	m := rowOf(t, cs, down)
 	t.Logf("status: stopped follower %d: lag %d slots, %v (at least: %v), heard %v ago, reachable=%v",
 		down, rowOf(t, cs, l).Commit-m.Commit, m.Lag, m.LagAtLeast, m.HeardAgo, m.Reachable)
+
+	// Leadership moves to the other follower: the new leader tracks the
+	// stopped member but never heard from it, so its slots are unknown
+	// there, not slot 0 (an outside tester's kvctl printed COMMIT 0 and a
+	// lag of 93,398 slots for a member that held 91,964; planted with
+	// paxos.TestingReportUnanswered, caught).
+	nl := followers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.nodes[l].r.TransferLeadership(ctx, nl); err != nil {
+		t.Fatalf("transfer to %d: %v", nl, err)
+	}
+	c.waitStatus(nl, "a new leader's view of a member down since before it led", func(cs *proto.ClusterStatus) error {
+		if self := rowOf(t, cs, nl); self.Role != proto.RoleLeader {
+			return fmt.Errorf("node %d does not lead yet: %+v", nl, self)
+		}
+		m := rowOf(t, cs, down)
+		switch {
+		case m.Known&(proto.KnownCommit|proto.KnownAcked|proto.KnownLag) != 0 || m.Commit != 0 || m.Acked != 0:
+			return fmt.Errorf("slots known (%#x) for a member that never answered this leader: commit %d acked %d", m.Known, m.Commit, m.Acked)
+		case m.Reachable || m.Known&proto.KnownReachable == 0:
+			return fmt.Errorf("reachable=%v known=%#x", m.Reachable, m.Known)
+		}
+		return nil
+	})
+	// MEMBER_LIST says the same: not tracked, its commit unknown.
+	for _, mi := range NewBackend(c.nodes[nl].r, c.nodes[nl].sm).membershipReply(ctx).Members {
+		if mi.ID == uint64(down) && (mi.Tracked || mi.Commit != 0) {
+			t.Fatalf("MEMBER_LIST row of the member down since before this leader: %+v", mi)
+		}
+	}
 }
 
 // TestManyWritersOneClientCluster: 600 concurrent writers on one client
