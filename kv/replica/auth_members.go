@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"synod/internal/siphash"
@@ -48,4 +49,29 @@ func (a *Auth) setSenders(ids []paxos.NodeID) error {
 	}
 	a.mu.Unlock()
 	return nil
+}
+
+// openStranger authenticates a sealed packet of channel from a sender this
+// node does not admit yet, and returns that sender: a joining node learns
+// its leader this way when its config does not list it (learnContact).
+// Every check of open runs but the admission, the replay window included,
+// so a packet the node saw once does not teach it twice; the payload is
+// not returned: the packet is dropped, and the sender's next one, once
+// admitted, is delivered.
+func (a *Auth) openStranger(b []byte, channel byte) (paxos.NodeID, error) {
+	h, err := parseSealedHeader(b)
+	if err != nil || len(b) < authOverheadBytes || h.channel != channel {
+		return 0, errAuthMalformed
+	}
+	if h.cluster != a.cluster || h.sender == a.self || h.sender == 0 || h.sender >= peersMax {
+		return 0, errAuthSender
+	}
+	signed := b[:len(b)-authTagBytes]
+	if !a.verify(h.sender, signed, binary.LittleEndian.Uint64(b[len(b)-authTagBytes:])) {
+		return 0, ErrAuthFailed
+	}
+	if !a.fresh(h) {
+		return 0, errAuthReplay
+	}
+	return h.sender, nil
 }

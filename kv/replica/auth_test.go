@@ -228,6 +228,14 @@ func FuzzOpenSealed(f *testing.F) {
 		var head [sideFrameHeadBytes]byte
 		copy(head[:], b)
 		rx.openSideHead(head[:], sideFrameBytesMax)
+		// A joiner's look at a sender it does not admit (node 1 is not,
+		// here): only a packet node 1 sealed teaches it node 1.
+		if err := rx.setSenders([]paxos.NodeID{2, 3}); err != nil {
+			t.Fatal(err)
+		}
+		if from, err := rx.openStranger(b, authChannelDatagram); err == nil && from != 1 {
+			t.Fatalf("openStranger learned node %d", from)
+		}
 	})
 }
 
@@ -288,5 +296,47 @@ func TestSideHeadTakenAtHead(t *testing.T) {
 	}
 	if _, err := openSideFrame(rx, next); !errors.Is(err, errAuthReplay) {
 		t.Fatalf("a whole frame again: %v, want a replay refusal", err)
+	}
+}
+
+// TestOpenStranger: a joining node learns a sender it does not admit only
+// from a packet sealed under the cluster's secret, fresh, of its cluster,
+// and not its own (learnContact); what it admits it still opens as
+// before. Everything else is refused and teaches nothing.
+func TestOpenStranger(t *testing.T) {
+	auth := func(cluster uint64, self paxos.NodeID, secret []byte) *Auth {
+		a, err := NewAuth(cluster, self, []paxos.NodeID{1, 2, 3, 4, 5}, [][]byte{secret}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	tx := auth(9, 5, secretA) // node 5, which the joiner does not list
+	rx := auth(9, 4, secretA)
+	if err := rx.setSenders([]paxos.NodeID{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	p := tx.SealDatagram([]byte("heartbeat"))
+	if _, _, err := rx.open(p, authChannelDatagram); !errors.Is(err, errAuthSender) {
+		t.Fatalf("open of a sender not admitted: %v, want errAuthSender", err)
+	}
+	if from, err := rx.openStranger(p, authChannelDatagram); err != nil || from != 5 {
+		t.Fatalf("openStranger: %d %v, want 5", from, err)
+	}
+	if _, err := rx.openStranger(p, authChannelDatagram); !errors.Is(err, errAuthReplay) {
+		t.Fatalf("the same packet again: %v, want errAuthReplay", err)
+	}
+	tampered := bytes.Clone(tx.SealDatagram([]byte("heartbeat")))
+	tampered[len(tampered)-authTagBytes-1] ^= 1
+	for name, b := range map[string][]byte{
+		"tampered":      tampered,
+		"other secret":  auth(9, 5, secretB).SealDatagram([]byte("x")),
+		"other cluster": auth(8, 5, secretA).SealDatagram([]byte("x")),
+		"its own":       auth(9, 4, secretA).SealDatagram([]byte("x")),
+		"truncated":     p[:authHeaderBytes],
+	} {
+		if from, err := rx.openStranger(b, authChannelDatagram); err == nil {
+			t.Fatalf("%s: learned node %d", name, from)
+		}
 	}
 }

@@ -57,6 +57,9 @@ type testCluster struct {
 	secret []byte
 	// join starts the nodes it names with Config.Join (members_test.go).
 	join map[paxos.NodeID]bool
+	// peersOf, where it names a node, is that node's configured peers
+	// instead of peers (a joiner whose config lists only some members).
+	peersOf map[paxos.NodeID][]Peer
 	// diskProbe, per node, is passed to ShareDiskSpace at start.
 	diskProbe map[paxos.NodeID]func() DiskSpace
 	nodes     map[paxos.NodeID]*testNode
@@ -178,6 +181,10 @@ func (c *testCluster) start(id paxos.NodeID) {
 			self = p
 		}
 	}
+	peers := c.peers
+	if ps, ok := c.peersOf[id]; ok {
+		peers = ps
+	}
 	conn := c.net.Listen(self.ConsensusAddr)
 	var reg *tenants.Registry
 	if c.drr {
@@ -208,8 +215,8 @@ func (c *testCluster) start(id paxos.NodeID) {
 	if c.secret != nil {
 		// Like kvnode: the configured peers (this node among them) are
 		// the first senders admitted; the book replaces them at New.
-		ids := make([]paxos.NodeID, 0, len(c.peers))
-		for _, p := range c.peers {
+		ids := make([]paxos.NodeID, 0, len(peers))
+		for _, p := range peers {
 			ids = append(ids, p.ID)
 		}
 		var err error
@@ -218,7 +225,7 @@ func (c *testCluster) start(id paxos.NodeID) {
 		}
 	}
 	r, err := New(Config{
-		ID: id, ClusterID: 9, Peers: c.peers, Tick: time.Millisecond,
+		ID: id, ClusterID: 9, Peers: peers, Tick: time.Millisecond,
 		ElectionTicks: c.election(), HeartbeatTicks: 10, LeaseTicks: testLeaseTicks, DriftTicks: 5,
 		SnapshotEverySlots: c.snapEvery, LogSnapshotUsedPercent: c.usedPct, Cores: Unpinned, Faults: faults,
 		DeltaSnapshots: c.deltaSnapshots, CatchUpLogPercent: c.catchUpLogPercent, Accel: accelCfg, Tenants: reg, Stalls: c.stalls, Auth: auth, Join: c.join[id],

@@ -66,6 +66,11 @@ type memberState struct {
 	pendingSlot paxos.Slot
 	// joining: started with Config.Join and no membership known yet.
 	joining bool
+	// learned are the contacts a joining node learned from members'
+	// authenticated packets (learnContact): senders its config does not
+	// list, such as a leader elected since the config was written. In the
+	// book only while joining; at most one per node id.
+	learned map[paxos.NodeID]Peer
 	// checked: noteRemoved ran once (at start); wasMember: this node has
 	// been in the committed membership since it started.
 	checked, wasMember bool
@@ -215,6 +220,14 @@ func (r *Replica) refreshBook(cfg *Config) {
 			book.byID[p.ID] = p // a joiner's contacts
 		}
 	}
+	if ms.joining {
+		for id, p := range ms.learned {
+			if _, ok := book.byID[id]; !ok {
+				book.byID[id] = p
+			}
+		}
+	}
+	r.joining.Store(ms.joining && cfg.Auth != nil)
 	r.book.Store(book)
 	v := &memberView{members: slices.Clone(ms.committed), slot: ms.slot, pending: ms.pending != nil, recent: ms.recent}
 	r.memberView.Store(v)
@@ -479,4 +492,44 @@ func (r *Replica) bookIDs() []paxos.NodeID {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// learnContact hands the consensus loop a sender a joining node does not
+// know, with the address its authenticated packet came from (receive
+// loop; never blocks: a full control queue drops it, and the sender's
+// next packet tries again).
+func (r *Replica) learnContact(id paxos.NodeID, addr netip.AddrPort) {
+	if testingNoLearnContacts || !addr.IsValid() {
+		return
+	}
+	select {
+	case r.controlC <- func() { r.addContact(id, addr) }:
+	default:
+	}
+}
+
+// addContact puts a learned contact in a joining node's book (consensus
+// loop). Without it, a joiner whose config listed only members that do not
+// lead refused every packet of the leader as from an unknown sender and
+// never caught up (an outside tester: a learner at commit 0 for as long
+// as node 5 led, every promotion refused). Only with a cluster secret:
+// the packet that teaches the address is authenticated (Auth.openStranger).
+// The address is the packet's source; a later packet of the same sender
+// from elsewhere replaces it, and the membership record, once it
+// arrives, replaces the lot.
+func (r *Replica) addContact(id paxos.NodeID, addr netip.AddrPort) {
+	ms := &r.members
+	if !ms.joining || id == r.cfg.ID {
+		return
+	}
+	if p, ok := r.peer(id); ok && p.ConsensusAddr == addr {
+		return
+	}
+	if ms.learned == nil {
+		ms.learned = make(map[paxos.NodeID]Peer)
+	}
+	ms.learned[id] = Peer{ID: id, ConsensusAddr: addr}
+	r.log.Info().Uint64("node", uint64(id)).Str("addr", addr.String()).
+		Msg("joining: learned a member from its authenticated packets (not in this node's [[peers]])")
+	r.refreshPeers()
 }

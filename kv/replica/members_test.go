@@ -309,6 +309,37 @@ func TestMemberOpAnsweredWhenTheNextUndoesIt(t *testing.T) {
 	}
 }
 
+// TestJoinerLearnsLeaderNotInItsPeers: a joining node whose config lists
+// members that do not lead learns the leader from its authenticated
+// packets, catches up and can be promoted. An outside tester's joiner
+// listed nodes 1-3 while node 5 led: it refused every packet of node 5 as
+// from an unknown sender, stayed at commit 0, and every promotion was
+// refused. Planted with the old book (testingNoLearnContacts), node 4
+// never holds the membership.
+func TestJoinerLearnsLeaderNotInItsPeers(t *testing.T) {
+	c := newTestClusterWith(t, func(tc *testCluster) { tc.secret = secretA })
+	c.put("a", "1")
+	l := c.leader()
+	p4 := c.addPeer(4)
+	var contacts []Peer
+	for _, p := range c.peers {
+		if p.ID != l {
+			contacts = append(contacts, p)
+		}
+	}
+	c.peersOf = map[paxos.NodeID][]Peer{4: contacts}
+	c.join = map[paxos.NodeID]bool{4: true}
+	c.start(4)
+	c.change(MemberChange{Op: proto.OpMemberAdd, ID: 4, ConsensusAddr: p4.ConsensusAddr.String(), ClientAddr: p4.ClientAddr})
+	c.put("b", "2")
+	c.waitMembers(4, []paxos.NodeID{1, 2, 3}, []paxos.NodeID{4})
+	if got := c.nodes[4].r.Status().Leader; got != l {
+		t.Fatalf("node 4 follows %d, want the leader %d its config does not list", got, l)
+	}
+	c.change(MemberChange{Op: proto.OpMemberPromote, ID: 4})
+	c.waitMembers(4, []paxos.NodeID{1, 2, 3, 4}, nil)
+}
+
 func TestTransferLeadership(t *testing.T) {
 	c := newTestCluster(t, 3, 0)
 	c.put("a", "1")

@@ -162,6 +162,7 @@ type Replica struct {
 	book       atomic.Pointer[peerBook]
 	members    memberState
 	removed    atomic.Bool // outside the committed membership (members.go)
+	joining    atomic.Bool // joining with a cluster secret: may learn contacts (members.go)
 	memberView atomic.Pointer[memberView]
 	// installedMembers: the membership of a snapshot the apply loop
 	// installed, for the consensus loop to adopt.

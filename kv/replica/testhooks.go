@@ -169,3 +169,8 @@ var testingMemberIgnorePending bool
 // learner") instead of its own record committing, so a change undone by
 // the next one within a poll is never answered.
 var testingMemberWaitForState bool
+
+// testingNoLearnContacts, when true, plants the joiner's old book: only
+// its configured contacts, so a leader its config does not list is
+// refused as an unknown sender (TestJoinerLearnsLeaderNotInItsPeers).
+var testingNoLearnContacts bool

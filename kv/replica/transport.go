@@ -43,6 +43,14 @@ func (r *Replica) receiveLoop() {
 			var sender paxos.NodeID // 0: not authenticated (no secret)
 			if a := r.cfg.Auth; a != nil {
 				payload, from, err := a.open(b, authChannelDatagram)
+				if err != nil && errors.Is(err, errAuthSender) && r.joining.Load() {
+					// A joiner whose config does not list the leader:
+					// a member's packet teaches it the sender's address.
+					if from, serr := a.openStranger(b, authChannelDatagram); serr == nil {
+						r.learnContact(from, pkts[i].Addr)
+						continue
+					}
+				}
 				if err != nil {
 					r.metrics.AuthRefused.Inc()
 					r.metrics.InboundDropped.Inc()
