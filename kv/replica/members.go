@@ -514,8 +514,10 @@ func (r *Replica) learnContact(id paxos.NodeID, addr netip.AddrPort) {
 // never caught up (an outside tester: a learner at commit 0 for as long
 // as node 5 led, every promotion refused). Only with a cluster secret:
 // the packet that teaches the address is authenticated (Auth.openStranger).
-// The address is the packet's source; a later packet of the same sender
-// from elsewhere replaces it, and the membership record, once it
+// The address is the packet's source; the sender's later packets from
+// elsewhere replace it (the receive loop, for learned contacts only), so
+// a member's packet replayed from another address misleads the joiner
+// only until the member's next one, and the membership record, once it
 // arrives, replaces the lot.
 func (r *Replica) addContact(id paxos.NodeID, addr netip.AddrPort) {
 	ms := &r.members
@@ -529,6 +531,7 @@ func (r *Replica) addContact(id paxos.NodeID, addr netip.AddrPort) {
 		ms.learned = make(map[paxos.NodeID]Peer)
 	}
 	ms.learned[id] = Peer{ID: id, ConsensusAddr: addr}
+	r.learnedMask.Or(1 << id)
 	r.log.Info().Uint64("node", uint64(id)).Str("addr", addr.String()).
 		Msg("joining: learned a member from its authenticated packets (not in this node's [[peers]])")
 	r.refreshPeers()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"synod/afxdp"
 	"testing"
 	"time"
 
@@ -330,6 +331,24 @@ func TestJoinerLearnsLeaderNotInItsPeers(t *testing.T) {
 	c.peersOf = map[paxos.NodeID][]Peer{4: contacts}
 	c.join = map[paxos.NodeID]bool{4: true}
 	c.start(4)
+	// Before the leader ever sends to node 4, a packet the leader sealed
+	// (as if captured) is replayed to it from another address: node 4
+	// learns the leader there first, and must follow the leader's own
+	// packets to its real address (planted with the first address kept,
+	// testingContactKeepsFirstAddr, node 4 never catches up).
+	rogue := c.net.Listen(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), freePort(t)))
+	defer rogue.Close()
+	sealed := c.nodes[l].r.cfg.Auth.SealDatagram([]byte("captured"))
+	if n, err := rogue.WriteBatch([]afxdp.Packet{{Buf: sealed, N: len(sealed), Addr: p4.ConsensusAddr}}); n != 1 || err != nil {
+		t.Fatalf("replaying: %d %v", n, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.nodes[4].r.learnedMask.Load()&(1<<l) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("node 4 did not learn the leader from the replayed packet")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	c.change(MemberChange{Op: proto.OpMemberAdd, ID: 4, ConsensusAddr: p4.ConsensusAddr.String(), ClientAddr: p4.ClientAddr})
 	c.put("b", "2")
 	c.waitMembers(4, []paxos.NodeID{1, 2, 3}, []paxos.NodeID{4})

@@ -159,11 +159,14 @@ type Replica struct {
 	side    *sideChannel
 	// book is the address book and members the membership records
 	// (consensus loop only), memberView what it publishes (members.go).
-	book       atomic.Pointer[peerBook]
-	members    memberState
-	removed    atomic.Bool // outside the committed membership (members.go)
-	joining    atomic.Bool // joining with a cluster secret: may learn contacts (members.go)
-	memberView atomic.Pointer[memberView]
+	book    atomic.Pointer[peerBook]
+	members memberState
+	removed atomic.Bool // outside the committed membership (members.go)
+	joining atomic.Bool // joining with a cluster secret: may learn contacts (members.go)
+	// learnedMask has bit id set for each contact a joiner learned
+	// (members.go addContact), for the receive loop.
+	learnedMask atomic.Uint64
+	memberView  atomic.Pointer[memberView]
 	// installedMembers: the membership of a snapshot the apply loop
 	// installed, for the consensus loop to adopt.
 	installedMembers atomic.Pointer[sm.Membership]

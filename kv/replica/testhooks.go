@@ -174,3 +174,8 @@ var testingMemberWaitForState bool
 // its configured contacts, so a leader its config does not list is
 // refused as an unknown sender (TestJoinerLearnsLeaderNotInItsPeers).
 var testingNoLearnContacts bool
+
+// testingContactKeepsFirstAddr, when true, plants a joiner that keeps the
+// first address it learned for a contact, so a member's packet replayed
+// from elsewhere strands it (TestJoinerLearnsLeaderNotInItsPeers).
+var testingContactKeepsFirstAddr bool

@@ -61,6 +61,14 @@ func (r *Replica) receiveLoop() {
 					continue
 				}
 				b, sender = payload, from
+				if r.joining.Load() && r.learnedMask.Load()&(1<<from) != 0 {
+					// A learned contact: its latest authenticated
+					// packet says where it is (a packet of it replayed
+					// from elsewhere taught the first address).
+					if p, ok := r.peer(from); ok && p.ConsensusAddr != pkts[i].Addr && !testingContactKeepsFirstAddr {
+						r.learnContact(from, pkts[i].Addr)
+					}
+				}
 			}
 			var err error
 			if isDiskReport(b) {
