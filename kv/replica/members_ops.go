@@ -108,37 +108,15 @@ func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error
 		}
 		return err
 	}
-	if to == r.cfg.ID {
-		// Already there: a retry of a transfer whose answer was lost, or
-		// one aimed at the leader, succeeds without a change (the
-		// protocol's idempotence promise, docs/protocol.md).
-		return nil
-	}
 	done := make(chan error, 1)
-	if err := r.control(ctx, func() {
-		err := r.node.TransferLeadership(to)
-		switch {
-		case err == nil:
-			r.log.Info().Uint64("to", uint64(to)).Msg("leadership transfer started")
-		case errors.Is(err, paxos.ErrNotLeader):
-			s := r.node.Status()
-			err = r.notLeader(&s)
-		case errors.Is(err, paxos.ErrTransferTarget):
-			err = fmt.Errorf("%w: %v", ErrMemberInvalid, err)
-		case errors.Is(err, paxos.ErrTransferring), errors.Is(err, paxos.ErrConfChangeBusy):
-			err = fmt.Errorf("%w: %v", ErrMemberConflict, err)
-		}
-		// Publish the status now, not at the end of this loop input: the
-		// waiter below reads "leader, transferring nobody" as an aborted
-		// hand-over, and must never see the status from before it began.
-		s := r.node.Status()
-		r.status.Store(&s)
-		done <- err
-	}); err != nil {
+	if err := r.control(ctx, func() { done <- r.startTransfer(to) }); err != nil {
 		return err
 	}
 	select {
 	case err := <-done:
+		if errors.Is(err, errAlreadyInForce) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -156,6 +134,40 @@ func (r *Replica) TransferLeadership(ctx context.Context, to paxos.NodeID) error
 	if aborted {
 		return fmt.Errorf("%w: node %d did not catch up within an election timeout; this node still leads", ErrMemberConflict, to)
 	}
+	return err
+}
+
+// startTransfer starts a leadership transfer to to (consensus loop):
+// errAlreadyInForce when to is this leader, nothing else pending.
+func (r *Replica) startTransfer(to paxos.NodeID) error {
+	if to == r.cfg.ID {
+		// Already there: a retry of a transfer whose answer was lost, or
+		// one aimed at the leader, succeeds without a change (the
+		// protocol's idempotence promise, docs/protocol.md), unless a
+		// membership change is pending: it may remove this leader
+		// (CONFLICT, as for every request meanwhile).
+		if r.node.ConfChangePending() && !testingMemberIgnorePending {
+			return fmt.Errorf("%w: a membership change is in progress; retry once it is committed", ErrMemberConflict)
+		}
+		return errAlreadyInForce
+	}
+	err := r.node.TransferLeadership(to)
+	switch {
+	case err == nil:
+		r.log.Info().Uint64("to", uint64(to)).Msg("leadership transfer started")
+	case errors.Is(err, paxos.ErrNotLeader):
+		s := r.node.Status()
+		err = r.notLeader(&s)
+	case errors.Is(err, paxos.ErrTransferTarget):
+		err = fmt.Errorf("%w: %v", ErrMemberInvalid, err)
+	case errors.Is(err, paxos.ErrTransferring), errors.Is(err, paxos.ErrConfChangeBusy):
+		err = fmt.Errorf("%w: %v", ErrMemberConflict, err)
+	}
+	// Publish the status now, not at the end of this loop input: the
+	// waiter reads "leader, transferring nobody" as an aborted
+	// hand-over, and must never see the status from before it began.
+	s := r.node.Status()
+	r.status.Store(&s)
 	return err
 }
 

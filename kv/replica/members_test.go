@@ -230,7 +230,7 @@ func TestMemberOpWhileAnotherIsPending(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	add := MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"}
-	for _, second := range []MemberChange{{Op: proto.OpMemberRemove, ID: 8}, add, {Op: proto.OpMemberPromote, ID: 2}} {
+	for _, second := range []MemberChange{{Op: proto.OpMemberRemove, ID: 8}, add, {Op: proto.OpMemberPromote, ID: 2}, {Op: proto.OpTransferLeader, ID: l}} {
 		errs := make(chan error, 2)
 		if err := r.control(ctx, func() {
 			if !slices.ContainsFunc(r.members.committed, func(m sm.Member) bool { return m.ID == 8 }) {
@@ -239,6 +239,10 @@ func TestMemberOpWhileAnotherIsPending(t *testing.T) {
 			} else {
 				_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 8})
 				errs <- err
+			}
+			if second.Op == proto.OpTransferLeader {
+				errs <- r.startTransfer(second.ID) // to itself: OK but for the pending change
+				return
 			}
 			_, err := r.proposeMemberChange(second)
 			errs <- err
