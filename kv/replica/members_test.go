@@ -211,11 +211,6 @@ func TestMemberChangeRules(t *testing.T) {
 	c.waitMembers(l, []paxos.NodeID{1, 2, 3}, nil)
 }
 
-// TestTransferLeadership: the leader hands leadership to a caught-up voter
-// (Replica.TransferLeadership returns once this node follows it), the
-// cluster serves writes under the new leader with every earlier write in
-// place, a transfer to a non-voter is refused as invalid, and one to the
-// leader, or retried after it went through, succeeds without a change.
 // TestMemberOpWhileAnotherIsPending: an operation that is "already in
 // force" against the committed membership is refused while another change
 // is uncommitted, whose outcome decides it: an outside tester's remove of
@@ -363,6 +358,11 @@ func TestJoinerLearnsLeaderNotInItsPeers(t *testing.T) {
 	c.waitMembers(4, []paxos.NodeID{1, 2, 3, 4}, nil)
 }
 
+// TestTransferLeadership: the leader hands leadership to a caught-up voter
+// (Replica.TransferLeadership returns once this node follows it), the
+// cluster serves writes under the new leader with every earlier write in
+// place, a transfer to a non-voter is refused as invalid, and one to the
+// leader, or retried after it went through, succeeds without a change.
 func TestTransferLeadership(t *testing.T) {
 	c := newTestCluster(t, 3, 0)
 	c.put("a", "1")
