@@ -47,6 +47,7 @@ func (r *Replica) receiveLoop() {
 					// A joiner whose config does not list the leader:
 					// a member's packet teaches it the sender's address.
 					if from, serr := a.openStranger(b, authChannelDatagram); serr == nil {
+						a.forgive() // a member's packet, not a refusal
 						r.learnContact(from, pkts[i].Addr)
 						continue
 					}
