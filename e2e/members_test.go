@@ -321,6 +321,13 @@ func TestReplaceDeadNode(t *testing.T) {
 	if !strings.HasPrefix(out, fmt.Sprintf("leader %d,", to.id)) {
 		t.Fatalf("after transfer-leadership --to %d:\n%s", to.id, out)
 	}
+	// The listing is the new leader's: its own row has its commit index,
+	// not "?" (the old leader, now a follower, knows nobody's).
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == strconv.Itoa(to.id) && strings.Contains(line, "(leader)") && strings.Contains(line, "?") {
+			t.Fatalf("after transfer-leadership --to %d, the new leader's row is unknown:\n%s", to.id, out)
+		}
+	}
 	if nl := c.leader(); nl != to {
 		t.Fatalf("node %d leads after the transfer to %d", nl.id, to.id)
 	}

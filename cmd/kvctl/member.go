@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -159,12 +160,47 @@ func newMemberCmd(g *globals) *cobra.Command {
 			if f.to == 0 {
 				return nil, errors.New("--to ID is required")
 			}
-			return c.TransferLeadership(ctx, token, f.to)
+			m, err := c.TransferLeadership(ctx, token, f.to)
+			if err != nil {
+				return nil, err
+			}
+			return afterTransfer(ctx, c, token, m), nil
 		}),
 	}
 	transfer.Flags().Uint64Var(&f.to, "to", 0, "the voter that is to lead")
 	cmd.AddCommand(transfer)
 	return cmd
+}
+
+// transferListWait bounds how long kvctl asks the new leader for the
+// membership after a transfer, and transferListInterval how often.
+const (
+	transferListWait     = time.Second
+	transferListInterval = 50 * time.Millisecond
+)
+
+// afterTransfer returns the membership as the new leader reports it: the
+// transfer's own answer comes from the old leader, now a follower, which
+// tracks nobody's progress, so every commit printed "?" (an outside
+// tester's note). It asks the new leader (the client follows NOT_LEADER)
+// until every member's row is known or transferListWait passes, and falls
+// back on the best answer it got.
+func afterTransfer(ctx context.Context, c *client.Client, token string, m *proto.MembershipReply) *proto.MembershipReply {
+	deadline := time.Now().Add(transferListWait)
+	for time.Now().Before(deadline) {
+		if l, err := c.Members(ctx, token); err == nil && l.Leader == m.Leader {
+			m = l
+			if !slices.ContainsFunc(l.Members, func(mi proto.MemberInfo) bool { return !mi.Tracked }) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return m
+		case <-time.After(transferListInterval):
+		}
+	}
+	return m
 }
 
 func parseMemberID(s string) (uint64, error) {
