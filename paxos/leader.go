@@ -280,7 +280,7 @@ func (l *leader) enqueue(cmds [][]byte) error {
 }
 
 func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
-	if l.ccQueued != nil || len(l.ccSlots) > 0 {
+	if l.confChangeInFlight() {
 		return ErrConfChangeBusy
 	}
 	if err := n.checkConfChange(cc); err != nil {
@@ -288,6 +288,12 @@ func (l *leader) enqueueConfChange(n *Node, cc ConfChange) error {
 	}
 	l.ccQueued = &cc
 	return nil
+}
+
+// confChangeInFlight reports whether a membership change is queued or
+// proposed and not yet committed: one at a time.
+func (l *leader) confChangeInFlight() bool {
+	return l.ccQueued != nil || len(l.ccSlots) > 0
 }
 
 // canAssign reports whether the leader may fill a new slot now.

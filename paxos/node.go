@@ -567,7 +567,7 @@ func (n *Node) Propose(cmds [][]byte) error {
 // ProposeConfChange would answer ErrConfChangeBusy for. False on a node
 // that does not lead.
 func (n *Node) ConfChangePending() bool {
-	return n.role == RoleLeader && (n.lead.ccQueued != nil || len(n.lead.ccSlots) > 0)
+	return n.role == RoleLeader && n.lead.confChangeInFlight()
 }
 
 // ProposeConfChange proposes a membership change through the log.

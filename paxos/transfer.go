@@ -84,7 +84,7 @@ func (n *Node) TransferLeadership(to NodeID) error {
 		return fmt.Errorf("%w: node %d (voters %v)", ErrTransferTarget, to, n.conf.latest())
 	case n.transferring():
 		return ErrTransferring
-	case n.lead.ccQueued != nil || len(n.lead.ccSlots) > 0:
+	case n.lead.confChangeInFlight():
 		return ErrConfChangeBusy
 	}
 	n.xfer = transferState{to: to, ballot: n.lead.ballot, until: n.now + int64(n.cfg.ElectionTicks)}
