@@ -214,24 +214,35 @@ func (a *Auth) open(b []byte, channel byte) ([]byte, paxos.NodeID, error) {
 // openChecked is open, with the replay window checked (and the counter
 // taken) only when window is set.
 func (a *Auth) openChecked(b []byte, channel byte, window bool) ([]byte, paxos.NodeID, error) {
+	h, err := a.authenticate(b, channel, window, true)
+	if err != nil {
+		return nil, 0, a.reject(err)
+	}
+	return b[authHeaderBytes : len(b)-authTagBytes], h.sender, nil
+}
+
+// authenticate runs open's checks on b and returns its header: framing,
+// cluster, a sender other than this node (and one it admits, with admit),
+// the tag, then, with window, the replay window. It counts nothing.
+func (a *Auth) authenticate(b []byte, channel byte, window, admit bool) (sealedHeader, error) {
 	h, err := parseSealedHeader(b)
 	if err != nil || len(b) < authOverheadBytes || h.channel != channel {
-		return nil, 0, a.reject(errAuthMalformed)
+		return h, errAuthMalformed
 	}
 	if h.cluster != a.cluster || h.sender == a.self || h.sender == 0 {
-		return nil, 0, a.reject(errAuthSender)
+		return h, errAuthSender
 	}
-	if !a.admits(h.sender) {
-		return nil, 0, a.reject(errAuthSender)
+	if admit && !a.admits(h.sender) {
+		return h, errAuthSender
 	}
 	signed := b[:len(b)-authTagBytes]
 	if !a.verify(h.sender, signed, binary.LittleEndian.Uint64(b[len(b)-authTagBytes:])) {
-		return nil, 0, a.reject(ErrAuthFailed)
+		return h, ErrAuthFailed
 	}
 	if window && !a.fresh(h) {
-		return nil, 0, a.reject(errAuthReplay)
+		return h, errAuthReplay
 	}
-	return b[authHeaderBytes : len(b)-authTagBytes], h.sender, nil
+	return h, nil
 }
 
 // fresh admits (sender, incarnation, counter) once, within the window.

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"synod/internal/siphash"
@@ -59,19 +58,9 @@ func (a *Auth) setSenders(ids []paxos.NodeID) error {
 // not returned: the packet is dropped, and the sender's next one, once
 // admitted, is delivered.
 func (a *Auth) openStranger(b []byte, channel byte) (paxos.NodeID, error) {
-	h, err := parseSealedHeader(b)
-	if err != nil || len(b) < authOverheadBytes || h.channel != channel {
-		return 0, errAuthMalformed
-	}
-	if h.cluster != a.cluster || h.sender == a.self || h.sender == 0 || h.sender >= peersMax {
-		return 0, errAuthSender
-	}
-	signed := b[:len(b)-authTagBytes]
-	if !a.verify(h.sender, signed, binary.LittleEndian.Uint64(b[len(b)-authTagBytes:])) {
-		return 0, ErrAuthFailed
-	}
-	if !a.fresh(h) {
-		return 0, errAuthReplay
+	h, err := a.authenticate(b, channel, true, false)
+	if err != nil {
+		return 0, err
 	}
 	return h.sender, nil
 }
