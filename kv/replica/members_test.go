@@ -53,6 +53,18 @@ func (c *testCluster) addPeer(id paxos.NodeID) Peer {
 	return p
 }
 
+// proposeInOneTurn runs first and then second on r's consensus loop in
+// one turn (so the first's change is still uncommitted when the second
+// runs) and returns what each returned.
+func proposeInOneTurn(t *testing.T, ctx context.Context, r *Replica, first, second func() error) (error, error) {
+	t.Helper()
+	errs := make(chan error, 2)
+	if err := r.control(ctx, func() { errs <- first(); errs <- second() }); err != nil {
+		t.Fatal(err)
+	}
+	return <-errs, <-errs
+}
+
 // waitMembers waits until node id's paxos membership and published record
 // are voters and learners.
 func (c *testCluster) waitMembers(id paxos.NodeID, voters, learners []paxos.NodeID) {
@@ -193,20 +205,20 @@ func TestMemberChangeRules(t *testing.T) {
 	}
 	// Two changes at once: the second one queued while the first is
 	// uncommitted is refused (both proposed in one consensus-loop turn).
-	errs := make(chan error, 2)
-	if err := r.control(ctx, func() {
-		_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 9})
-		errs <- err
-		_, err = r.proposeMemberChange(MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"})
-		errs <- err
-	}); err != nil {
-		t.Fatal(err)
+	first, second := proposeInOneTurn(t, ctx, r,
+		func() error {
+			_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 9})
+			return err
+		},
+		func() error {
+			_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"})
+			return err
+		})
+	if first != nil {
+		t.Fatalf("the first change: %v", first)
 	}
-	if err := <-errs; err != nil {
-		t.Fatalf("the first change: %v", err)
-	}
-	if err := <-errs; !errors.Is(err, ErrMemberConflict) {
-		t.Fatalf("a second change while one is pending: %v, want ErrMemberConflict", err)
+	if !errors.Is(second, ErrMemberConflict) {
+		t.Fatalf("a second change while one is pending: %v, want ErrMemberConflict", second)
 	}
 	c.waitMembers(l, []paxos.NodeID{1, 2, 3}, nil)
 }
@@ -226,29 +238,27 @@ func TestMemberOpWhileAnotherIsPending(t *testing.T) {
 	defer cancel()
 	add := MemberChange{Op: proto.OpMemberAdd, ID: 8, ConsensusAddr: "127.0.0.1:8", ClientAddr: "x:1"}
 	for _, second := range []MemberChange{{Op: proto.OpMemberRemove, ID: 8}, add, {Op: proto.OpMemberPromote, ID: 2}, {Op: proto.OpTransferLeader, ID: l}} {
-		errs := make(chan error, 2)
-		if err := r.control(ctx, func() {
-			if !slices.ContainsFunc(r.members.committed, func(m sm.Member) bool { return m.ID == 8 }) {
-				_, err := r.proposeMemberChange(add)
-				errs <- err
-			} else {
-				_, err := r.proposeMemberChange(MemberChange{Op: proto.OpMemberRemove, ID: 8})
-				errs <- err
-			}
-			if second.Op == proto.OpTransferLeader {
-				errs <- r.startTransfer(second.ID) // to itself: OK but for the pending change
-				return
-			}
-			_, err := r.proposeMemberChange(second)
-			errs <- err
-		}); err != nil {
-			t.Fatal(err)
+		firstErr, secondErr := proposeInOneTurn(t, ctx, r,
+			func() error {
+				first := add
+				if slices.ContainsFunc(r.members.committed, func(m sm.Member) bool { return m.ID == 8 }) {
+					first = MemberChange{Op: proto.OpMemberRemove, ID: 8}
+				}
+				_, err := r.proposeMemberChange(first)
+				return err
+			},
+			func() error {
+				if second.Op == proto.OpTransferLeader {
+					return r.startTransfer(second.ID) // to itself: OK but for the pending change
+				}
+				_, err := r.proposeMemberChange(second)
+				return err
+			})
+		if firstErr != nil {
+			t.Fatalf("the first change: %v", firstErr)
 		}
-		if err := <-errs; err != nil {
-			t.Fatalf("the first change: %v", err)
-		}
-		if err := <-errs; !errors.Is(err, ErrMemberConflict) {
-			t.Fatalf("%v %d while another change is uncommitted: %v, want ErrMemberConflict", second.Op, second.ID, err)
+		if !errors.Is(secondErr, ErrMemberConflict) {
+			t.Fatalf("%v %d while another change is uncommitted: %v, want ErrMemberConflict", second.Op, second.ID, secondErr)
 		}
 		// Through the operation as a client sends it: refused while
 		// pending, or, once the first committed, judged on its outcome.
