@@ -48,3 +48,57 @@ func BenchmarkSum64_1KiB(b *testing.B) {
 		k.Sum64(msg)
 	}
 }
+
+// TestDigestEqualsSum64: a message written to a Digest in any two or three
+// parts has the tag Sum64 gives it whole, at every length that crosses a
+// word boundary or none; and Sum64 leaves the Digest as it was.
+func TestDigestEqualsSum64(t *testing.T) {
+	var kb [KeyBytes]byte
+	for i := range kb {
+		kb[i] = byte(3 * i)
+	}
+	k := NewKey(kb)
+	msg := make([]byte, 300)
+	for i := range msg {
+		msg[i] = byte(i*7 + 1)
+	}
+	for n := 0; n <= 40; n++ {
+		want := k.Sum64(msg[:n])
+		for i := 0; i <= n; i++ {
+			for j := i; j <= n; j++ {
+				d := k.Digest()
+				d.Write(msg[:i])
+				d.Write(msg[i:j])
+				if got := d.Sum64(); got != k.Sum64(msg[:j]) {
+					t.Fatalf("parts [0:%d][%d:%d]: %#x, want %#x", i, i, j, got, k.Sum64(msg[:j]))
+				}
+				d.Write(msg[j:n])
+				if got := d.Sum64(); got != want {
+					t.Fatalf("length %d in parts [0:%d][%d:%d][%d:%d]: %#x, want %#x", n, i, i, j, j, n, got, want)
+				}
+			}
+		}
+	}
+	// A long message after a header that is no whole number of words
+	// (the sealer's case: a 36-byte header, then the payload).
+	d := k.Digest()
+	d.Write(msg[:36])
+	d.Write(msg[36:])
+	if got, want := d.Sum64(), k.Sum64(msg); got != want {
+		t.Fatalf("36 + %d bytes: %#x, want %#x", len(msg)-36, got, want)
+	}
+}
+
+func BenchmarkDigest_1MiB_after36(b *testing.B) {
+	var kb [KeyBytes]byte
+	k := NewKey(kb)
+	msg := make([]byte, 1<<20)
+	var hdr [36]byte
+	b.SetBytes(int64(len(msg)))
+	for i := 0; i < b.N; i++ {
+		d := k.Digest()
+		d.Write(hdr[:])
+		d.Write(msg)
+		d.Sum64()
+	}
+}

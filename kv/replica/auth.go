@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -314,38 +315,47 @@ func (a *Auth) shouldLog(now time.Time) bool {
 // payload, and the whole tag after (openFrameHead, openFrameBody).
 const sideFrameHeadBytes = 4 + authHeaderBytes + authTagBytes
 
-// sealSideTo returns the side-channel frame of payload, built in buffers
-// the caller keeps: it seals payload into bufs.sealed, frames it into
-// bufs.frame and returns the frame, which aliases bufs.frame until the
-// next call. The side channel's send loop keeps one sideBufs a peer, so a
-// frame costs no allocation.
-func (a *Auth) sealSideTo(bufs *sideBufs, payload []byte) []byte {
-	bufs.sealed = a.seal(bufs.sealed[:0], authChannelSide, payload)
-	bufs.frame = a.frameSealed(bufs.frame[:0], bufs.sealed)
-	return bufs.frame
+// sealedFrame is a stream frame sealed around a payload it does not hold:
+// on the wire the frame is head, then the payload as given, then tag
+// (the layout above). Sealing a large Accept or snapshot chunk this way
+// costs no copy of it: the tag is computed over the header and the
+// payload where they lie (siphash.Digest), and the writer takes the three
+// parts in turn. A sender keeps one sealedFrame and reuses it frame after
+// frame (no allocation a frame).
+type sealedFrame struct {
+	head [sideFrameHeadBytes]byte
+	tag  [authTagBytes]byte
 }
 
-// sideBufs are a side channel sender's buffers for sealing frames
-// (sealSideTo).
-type sideBufs struct{ sealed, frame []byte }
+// sealFrame seals payload as this node's next packet on stream channel
+// (authChannelSide or authChannelSnapshot) into f: byte for byte the
+// frame of seal's packet (frameSealed), without copying payload.
+func (a *Auth) sealFrame(f *sealedFrame, channel byte, payload []byte) {
+	hdr := f.head[4 : 4+authHeaderBytes]
+	binary.LittleEndian.PutUint32(f.head[0:4], uint32(authHeaderBytes+len(payload)+authTagBytes))
+	hdr[0], hdr[1], hdr[2], hdr[3] = authMagic, channel, 0, 0
+	binary.LittleEndian.PutUint64(hdr[4:], a.cluster)
+	binary.LittleEndian.PutUint64(hdr[12:], uint64(a.self))
+	binary.LittleEndian.PutUint64(hdr[20:], a.incarnation)
+	binary.LittleEndian.PutUint64(hdr[28:], a.counter[channel].Add(1))
+	key := a.keys[0][a.self]
+	binary.LittleEndian.PutUint64(f.head[4+authHeaderBytes:], key.Sum64(f.head[:4+authHeaderBytes]))
+	d := key.Digest()
+	d.Write(hdr)
+	d.Write(payload)
+	binary.LittleEndian.PutUint64(f.tag[:], d.Sum64())
+}
 
-// release drops buffers that a large frame grew past sideBufsBytesMax, so
-// that one large message does not keep its size for the connection's
-// life.
-func (b *sideBufs) release() {
-	if cap(b.sealed) > sideBufsBytesMax || cap(b.frame) > sideBufsBytesMax {
-		*b = sideBufs{}
+// write writes the frame f sealed around payload to w.
+func (f *sealedFrame) write(w io.Writer, payload []byte) error {
+	if _, err := w.Write(f.head[:]); err != nil {
+		return err
 	}
-}
-
-// frameSealed appends to dst the stream frame (side channel, snapshot
-// transfers) of sealed, a packet this node sealed on a stream channel.
-func (a *Auth) frameSealed(dst, sealed []byte) []byte {
-	start := len(dst)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(sealed)))
-	dst = append(dst, sealed[:authHeaderBytes]...)
-	dst = binary.LittleEndian.AppendUint64(dst, a.keys[0][a.self].Sum64(dst[start:]))
-	return append(dst, sealed[authHeaderBytes:]...)
+	if _, err := w.Write(payload); err != nil {
+		return err
+	}
+	_, err := w.Write(f.tag[:])
+	return err
 }
 
 // openSideHead authenticates a frame head (sideFrameHeadBytes) and returns

@@ -149,7 +149,7 @@ func TestAuthRotation(t *testing.T) {
 // peer's frames arrive.
 func TestSideChannelRefusesUnauthenticatedBeforeBuffering(t *testing.T) {
 	got := make(chan []byte, 4)
-	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- p; return true }, zerolog.Nop())
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- bytes.Clone(p); return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

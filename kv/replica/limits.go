@@ -156,11 +156,14 @@ const (
 	// the buffer it encodes a batch's payloads in between batches
 	// (PMemLog.payloads).
 	pmemPayloadsBytesMax = 1 << 20
-	// sideBufsBytesMax is the most a side channel sender keeps of the
-	// buffers it seals frames in between frames (sideBufs): an Accept
-	// batch fits many times over; a larger frame's buffers are dropped
-	// after it is written.
-	sideBufsBytesMax = 1 << 20
+	// sideRecvBufBytesMax and sideSpareBufs bound the frame buffers a
+	// side-channel receiver keeps between frames to read the next ones
+	// into (sidechannel.go, takeBuf): the Accept of a 1 MiB value fits
+	// one, so a stream of them is read without allocating and zeroing a
+	// buffer each; a larger frame's buffer is dropped once delivered. At
+	// most 8 MiB kept node-wide, outside sideBufferedBytesMax.
+	sideRecvBufBytesMax = 2 << 20
+	sideSpareBufs       = 4
 	// sideBufferedBytesMax bounds the frame bodies buffered at once across
 	// every side-channel connection of a node (two of the largest); a
 	// receiver waits for room before reading a body.

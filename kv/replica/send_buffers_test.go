@@ -2,6 +2,8 @@ package replica
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -89,16 +91,21 @@ func TestPMemLogAppendReusesPayloads(t *testing.T) {
 }
 
 // TestSideFramesReuseBuffers: a side channel sender seals frame after
-// frame in its own buffers without allocating, each frame opens at the
-// receiver as its payload, and a frame larger than sideBufsBytesMax does
-// not leave its buffers behind.
+// frame in the one sealedFrame it keeps, without allocating and without a
+// buffer the size of the payload, and each frame opens at the receiver as
+// its payload.
 func TestSideFramesReuseBuffers(t *testing.T) {
 	tx := mustAuth(t, 9, 1, secretA)
 	rx := mustAuth(t, 9, 2, secretA)
-	var bufs sideBufs
-	for _, n := range []int{1, 300, 1452, 40 << 10, 3} {
+	s := &sideChannel{auth: tx}
+	var f sealedFrame
+	for _, n := range []int{0, 1, 300, 1452, 40 << 10, 3, 1<<20 + 5} {
 		p := bytes.Repeat([]byte{byte(n)}, n)
-		frame := tx.sealSideTo(&bufs, p)
+		var w bytes.Buffer
+		if err := s.writeFrame(&w, p, &f); err != nil {
+			t.Fatal(err)
+		}
+		frame := w.Bytes()
 		sealedLen, err := rx.openSideHead(frame[:sideFrameHeadBytes], sideFrameBytesMax)
 		if err != nil {
 			t.Fatalf("%d bytes: head: %v", n, err)
@@ -112,21 +119,58 @@ func TestSideFramesReuseBuffers(t *testing.T) {
 			t.Fatalf("%d bytes: opened %d bytes, err %v", n, len(got), err)
 		}
 	}
-	s := &sideChannel{auth: tx}
-	p := make([]byte, 1000)
-	if allocs := testing.AllocsPerRun(100, func() {
-		if err := s.writeFrame(io.Discard, p, &bufs); err != nil {
+	p := make([]byte, 1<<20)
+	if allocs := testing.AllocsPerRun(20, func() {
+		if err := s.writeFrame(io.Discard, p, &f); err != nil {
 			t.Fatal(err)
 		}
 	}); allocs != 0 {
-		t.Fatalf("writing a sealed frame allocated %.1f times, want 0", allocs)
+		t.Fatalf("writing a sealed frame of 1 MiB allocated %.1f times, want 0", allocs)
 	}
-	if err := s.writeFrame(io.Discard, make([]byte, sideBufsBytesMax+1), &bufs); err != nil {
+}
+
+// TestSealFrameEqualsReference: the frame sealFrame writes around a payload
+// is, byte for byte, the frame of the sealed packet built whole (seal, then
+// frameSealed), on both stream channels, at lengths around the tag's word
+// boundaries; and a receiver opens it. A tag over the wrong bytes (planted:
+// the header left out of the digest) differs and is refused.
+func TestSealFrameEqualsReference(t *testing.T) {
+	tx := mustAuth(t, 9, 1, secretA)
+	rx := mustAuth(t, 9, 2, secretA)
+	for _, ch := range []byte{authChannelSide, authChannelSnapshot} {
+		for n := 0; n <= 70; n++ {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i*13 + n)
+			}
+			var f sealedFrame
+			before := tx.counter[ch].Load()
+			tx.sealFrame(&f, ch, p)
+			got := f.bytes(p)
+			tx.counter[ch].Store(before)
+			want := tx.frameSealed(nil, tx.seal(nil, ch, p))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("channel %d, %d bytes:\n got %x\nwant %x", ch, n, got, want)
+			}
+			if _, err := rx.openFrameHead(got[:sideFrameHeadBytes], ch, sideFrameBytesMax); err != nil {
+				t.Fatalf("channel %d, %d bytes: head refused: %v", ch, n, err)
+			}
+		}
+	}
+	// The plant: a tag over the payload alone.
+	p := []byte("an accept batch")
+	var f sealedFrame
+	tx.sealFrame(&f, authChannelSide, p)
+	d := tx.keys[0][tx.self].Digest()
+	d.Write(p)
+	binary.LittleEndian.PutUint64(f.tag[:], d.Sum64())
+	frame := f.bytes(p)
+	if _, err := rx.openSideHead(frame[:sideFrameHeadBytes], sideFrameBytesMax); err != nil {
 		t.Fatal(err)
 	}
-	if cap(bufs.sealed) != 0 || cap(bufs.frame) != 0 {
-		t.Fatalf("after a frame of %d bytes the sender keeps %d + %d bytes of buffers, want them given back",
-			sideBufsBytesMax+1, cap(bufs.sealed), cap(bufs.frame))
+	sealed := append(append([]byte(nil), frame[4:4+authHeaderBytes]...), frame[sideFrameHeadBytes:]...)
+	if _, err := rx.openSideBody(sealed); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("a tag without the header opened: %v", err)
 	}
 }
 

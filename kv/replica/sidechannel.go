@@ -75,9 +75,16 @@ type sideChannel struct {
 	// frames may hold together (sideProbationBytesMax): what they hold
 	// leaves proven peers the rest.
 	probation chan struct{}
-	// deliver is called by receivers with a frame they own; it reports
-	// whether the frame's message was addressed to this node (a frame
-	// that was not proves nothing: a replay of another node's traffic).
+	// spare holds frame buffers delivered frames are done with
+	// (takeBuf, giveBack): at most sideSpareBufs of at most
+	// sideRecvBufBytesMax each.
+	spare chan []byte
+	// deliver is called by receivers with a frame that is theirs only
+	// until deliver returns (the receiver reads its next frame into the
+	// same buffer: a megabyte frame is not allocated and zeroed anew);
+	// it reports whether the frame's message was addressed to this node
+	// (a frame that was not proves nothing: a replay of another node's
+	// traffic).
 	deliver func(b []byte) bool
 	// serveSnapshot, when set, is handed a connection that opens with
 	// snapshotConnMagic (a snapshot transfer, snapshot_wire.go) instead
@@ -165,6 +172,7 @@ func newSideChannel(listenAddr string, peers map[paxos.NodeID]string, auth *Auth
 		auth:         auth,
 		budget:       make(chan struct{}, sideBufferedBytesMax/sideBudgetUnitBytes),
 		probation:    make(chan struct{}, sideProbationBytesMax/sideBudgetUnitBytes),
+		spare:        make(chan []byte, sideSpareBufs),
 		deliver:      deliver,
 		peers:        make(map[paxos.NodeID]*sidePeer, len(peers)),
 		stop:         make(chan struct{}),
@@ -304,6 +312,7 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 		s.wg.Done()
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
+	var frameBuf []byte // taken from s.spare when a frame comes; given back after it
 	// The first head (or a snapshot transfer's magic) within
 	// sideHeadTimeout; readSealedFrame lifts the deadline once a head
 	// authenticates.
@@ -321,7 +330,7 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 			err error
 		)
 		if s.auth != nil {
-			b, err = s.readSealedFrame(c, r, sc)
+			b, err = s.readSealedFrame(c, r, sc, &frameBuf)
 		} else {
 			b, err = readSideFrame(r)
 			sc.proven.Store(true) // no authentication: nothing to prove
@@ -367,7 +376,35 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 			return
 		}
 		s.deliver(b)
+		s.giveBack(&frameBuf)
 	}
+}
+
+// takeBuf returns a buffer of n bytes for a frame body: a spare one when
+// one is large enough, else a new one.
+func (s *sideChannel) takeBuf(n int) []byte {
+	select {
+	case b := <-s.spare:
+		if cap(b) >= n {
+			return b[:n]
+		}
+		s.giveBack(&b) // too small for this frame: kept for the next
+	default:
+	}
+	return make([]byte, n)
+}
+
+// giveBack keeps *b for the next frame of any connection, unless it is
+// larger than sideRecvBufBytesMax or sideSpareBufs are kept already, and
+// clears *b.
+func (s *sideChannel) giveBack(b *[]byte) {
+	if *b != nil && cap(*b) <= sideRecvBufBytesMax {
+		select {
+		case s.spare <- *b:
+		default:
+		}
+	}
+	*b = nil
 }
 
 // readSealedFrame reads one authenticated frame: its head is checked
@@ -376,7 +413,10 @@ func (s *sideChannel) recvLoop(c net.Conn, sc *sideConn) {
 // proven connections' budget, or the probation budget for an unproven
 // connection's first frame, whose body must then come within
 // sideHeadTimeout.
-func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]byte, error) {
+//
+// The body is read into a buffer taken from the spares (takeBuf) and left
+// in *buf; the payload returned aliases it until the caller gives it back.
+func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn, buf *[]byte) ([]byte, error) {
 	var head [sideFrameHeadBytes]byte
 	proven := sc.proven.Load()
 	if proven {
@@ -429,7 +469,8 @@ func (s *sideChannel) readSealedFrame(c net.Conn, r io.Reader, sc *sideConn) ([]
 	}
 	// An authenticated head gets bodyTimeout for its body.
 	c.SetReadDeadline(time.Now().Add(bodyTimeout))
-	sealed := make([]byte, n)
+	*buf = s.takeBuf(n)
+	sealed := *buf
 	copy(sealed, head[4:4+authHeaderBytes])
 	if _, err := io.ReadFull(r, sealed[authHeaderBytes:]); err != nil {
 		return nil, fmt.Errorf("reading side-channel frame: %w", err)
@@ -465,16 +506,15 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 
 // writeFrame writes one frame, sealed (in bufs) when the channel
 // authenticates.
-func (s *sideChannel) writeFrame(w io.Writer, b []byte, bufs *sideBufs) error {
+func (s *sideChannel) writeFrame(w io.Writer, b []byte, f *sealedFrame) error {
 	if s.auth == nil {
 		return writeSideFrame(w, b)
 	}
 	if len(b)+authOverheadBytes > sideFrameBytesMax {
 		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
 	}
-	_, err := w.Write(s.auth.sealSideTo(bufs, b))
-	bufs.release()
-	return err
+	s.auth.sealFrame(f, authChannelSide, b)
+	return f.write(w, b)
 }
 
 // writeSideFrame writes one unsealed frame.
@@ -500,7 +540,7 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 	var (
 		conn    net.Conn
 		w       *bufio.Writer
-		bufs    sideBufs // sealing, reused frame after frame
+		sealing sealedFrame // reused frame after frame
 		backoff = s.backoffMin
 	)
 	defer func() {
@@ -542,10 +582,10 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 			conn, w = c, bufio.NewWriterSize(c, 64<<10)
 		}
 		conn.SetWriteDeadline(time.Now().Add(sideWriteTimeout))
-		err := s.writeFrame(w, b, &bufs)
+		err := s.writeFrame(w, b, &sealing)
 		// Coalesce whatever else is queued into the same flush.
 		for err == nil && len(p.queue) > 0 {
-			err = s.writeFrame(w, p.take(<-p.queue), &bufs)
+			err = s.writeFrame(w, p.take(<-p.queue), &sealing)
 		}
 		if err == nil {
 			err = w.Flush()

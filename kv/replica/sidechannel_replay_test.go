@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -105,7 +106,7 @@ func sideReceiver(t *testing.T) (*sideChannel, chan []byte) {
 			return false
 		}
 		select {
-		case got <- p:
+		case got <- bytes.Clone(p): // p is the receiver's until deliver returns
 		default: // nobody reads any more: the receiver must not block on close
 		}
 		return true

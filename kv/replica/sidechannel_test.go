@@ -62,7 +62,7 @@ func TestSideChannelReconnects(t *testing.T) {
 	a.send(2, []byte("lost: peer down"))
 	time.Sleep(50 * time.Millisecond)
 
-	b, err := newSideChannel(addr, nil, nil, func(p []byte) bool { got <- p; return true }, zerolog.Nop())
+	b, err := newSideChannel(addr, nil, nil, func(p []byte) bool { got <- bytes.Clone(p); return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSideChannelIdleConnsDoNotLockOutPeers(t *testing.T) {
 func sideDeliveredPastIdleConns(t *testing.T) bool {
 	t.Helper()
 	got := make(chan []byte, 4)
-	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- p; return true }, zerolog.Nop())
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool { got <- bytes.Clone(p); return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func sideRedialAfterHeard(t *testing.T, wait time.Duration) (time.Duration, bool
 		}
 	}
 	got := make(chan []byte, 16)
-	b, err := newSideChannel(addr, nil, nil, func(p []byte) bool { got <- p; return true }, zerolog.Nop())
+	b, err := newSideChannel(addr, nil, nil, func(p []byte) bool { got <- bytes.Clone(p); return true }, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,4 +294,59 @@ func TestSideChannelSteadyPeerWakesNothing(t *testing.T) {
 		t.Fatal("a peer heard after a silence did not wake its sender")
 	}
 	fmt.Printf("side channel steady peer: woke_when_steady=false woke_after_silence=true dials_failed=%d\n", a.dropped.Load())
+}
+
+// TestSideFramesReadIntoSpareBuffers: a receiver reads a stream of sealed
+// 1 MiB frames into the buffers it keeps (takeBuf, giveBack) instead of a
+// new one a frame, and every frame arrives whole and intact; a frame
+// larger than sideRecvBufBytesMax is delivered too, and its buffer is not
+// kept.
+func TestSideFramesReadIntoSpareBuffers(t *testing.T) {
+	type seen struct {
+		ok    bool
+		first *byte
+	}
+	got := make(chan seen, 64)
+	want := func(i, n int) []byte { return bytes.Repeat([]byte{byte(i)}, n) }
+	var i int
+	sizes := []int{1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20, sideRecvBufBytesMax + 1, 1 << 20, 1 << 20}
+	rx, err := newSideChannel("127.0.0.1:0", nil, mustAuth(t, 9, 2, secretA), func(p []byte) bool {
+		got <- seen{ok: bytes.Equal(p, want(i, sizes[i])), first: &p[0]}
+		i++
+		return true
+	}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx.start()
+	defer rx.close()
+	tx, err := newSideChannel("127.0.0.1:0", map[paxos.NodeID]string{2: rx.ln.Addr().String()}, mustAuth(t, 9, 1, secretA), func([]byte) bool { return true }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.start()
+	defer tx.close()
+	arrays := map[*byte]bool{}
+	for k, n := range sizes {
+		tx.send(2, want(k, n)) // one at a time: the send queue's byte bound takes one
+		select {
+		case s := <-got:
+			if !s.ok {
+				t.Fatalf("frame %d (%d bytes) arrived changed", k, n)
+			}
+			if n <= sideRecvBufBytesMax {
+				arrays[s.first] = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("frame %d (%d bytes) did not arrive", k, n)
+		}
+	}
+	if len(arrays) > 2 {
+		t.Fatalf("%d frames of 1 MiB were read into %d buffers, want them read into one or two kept ones", len(sizes)-1, len(arrays))
+	}
+	for len(rx.spare) > 0 {
+		if b := <-rx.spare; cap(b) > sideRecvBufBytesMax {
+			t.Fatalf("a buffer of %d bytes was kept, bound %d", cap(b), sideRecvBufBytesMax)
+		}
+	}
 }

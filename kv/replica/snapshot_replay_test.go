@@ -79,10 +79,11 @@ func snapRequestReplay(t *testing.T, planted bool) (res snapReplayResult) {
 	one := mustAuth(t, 9, 1, secretA)
 	c2, sc2 := snapDial(t, c, 2, one)
 	defer c2.Close()
-	if err := sc2.write(appendSnapRequest(nil, 77, 1, 2, 0)); err != nil {
+	req := appendSnapRequest(nil, 77, 1, 2, 0)
+	if err := sc2.write(req); err != nil {
 		t.Fatal(err)
 	}
-	captured := append([]byte(nil), sc2.wbuf...)
+	captured := sc2.sealing.bytes(req)
 	res.servedTo2 = snapAnswerIsHeader(sc2)
 
 	before := counterValue(c.nodes[3].r.metrics.AuthRefused)

@@ -289,8 +289,7 @@ type snapConn struct {
 	w       *bufio.Writer
 	auth    *Auth
 	rbuf    []byte
-	wbuf    []byte
-	scratch []byte
+	sealing sealedFrame // reused frame after frame
 	// peer is the authenticated sender of the last frame read (0 without
 	// authentication).
 	peer paxos.NodeID
@@ -306,14 +305,18 @@ func newSnapConn(c net.Conn, r *bufio.Reader, auth *Auth) *snapConn {
 // write sends one frame payload within snapshotStallTimeout.
 func (sc *snapConn) write(payload []byte) error {
 	sc.c.SetWriteDeadline(time.Now().Add(snapshotStallTimeout))
+	var err error
 	if sc.auth != nil {
-		sc.scratch = sc.auth.seal(sc.scratch[:0], authChannelSnapshot, payload)
-		sc.wbuf = sc.auth.frameSealed(sc.wbuf[:0], sc.scratch)
+		sc.auth.sealFrame(&sc.sealing, authChannelSnapshot, payload)
+		err = sc.sealing.write(sc.w, payload)
 	} else {
-		sc.wbuf = binary.LittleEndian.AppendUint32(sc.wbuf[:0], uint32(len(payload)))
-		sc.wbuf = append(sc.wbuf, payload...)
+		var hdr [4]byte
+		binary.LittleEndian.PutUint32(hdr[:], uint32(len(payload)))
+		if _, err = sc.w.Write(hdr[:]); err == nil {
+			_, err = sc.w.Write(payload)
+		}
 	}
-	if _, err := sc.w.Write(sc.wbuf); err != nil {
+	if err != nil {
 		return err
 	}
 	return sc.w.Flush()
