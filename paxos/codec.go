@@ -107,6 +107,23 @@ var errDecode = errors.New("paxos: malformed encoding")
 
 // AppendMessage appends the wire encoding of m to buf.
 func AppendMessage(buf []byte, m *Message) []byte {
+	buf = AppendMessageHead(buf, m)
+	buf = AppendEntries(buf, m.Entries)
+	if s := m.Snapshot; s != nil {
+		buf = AppendSnapshotMeta(buf, s)
+	}
+	return buf
+}
+
+// MessageHeadBytes is the size of a message's head (AppendMessageHead).
+const MessageHeadBytes = messageHeaderBytes
+
+// AppendMessageHead appends the head of m's wire encoding to buf: every
+// field and the number of entries, MessageHeadBytes in all. For a message
+// without a snapshot, the head then AppendEntries of its entries is
+// AppendMessage byte for byte: a leader sending the same entries to every
+// follower encodes them once and each follower's head alone.
+func AppendMessageHead(buf []byte, m *Message) []byte {
 	var flags uint8
 	if m.Reject {
 		flags |= flagReject
@@ -127,12 +144,23 @@ func AppendMessage(buf []byte, m *Message) []byte {
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Index))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(m.Last))
 	buf = binary.LittleEndian.AppendUint64(buf, m.Context)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(m.Entries)))
-	for i := range m.Entries {
-		buf = AppendEntry(buf, &m.Entries[i])
+	return binary.LittleEndian.AppendUint32(buf, uint32(len(m.Entries)))
+}
+
+// EntriesSize is the encoded size of ents (AppendEntries).
+func EntriesSize(ents []Entry) int {
+	n := 0
+	for i := range ents {
+		n += entryBytes(&ents[i])
 	}
-	if s := m.Snapshot; s != nil {
-		buf = AppendSnapshotMeta(buf, s)
+	return n
+}
+
+// AppendEntries appends the encoding of ents, the part of a message's
+// encoding after its head (AppendMessageHead).
+func AppendEntries(buf []byte, ents []Entry) []byte {
+	for i := range ents {
+		buf = AppendEntry(buf, &ents[i])
 	}
 	return buf
 }

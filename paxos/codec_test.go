@@ -44,6 +44,15 @@ func TestMessageRoundTrip(t *testing.T) {
 				t.Fatalf("%v: EntrySize %d, encoding %d bytes", m.Type, n, enc)
 			}
 		}
+		if m.Snapshot == nil {
+			// Head and entries encoded apart are the message.
+			head := AppendMessageHead(nil, &m)
+			if len(head) != MessageHeadBytes || EntriesSize(m.Entries) != len(b)-len(head) ||
+				string(append(head, AppendEntries(nil, m.Entries)...)) != string(b) {
+				t.Fatalf("%v: head (%d bytes) and entries (%d bytes) differ from the message (%d bytes)",
+					m.Type, len(head), EntriesSize(m.Entries), len(b))
+			}
+		}
 		got, err := UnmarshalMessage(b)
 		if err != nil {
 			t.Fatalf("%v: %v", m.Type, err)

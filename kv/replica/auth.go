@@ -145,13 +145,18 @@ func deriveKey(secret []byte, cluster uint64, sender paxos.NodeID) siphash.Key {
 
 // seal appends the sealed form of payload on channel to dst.
 func (a *Auth) seal(dst []byte, channel byte, payload []byte) []byte {
+	return a.sealParts(dst, channel, payload, nil)
+}
+
+// sealParts is seal of the payload made of head and then body.
+func (a *Auth) sealParts(dst []byte, channel byte, head, body []byte) []byte {
 	start := len(dst)
 	dst = append(dst, authMagic, channel, 0, 0)
 	dst = binary.LittleEndian.AppendUint64(dst, a.cluster)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(a.self))
 	dst = binary.LittleEndian.AppendUint64(dst, a.incarnation)
 	dst = binary.LittleEndian.AppendUint64(dst, a.counter[channel].Add(1))
-	dst = append(dst, payload...)
+	dst = append(append(dst, head...), body...)
 	tag := a.keys[0][a.self].Sum64(dst[start:])
 	return binary.LittleEndian.AppendUint64(dst, tag)
 }
@@ -330,9 +335,11 @@ type sealedFrame struct {
 // sealFrame seals payload as this node's next packet on stream channel
 // (authChannelSide or authChannelSnapshot) into f: byte for byte the
 // frame of seal's packet (frameSealed), without copying payload.
-func (a *Auth) sealFrame(f *sealedFrame, channel byte, payload []byte) {
+//
+// The payload is head, then body (either may be empty).
+func (a *Auth) sealFrame(f *sealedFrame, channel byte, head, body []byte) {
 	hdr := f.head[4 : 4+authHeaderBytes]
-	binary.LittleEndian.PutUint32(f.head[0:4], uint32(authHeaderBytes+len(payload)+authTagBytes))
+	binary.LittleEndian.PutUint32(f.head[0:4], uint32(authHeaderBytes+len(head)+len(body)+authTagBytes))
 	hdr[0], hdr[1], hdr[2], hdr[3] = authMagic, channel, 0, 0
 	binary.LittleEndian.PutUint64(hdr[4:], a.cluster)
 	binary.LittleEndian.PutUint64(hdr[12:], uint64(a.self))
@@ -342,16 +349,20 @@ func (a *Auth) sealFrame(f *sealedFrame, channel byte, payload []byte) {
 	binary.LittleEndian.PutUint64(f.head[4+authHeaderBytes:], key.Sum64(f.head[:4+authHeaderBytes]))
 	d := key.Digest()
 	d.Write(hdr)
-	d.Write(payload)
+	d.Write(head)
+	d.Write(body)
 	binary.LittleEndian.PutUint64(f.tag[:], d.Sum64())
 }
 
-// write writes the frame f sealed around payload to w.
-func (f *sealedFrame) write(w io.Writer, payload []byte) error {
+// write writes the frame f sealed around the payload head, body to w.
+func (f *sealedFrame) write(w io.Writer, head, body []byte) error {
 	if _, err := w.Write(f.head[:]); err != nil {
 		return err
 	}
-	if _, err := w.Write(payload); err != nil {
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	if _, err := w.Write(body); err != nil {
 		return err
 	}
 	_, err := w.Write(f.tag[:])

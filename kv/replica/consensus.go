@@ -445,6 +445,15 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 	}
 	if len(rd.Messages) > 0 {
 		out := make([]outMsg, 0, len(rd.Messages))
+		// The leader's Accepts carry the same entries to every follower
+		// (paxos shares one slice among them): those entries are encoded
+		// once, and each message encodes its head alone (a megabyte
+		// write was encoded, and its buffer zeroed, once a follower).
+		var shared struct {
+			first *paxos.Entry
+			n     int
+			body  []byte
+		}
 		for i := range rd.Messages {
 			m := &rd.Messages[i]
 			if m.To == r.cfg.ID {
@@ -453,6 +462,14 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 			}
 			if r.accel != nil && r.accel.fast.alreadySent(m) {
 				continue // the accel fast path sent this Accepted already
+			}
+			if m.Snapshot == nil && len(m.Entries) > 0 {
+				if shared.first != &m.Entries[0] || shared.n != len(m.Entries) {
+					shared.first, shared.n = &m.Entries[0], len(m.Entries)
+					shared.body = paxos.AppendEntries(make([]byte, 0, paxos.EntriesSize(m.Entries)), m.Entries)
+				}
+				out = append(out, outMsg{to: m.To, b: paxos.AppendMessageHead(make([]byte, 0, paxos.MessageHeadBytes), m), body: shared.body})
+				continue
 			}
 			out = append(out, outMsg{to: m.To, b: paxos.AppendMessage(make([]byte, 0, paxos.MessageSize(m)), m)})
 		}

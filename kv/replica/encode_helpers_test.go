@@ -16,7 +16,7 @@ func entryPayload(e *paxos.Entry) []byte {
 // send loop writes its parts: sealFrame).
 func (a *Auth) sealSide(payload []byte) []byte {
 	var f sealedFrame
-	a.sealFrame(&f, authChannelSide, payload)
+	a.sealFrame(&f, authChannelSide, payload, nil)
 	return f.bytes(payload)
 }
 

@@ -305,6 +305,21 @@ type writeWaiter struct {
 type outMsg struct {
 	to paxos.NodeID
 	b  []byte
+	// body, when not nil, follows b on the wire: the entries of an
+	// Accept that went to every follower alike, encoded once and shared
+	// by their messages (finishReady); read-only.
+	body []byte
+}
+
+// size is the message's encoded size.
+func (m *outMsg) size() int { return len(m.b) + len(m.body) }
+
+// joined is the message in one buffer (b itself when there is no body).
+func (m *outMsg) joined() []byte {
+	if m.body == nil {
+		return m.b
+	}
+	return append(append(make([]byte, 0, m.size()), m.b...), m.body...)
 }
 
 // applyItem is a staged snapshot to swap in (one paxos accepted:

@@ -102,7 +102,9 @@ func TestSideFramesReuseBuffers(t *testing.T) {
 	for _, n := range []int{0, 1, 300, 1452, 40 << 10, 3, 1<<20 + 5} {
 		p := bytes.Repeat([]byte{byte(n)}, n)
 		var w bytes.Buffer
-		if err := s.writeFrame(&w, p, &f); err != nil {
+		// The message in two parts, as the leader's Accepts come (a
+		// head of their own, entries shared by every follower's).
+		if err := s.writeFrame(&w, sideMsg{head: p[:n/3], body: p[n/3:]}, &f); err != nil {
 			t.Fatal(err)
 		}
 		frame := w.Bytes()
@@ -121,7 +123,7 @@ func TestSideFramesReuseBuffers(t *testing.T) {
 	}
 	p := make([]byte, 1<<20)
 	if allocs := testing.AllocsPerRun(20, func() {
-		if err := s.writeFrame(io.Discard, p, &f); err != nil {
+		if err := s.writeFrame(io.Discard, sideMsg{head: p[:100], body: p[100:]}, &f); err != nil {
 			t.Fatal(err)
 		}
 	}); allocs != 0 {
@@ -132,7 +134,7 @@ func TestSideFramesReuseBuffers(t *testing.T) {
 // TestSealFrameEqualsReference: the frame sealFrame writes around a payload
 // is, byte for byte, the frame of the sealed packet built whole (seal, then
 // frameSealed), on both stream channels, at lengths around the tag's word
-// boundaries; and a receiver opens it. A tag over the wrong bytes (planted:
+// boundaries, the payload given in two parts; and a receiver opens it. A tag over the wrong bytes (planted:
 // the header left out of the digest) differs and is refused.
 func TestSealFrameEqualsReference(t *testing.T) {
 	tx := mustAuth(t, 9, 1, secretA)
@@ -145,7 +147,7 @@ func TestSealFrameEqualsReference(t *testing.T) {
 			}
 			var f sealedFrame
 			before := tx.counter[ch].Load()
-			tx.sealFrame(&f, ch, p)
+			tx.sealFrame(&f, ch, p[:n/2], p[n/2:])
 			got := f.bytes(p)
 			tx.counter[ch].Store(before)
 			want := tx.frameSealed(nil, tx.seal(nil, ch, p))
@@ -160,7 +162,7 @@ func TestSealFrameEqualsReference(t *testing.T) {
 	// The plant: a tag over the payload alone.
 	p := []byte("an accept batch")
 	var f sealedFrame
-	tx.sealFrame(&f, authChannelSide, p)
+	tx.sealFrame(&f, authChannelSide, p, nil)
 	d := tx.keys[0][tx.self].Digest()
 	d.Write(p)
 	binary.LittleEndian.PutUint64(f.tag[:], d.Sum64())

@@ -146,7 +146,7 @@ type sideConn struct {
 type sidePeer struct {
 	id    paxos.NodeID
 	addr  string
-	queue chan []byte
+	queue chan sideMsg
 	// queued is the bytes of the messages in queue, at most
 	// sideQueueBytesMax unless one message alone is more.
 	queued atomic.Int64
@@ -200,10 +200,20 @@ func (s *sideChannel) start() {
 	}
 }
 
+// sideMsg is one encoded message queued for a peer: head, then body (nil,
+// or bytes shared with other peers' messages: read-only).
+type sideMsg struct{ head, body []byte }
+
+func (m sideMsg) size() int { return len(m.head) + len(m.body) }
+
 // send queues one encoded message for peer id; it drops (and counts) when
 // the peer's queue is full, by messages or by bytes (sideQueueBytesMax; an
 // empty queue takes one message of any size), as Paxos retransmits.
-func (s *sideChannel) send(id paxos.NodeID, b []byte) {
+func (s *sideChannel) send(id paxos.NodeID, b []byte) { s.sendParts(id, b, nil) }
+
+// sendParts is send of the message made of head and then body, which
+// stay the caller's to share but not to change.
+func (s *sideChannel) sendParts(id paxos.NodeID, head, body []byte) {
 	s.peersMu.Lock()
 	p := s.peers[id]
 	s.peersMu.Unlock()
@@ -211,22 +221,23 @@ func (s *sideChannel) send(id paxos.NodeID, b []byte) {
 		s.dropped.Add(1)
 		return
 	}
-	if !reserveBytes(&p.queued, int64(len(b)), sideQueueBytesMax) {
+	m := sideMsg{head, body}
+	if !reserveBytes(&p.queued, int64(m.size()), sideQueueBytesMax) {
 		s.dropped.Add(1)
 		return
 	}
 	select {
-	case p.queue <- b:
+	case p.queue <- m:
 	default:
-		p.take(b)
+		p.take(m)
 		s.dropped.Add(1)
 	}
 }
 
-// take is the sender's side of send: b left p's queue.
-func (p *sidePeer) take(b []byte) []byte {
-	p.queued.Add(-int64(len(b)))
-	return b
+// take is the sender's side of send: m left p's queue.
+func (p *sidePeer) take(m sideMsg) sideMsg {
+	p.queued.Add(-int64(m.size()))
+	return m
 }
 
 func (s *sideChannel) close() {
@@ -506,28 +517,31 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 
 // writeFrame writes one frame, sealed (in bufs) when the channel
 // authenticates.
-func (s *sideChannel) writeFrame(w io.Writer, b []byte, f *sealedFrame) error {
+func (s *sideChannel) writeFrame(w io.Writer, m sideMsg, f *sealedFrame) error {
 	if s.auth == nil {
-		return writeSideFrame(w, b)
+		return writeSideFrame(w, m)
 	}
-	if len(b)+authOverheadBytes > sideFrameBytesMax {
-		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
+	if m.size()+authOverheadBytes > sideFrameBytesMax {
+		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, m.size())
 	}
-	s.auth.sealFrame(f, authChannelSide, b)
-	return f.write(w, b)
+	s.auth.sealFrame(f, authChannelSide, m.head, m.body)
+	return f.write(w, m.head, m.body)
 }
 
 // writeSideFrame writes one unsealed frame.
-func writeSideFrame(w io.Writer, b []byte) error {
-	if len(b) > sideFrameBytesMax {
-		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, len(b))
+func writeSideFrame(w io.Writer, m sideMsg) error {
+	if m.size() > sideFrameBytesMax {
+		return fmt.Errorf("%w: %d bytes", errSideFrameTooLarge, m.size())
 	}
 	var hdr [4]byte
-	binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(hdr[:], uint32(m.size()))
 	if _, err := w.Write(hdr[:]); err != nil {
 		return err
 	}
-	_, err := w.Write(b)
+	if _, err := w.Write(m.head); err != nil {
+		return err
+	}
+	_, err := w.Write(m.body)
 	return err
 }
 
@@ -549,7 +563,7 @@ func (s *sideChannel) sendLoop(p *sidePeer) {
 		}
 	}()
 	for {
-		var b []byte
+		var b sideMsg
 		select {
 		case <-s.stop:
 			return

@@ -14,7 +14,7 @@ import (
 // not per peer: the authenticator decides which senders it admits.
 
 func newSidePeer(id paxos.NodeID, addr string) *sidePeer {
-	return &sidePeer{id: id, addr: addr, queue: make(chan []byte, sideQueueMsgsMax), stop: make(chan struct{}),
+	return &sidePeer{id: id, addr: addr, queue: make(chan sideMsg, sideQueueMsgsMax), stop: make(chan struct{}),
 		wake: make(chan struct{}, 1)}
 }
 

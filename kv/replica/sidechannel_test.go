@@ -18,7 +18,7 @@ import (
 func TestSideFrameRoundTripAndLimit(t *testing.T) {
 	var buf bytes.Buffer
 	for _, p := range [][]byte{{}, []byte("hello"), bytes.Repeat([]byte{7}, 70000)} {
-		if err := writeSideFrame(&buf, p); err != nil {
+		if err := writeSideFrame(&buf, sideMsg{head: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestSideChannelReconnects(t *testing.T) {
 // FuzzReadSideFrame: side-channel bytes come from the network.
 func FuzzReadSideFrame(f *testing.F) {
 	var buf bytes.Buffer
-	writeSideFrame(&buf, []byte("abc"))
+	writeSideFrame(&buf, sideMsg{head: []byte("abc")})
 	f.Add(buf.Bytes())
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{1, 0, 0})

@@ -307,8 +307,8 @@ func (sc *snapConn) write(payload []byte) error {
 	sc.c.SetWriteDeadline(time.Now().Add(snapshotStallTimeout))
 	var err error
 	if sc.auth != nil {
-		sc.auth.sealFrame(&sc.sealing, authChannelSnapshot, payload)
-		err = sc.sealing.write(sc.w, payload)
+		sc.auth.sealFrame(&sc.sealing, authChannelSnapshot, payload, nil)
+		err = sc.sealing.write(sc.w, payload, nil)
 	} else {
 		var hdr [4]byte
 		binary.LittleEndian.PutUint32(hdr[:], uint32(len(payload)))

@@ -214,9 +214,9 @@ func (r *Replica) sendLoop() {
 				if r.faults.drop(m.to) {
 					continue
 				}
-				if len(m.b) > maxPayload {
+				if m.size() > maxPayload {
 					r.metrics.SideSent.Inc()
-					r.side.send(m.to, m.b)
+					r.side.sendParts(m.to, m.b, m.body)
 					continue
 				}
 				p, _ := r.peer(m.to)
@@ -228,7 +228,11 @@ func (r *Replica) sendLoop() {
 				b := m.b
 				if a := r.cfg.Auth; a != nil {
 					start := len(sealed)
-					sealed = a.seal(sealed, authChannelDatagram, b)
+					sealed = a.sealParts(sealed, authChannelDatagram, m.b, m.body)
+					b = sealed[start:len(sealed):len(sealed)]
+				} else if m.body != nil {
+					start := len(sealed)
+					sealed = append(append(sealed, m.b...), m.body...)
 					b = sealed[start:len(sealed):len(sealed)]
 				}
 				pkts = append(pkts, afxdp.Packet{Buf: b, N: len(b), Addr: addr})
