@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // Mode is how stores to the region are made durable. See the package
@@ -86,6 +87,13 @@ type Options struct {
 	Mode Mode
 	// ClusterID and NodeID are stamped at format and checked on every open.
 	ClusterID, NodeID uint64
+	// LockWait is how long Open waits for another holder of the file's
+	// lock to let go before it returns ErrLocked (0: not at all). A
+	// process restarted the moment its predecessor was SIGKILLed finds
+	// the lock still held for as long as the kernel takes to close the
+	// dead process's files; a second live opener is refused all the same,
+	// LockWait later.
+	LockWait time.Duration
 }
 
 // Recovery reports what Open found.
@@ -146,7 +154,7 @@ func Open(opts Options) (*Log, Recovery, error) {
 	if err != nil {
 		return nil, rec, err
 	}
-	if err := lockFile(f); err != nil {
+	if err := lockFile(f, opts.LockWait); err != nil {
 		f.Close()
 		return nil, rec, err
 	}

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAppendPersistReopen(t *testing.T) {
@@ -513,5 +515,41 @@ func TestSecondOpenRefused(t *testing.T) {
 	}
 	l.Close()
 	l, _ = mustOpen(t, testOpts(path, 0))
+	l.Close()
+}
+
+// TestOpenWaitsForTheLock: with LockWait, an Open that finds the log in
+// use opens it once the holder closes it within the wait (a restart right
+// after its predecessor was killed), and is refused with ErrLocked once
+// the wait has passed while the holder stays.
+func TestOpenWaitsForTheLock(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the lock is taken on Linux only")
+	}
+	path := filepath.Join(shmDir(t), "log")
+	holder, _ := mustOpen(t, testOpts(path, RegionBytesMin))
+	opts := testOpts(path, 0)
+	opts.LockWait = 150 * time.Millisecond
+	start := time.Now()
+	if _, _, err := Open(opts); !errors.Is(err, ErrLocked) {
+		t.Fatalf("an open while the holder stays: %v, want ErrLocked", err)
+	}
+	if took := time.Since(start); took < opts.LockWait {
+		t.Fatalf("refused after %v, before the wait of %v passed", took, opts.LockWait)
+	}
+	opts.LockWait = 10 * time.Second
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		released <- time.Now()
+		holder.Close()
+	}()
+	l, _, err := Open(opts)
+	if err != nil {
+		t.Fatalf("an open waiting %v for a holder that closed after 200 ms: %v", opts.LockWait, err)
+	}
+	if at := <-released; time.Now().Before(at) {
+		t.Fatal("opened before the holder let go")
+	}
 	l.Close()
 }

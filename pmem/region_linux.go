@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -122,13 +123,27 @@ func syncDir(dir string) error {
 // lockFile takes an exclusive advisory lock on the region file, so that a
 // second Log on the same file (another process, or this one) is refused
 // instead of corrupting it. The kernel drops the lock when the holder
-// dies.
-func lockFile(f *os.File) error {
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
+// dies. A lock held by another is tried again every lockRetryInterval
+// until wait has passed (Options.LockWait).
+func lockFile(f *os.File, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("pmem: locking %s: %w", f.Name(), err)
+		}
+		if !time.Now().Before(deadline) {
+			if wait > 0 {
+				return fmt.Errorf("%w: %s (still, after waiting %v)", ErrLocked, f.Name(), wait)
+			}
 			return fmt.Errorf("%w: %s", ErrLocked, f.Name())
 		}
-		return fmt.Errorf("pmem: locking %s: %w", f.Name(), err)
+		time.Sleep(min(lockRetryInterval, time.Until(deadline)))
 	}
-	return nil
 }
+
+// lockRetryInterval is how often lockFile tries a held lock again.
+const lockRetryInterval = 20 * time.Millisecond

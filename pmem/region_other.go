@@ -5,6 +5,7 @@ package pmem
 import (
 	"fmt"
 	"os"
+	"time"
 )
 
 type region struct {
@@ -27,4 +28,4 @@ func DetectMode(path string) (Mode, error) {
 
 func syncDir(dir string) error { return nil }
 
-func lockFile(f *os.File) error { return nil }
+func lockFile(f *os.File, wait time.Duration) error { return nil }

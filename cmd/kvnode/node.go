@@ -58,10 +58,20 @@ func runNode(cfg *Config) error {
 	if err := os.MkdirAll(filepath.Dir(cfg.PMem.Path), 0o750); err != nil {
 		return fmt.Errorf("creating the pmem directory: %w", err)
 	}
-	plog, rec, err := replica.OpenPMemLog(pmem.Options{
+	popts := pmem.Options{
 		Path: cfg.PMem.Path, SizeBytes: cfg.PMem.SizeBytes, Mode: pmem.Mode(cfg.PMem.Mode),
 		ClusterID: cfg.ClusterID, NodeID: cfg.NodeID,
-	})
+	}
+	plog, rec, err := replica.OpenPMemLog(popts)
+	if errors.Is(err, pmem.ErrLocked) {
+		// A restart the moment the previous process was killed: the
+		// kernel has not closed its files yet. Wait a bounded time; a
+		// second live kvnode on the same log is refused all the same.
+		log.Warn().Str("path", cfg.PMem.Path).Dur("wait_max", pmemLockWaitMax).
+			Msg("the acceptor log is locked by another process (the previous kvnode still exiting?); waiting for it to let go")
+		popts.LockWait = pmemLockWaitMax
+		plog, rec, err = replica.OpenPMemLog(popts)
+	}
 	if err != nil {
 		return fmt.Errorf("opening the pmem log %s: %w", cfg.PMem.Path, err)
 	}
@@ -457,6 +467,15 @@ func adminMux(rep *replica.Replica, reg *prometheus.Registry, faults *replica.Fa
 // memberIDEnd is one past the largest member id (docs/protocol.md: member
 // ids are 1..63).
 const memberIDEnd = 64
+
+// pmemLockWaitMax bounds how long kvnode waits at start for another
+// process to let go of its acceptor log (pmem.Options.LockWait): a
+// supervisor, or a test's nemesis, that restarts a node the moment it
+// SIGKILLed it may find the dead process's lock still held for a few
+// milliseconds, and the node used to exit "log file is in use by another
+// Log" (seen in an outside nemesis run). A second live kvnode on the
+// same log is refused once the wait has passed.
+const pmemLockWaitMax = 5 * time.Second
 
 // catchUpLogPercent is consensus.catch_up_log_percent, defaulted by
 // parseConfig (nil only in a Config built by hand: the default).
