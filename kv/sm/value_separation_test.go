@@ -23,8 +23,13 @@ func TestLargeValuesInBlobFiles(t *testing.T) {
 	dir := t.TempDir()
 	s := openT(t, dir)
 	a := newApplier(t, s)
+	// Sizes around the threshold byte by byte, then larger ones.
+	sizes := []int{valueSeparationBytesMin - 1, valueSeparationBytesMin, valueSeparationBytesMin + 1}
+	for i := 3; i < 12; i++ {
+		sizes = append(sizes, valueSeparationBytesMin+i*1000)
+	}
 	value := func(i, round int) []byte {
-		return bytes.Repeat([]byte{byte(i + 16*round)}, valueSeparationBytesMin+i*1000)
+		return bytes.Repeat([]byte{byte(i + 16*round)}, sizes[i])
 	}
 	for round := range 3 { // overwrites: the usage must come off the blob-held values
 		for i := range 12 {
@@ -78,7 +83,7 @@ func TestLargeValuesInBlobFiles(t *testing.T) {
 		t.Fatalf("restored usage %v, had %v", got, before)
 	}
 	fmt.Printf("value separation: blob_files=%d values=%d..%d bytes, read back after compaction, reopen and restore\n",
-		len(blobs), valueSeparationBytesMin, valueSeparationBytesMin+11*1000)
+		len(blobs), sizes[0], sizes[len(sizes)-1])
 }
 
 // TestOlderStoreRatchetsToValueSeparation: a store Pebble wrote at an
