@@ -111,3 +111,45 @@ func TestOlderStoreRatchetsToValueSeparation(t *testing.T) {
 		t.Fatalf("the older store's key: ok %v, err %v", ok, err)
 	}
 }
+
+// TestDeltaWithBlobValues: a delta transfer between stores whose values
+// live in blob files (the fetcher's staging starts as a Pebble checkpoint,
+// which must carry the blob files its tables reference) leaves the
+// fetcher with exactly the server's state, and keeps the ranges nobody
+// wrote since.
+func TestDeltaWithBlobValues(t *testing.T) {
+	smallRanges(t, 4*valueSeparationBytesMin)
+	p := &deltaPair{server: openT(t, filepath.Join(t.TempDir(), "server")), fetcher: openT(t, filepath.Join(t.TempDir(), "fetcher"))}
+	defer p.close()
+	as, af := newApplier(t, p.server), newApplier(t, p.fetcher)
+	val := func(i, v int) []byte { return bytes.Repeat([]byte{byte(i), byte(v)}, valueSeparationBytesMin/2+i) }
+	for i := range 40 {
+		mk := func() *proto.Request {
+			return &proto.Request{Op: proto.OpPut, ClientID: 7, Key: fmt.Appendf(nil, "k-%05d", i), Value: val(i, 0)}
+		}
+		as.apply(1, mk())
+		af.apply(1, mk())
+	}
+	for _, s := range []*SM{p.server, p.fetcher} {
+		if _, err := s.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if blobs, _ := filepath.Glob(filepath.Join(p.fetcher.dir, "*.blob")); len(blobs) == 0 {
+		t.Fatal("the fetcher holds no blob file: the test would not cover them")
+	}
+	for _, i := range []int{3, 17, 31} { // updates in three ranges; the rest stay
+		as.apply(1, &proto.Request{Op: proto.OpPut, ClientID: 7, Key: fmt.Appendf(nil, "k-%05d", i), Value: val(i, 1)})
+	}
+	as.apply(1, &proto.Request{Op: proto.OpDelete, ClientID: 7, Key: []byte("k-00009")})
+	st, stream, slot := p.deltaStream(t)
+	p.install(t, st, stream, slot)
+	kept, ranges := st.DeltaRanges()
+	if kept == 0 || kept == ranges {
+		t.Fatalf("kept %d of %d ranges: want some, not all", kept, ranges)
+	}
+	if v, ok := mustGet(t, p.fetcher, 1, "k-00017"); !ok || v != string(val(17, 1)) {
+		t.Fatalf("an updated blob value after the delta: %d bytes, present %v", len(v), ok)
+	}
+	fmt.Printf("value separation delta: ranges=%d kept=%d delta_bytes=%d\n", ranges, kept, len(stream))
+}
