@@ -148,14 +148,20 @@ func (a *Auth) seal(dst []byte, channel byte, payload []byte) []byte {
 	return a.sealParts(dst, channel, payload, nil)
 }
 
-// sealParts is seal of the payload made of head and then body.
-func (a *Auth) sealParts(dst []byte, channel byte, head, body []byte) []byte {
-	start := len(dst)
+// appendSealHeader appends the header of this node's next packet on
+// channel (authHeaderBytes; it takes the channel's next counter).
+func (a *Auth) appendSealHeader(dst []byte, channel byte) []byte {
 	dst = append(dst, authMagic, channel, 0, 0)
 	dst = binary.LittleEndian.AppendUint64(dst, a.cluster)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(a.self))
 	dst = binary.LittleEndian.AppendUint64(dst, a.incarnation)
-	dst = binary.LittleEndian.AppendUint64(dst, a.counter[channel].Add(1))
+	return binary.LittleEndian.AppendUint64(dst, a.counter[channel].Add(1))
+}
+
+// sealParts is seal of the payload made of head and then body.
+func (a *Auth) sealParts(dst []byte, channel byte, head, body []byte) []byte {
+	start := len(dst)
+	dst = a.appendSealHeader(dst, channel)
 	dst = append(append(dst, head...), body...)
 	tag := a.keys[0][a.self].Sum64(dst[start:])
 	return binary.LittleEndian.AppendUint64(dst, tag)
@@ -338,13 +344,8 @@ type sealedFrame struct {
 //
 // The payload is head, then body (either may be empty).
 func (a *Auth) sealFrame(f *sealedFrame, channel byte, head, body []byte) {
-	hdr := f.head[4 : 4+authHeaderBytes]
 	binary.LittleEndian.PutUint32(f.head[0:4], uint32(authHeaderBytes+len(head)+len(body)+authTagBytes))
-	hdr[0], hdr[1], hdr[2], hdr[3] = authMagic, channel, 0, 0
-	binary.LittleEndian.PutUint64(hdr[4:], a.cluster)
-	binary.LittleEndian.PutUint64(hdr[12:], uint64(a.self))
-	binary.LittleEndian.PutUint64(hdr[20:], a.incarnation)
-	binary.LittleEndian.PutUint64(hdr[28:], a.counter[channel].Add(1))
+	hdr := a.appendSealHeader(f.head[4:4], channel) // in place: f.head has the room
 	key := a.keys[0][a.self]
 	binary.LittleEndian.PutUint64(f.head[4+authHeaderBytes:], key.Sum64(f.head[:4+authHeaderBytes]))
 	d := key.Digest()

@@ -12,6 +12,9 @@ func entryPayload(e *paxos.Entry) []byte {
 	return appendEntryPayload(make([]byte, 0, entryPayloadSize(e)), e)
 }
 
+// send is sendParts of a message in one buffer.
+func (s *sideChannel) send(id paxos.NodeID, b []byte) { s.sendParts(id, b, nil) }
+
 // sealSide returns the side-channel frame of payload in one buffer (the
 // send loop writes its parts: sealFrame).
 func (a *Auth) sealSide(payload []byte) []byte {

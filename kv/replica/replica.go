@@ -314,14 +314,6 @@ type outMsg struct {
 // size is the message's encoded size.
 func (m *outMsg) size() int { return len(m.b) + len(m.body) }
 
-// joined is the message in one buffer (b itself when there is no body).
-func (m *outMsg) joined() []byte {
-	if m.body == nil {
-		return m.b
-	}
-	return append(append(make([]byte, 0, m.size()), m.b...), m.body...)
-}
-
 // applyItem is a staged snapshot to swap in (one paxos accepted:
 // snapshot_fetch.go) or committed entries to apply, in order.
 type applyItem struct {

@@ -515,7 +515,7 @@ func (s *rsim) send(n *rsimNode) {
 						d = s.between(1_000, 20_000) // overtaken by later messages
 					}
 					s.netSeq++
-					s.net = append(s.net, rsimPacket{at: s.now + d, seq: s.netSeq, from: n.id, to: m.to, data: append([]byte(nil), m.joined()...)})
+					s.net = append(s.net, rsimPacket{at: s.now + d, seq: s.netSeq, from: n.id, to: m.to, data: append(append([]byte(nil), m.b...), m.body...)})
 				}
 			}
 		default:

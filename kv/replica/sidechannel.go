@@ -206,13 +206,11 @@ type sideMsg struct{ head, body []byte }
 
 func (m sideMsg) size() int { return len(m.head) + len(m.body) }
 
-// send queues one encoded message for peer id; it drops (and counts) when
-// the peer's queue is full, by messages or by bytes (sideQueueBytesMax; an
-// empty queue takes one message of any size), as Paxos retransmits.
-func (s *sideChannel) send(id paxos.NodeID, b []byte) { s.sendParts(id, b, nil) }
-
-// sendParts is send of the message made of head and then body, which
-// stay the caller's to share but not to change.
+// sendParts queues one encoded message, head then body, for peer id
+// (both stay the caller's to share but not to change); it drops (and
+// counts) when the peer's queue is full, by messages or by bytes
+// (sideQueueBytesMax; an empty queue takes one message of any size), as
+// Paxos retransmits.
 func (s *sideChannel) sendParts(id paxos.NodeID, head, body []byte) {
 	s.peersMu.Lock()
 	p := s.peers[id]
@@ -515,7 +513,7 @@ func readSideFrame(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// writeFrame writes one frame, sealed (in bufs) when the channel
+// writeFrame writes one frame, sealed (in f) when the channel
 // authenticates.
 func (s *sideChannel) writeFrame(w io.Writer, m sideMsg, f *sealedFrame) error {
 	if s.auth == nil {

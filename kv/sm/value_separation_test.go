@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -64,15 +63,7 @@ func TestLargeValuesInBlobFiles(t *testing.T) {
 	defer s.Close()
 	check(s, "after reopening")
 
-	rc, _, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, _ := snapshotBytes(t, s)
 	dst := openT(t, t.TempDir())
 	defer dst.Close()
 	if err := dst.Restore(bytes.NewReader(stream)); err != nil {
