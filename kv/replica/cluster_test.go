@@ -353,6 +353,10 @@ func TestClusterWriteReadRedirect(t *testing.T) {
 	if follower == l {
 		follower = 2
 	}
+	// The redirect names the leader a follower knows: wait until this one
+	// has heard from it (a CI run under the race detector asked a follower
+	// that had not yet, 0.2 s after the election, and got no hint).
+	c.waitApplied(follower, c.nodes[l].r.Applied())
 	resp = c.do(follower, putReq("x", "y"), time.Second)
 	if resp.Status != proto.StatusNotLeader || resp.Leader != fmt.Sprintf("client-%d:1", l) {
 		t.Fatalf("write on follower: %v leader=%q, want NOT_LEADER client-%d:1", resp.Status, resp.Leader, l)
