@@ -50,7 +50,9 @@ const (
 	memoryProcessBytes = 40 << 20
 	// memoryHeapBaseBytes is the Go heap a serving node needs besides its
 	// copy of the acceptor log: connections, queues, the client table of
-	// the active clients, snapshot chunks in flight, GC headroom.
+	// the active clients, snapshot chunks in flight, the state machine's
+	// remembered value lengths (5 MiB at most: kv/sm value_lens.go and
+	// apply_lens.go), GC headroom.
 	memoryHeapBaseBytes = 64 << 20
 	// memoryLogHeapPercent: paxos keeps every entry accepted since the
 	// last compaction in the Go heap too, up to what the log holds (it is

@@ -35,7 +35,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 	defer batch.Close()
 	results := make([]Result, len(cmds))
 	deltas := map[tenants.ID]usageDelta{}
-	w := &slotBatch{batch: batch, db: s.db, written: make(map[string]int, len(cmds))}
+	w := &slotBatch{batch: batch, db: s.db, lens: &s.alens, written: make(map[string]int, len(cmds))}
 	for i, c := range cmds {
 		res, err := s.applyOne(w, slot, c, deltas)
 		if err != nil {
@@ -61,6 +61,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		return nil, s.broken
 	}
 	s.lens.applied(w.written)
+	s.alens.applied(w.written)
 	s.installUsage(usage)
 	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)

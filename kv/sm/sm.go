@@ -175,6 +175,9 @@ type SM struct {
 	// lens remembers large values' lengths, so that a GET with no room for
 	// its answer is refused without reading the store (value_lens.go).
 	lens valueLens
+	// alens remembers the applied state's value lengths for the usage
+	// accounting of writes (apply_lens.go); guarded by mu.
+	alens applyLens
 
 	mu      sync.Mutex // serialises Apply, Restore, Flush, Close
 	clients map[tenants.ID]*tenantClients

@@ -365,6 +365,7 @@ func (s *SM) swapLocked(slot uint64) error {
 	}
 	s.dbClosed = true // until the swapped-in state is open
 	s.lens.reset()
+	s.alens.reset()
 	if err := swapRestored(s.dir); err != nil {
 		// The directories are as recoverRestore expects: reopening
 		// finishes the swap. Until then this SM cannot go on.

@@ -213,12 +213,14 @@ func applyDelta(u Usage, d usageDelta) Usage {
 
 // slotBatch is one Apply's batch and what it has written so far: the
 // length of each value set in it (-1: deleted), so that the accounting
-// reads a key's current length from there when the slot wrote it and
+// reads a key's current length from there when the slot wrote it, from
+// the SM's remembered lengths when they hold the key (apply_lens.go), and
 // from the database otherwise. (Reading through an indexed batch costs
 // an iterator per read, about twice a database Get.)
 type slotBatch struct {
 	batch   *pebble.Batch
 	db      *pebble.DB
+	lens    *applyLens // the applied state's lengths, before this slot
 	written map[string]int
 	garbage uint64 // values the slot deleted or replaced (SM.Garbage)
 	// dirty: the client entries the slot changed, each once, in the order
@@ -231,6 +233,11 @@ type slotBatch struct {
 func (w *slotBatch) valueLen(key []byte) (int, bool, error) {
 	if n, ok := w.written[string(key)]; ok {
 		return n, n >= 0, nil
+	}
+	if w.lens != nil {
+		if n, ok := w.lens.lookup(key); ok {
+			return max(n, 0), n >= 0, nil
+		}
 	}
 	return storedValueLen(w.db, key)
 }
