@@ -61,7 +61,7 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		return nil, s.broken
 	}
 	s.lens.applied(w.written)
-	s.alens.applied(w.written)
+	s.alens.applied(w.written, w.remember)
 	s.installUsage(usage)
 	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)

@@ -218,28 +218,44 @@ func applyDelta(u Usage, d usageDelta) Usage {
 // from the database otherwise. (Reading through an indexed batch costs
 // an iterator per read, about twice a database Get.)
 type slotBatch struct {
-	batch   *pebble.Batch
-	db      *pebble.DB
-	lens    *applyLens // the applied state's lengths, before this slot
-	written map[string]int
-	garbage uint64 // values the slot deleted or replaced (SM.Garbage)
+	batch *pebble.Batch
+	db    *pebble.DB
+	lens  *applyLens // the applied state's lengths, before this slot
+	// remember: the keys the slot wrote whose value was there before it
+	// (found in lens or in the database), each once; lens records their
+	// new lengths once the slot commits. Keys written for the first time
+	// are left out: a load of new keys would only churn the table.
+	remember []string
+	written  map[string]int
+	garbage  uint64 // values the slot deleted or replaced (SM.Garbage)
 	// dirty: the client entries the slot changed, each once, in the order
 	// first changed (SM.writeDirty writes them).
 	dirty []dirtyEntry
 }
 
-// valueLen returns the length of key's current value as the slot sees it
-// and whether the key is present.
-func (w *slotBatch) valueLen(key []byte) (int, bool, error) {
+// valueLen returns the length of key's current value as the slot sees it,
+// whether the key is present, and whether the slot should have lens
+// remember the key once it has written it (present before the slot).
+func (w *slotBatch) valueLen(key []byte) (n int, ok, remember bool, err error) {
 	if n, ok := w.written[string(key)]; ok {
-		return n, n >= 0, nil
+		return n, n >= 0, false, nil
 	}
 	if w.lens != nil {
 		if n, ok := w.lens.lookup(key); ok {
-			return max(n, 0), n >= 0, nil
+			return max(n, 0), n >= 0, true, nil
 		}
 	}
-	return storedValueLen(w.db, key)
+	n, ok, err = storedValueLen(w.db, key)
+	return n, ok, ok && w.lens != nil, err
+}
+
+// wrote records that the slot left n bytes under key (-1: deleted).
+func (w *slotBatch) wrote(key []byte, n int, remember bool) {
+	k := string(key)
+	w.written[k] = n
+	if remember {
+		w.remember = append(w.remember, k)
+	}
 }
 
 // storedValueLen returns the length of key's value in db and whether it
@@ -260,7 +276,7 @@ func storedValueLen(db *pebble.DB, key []byte) (int, bool, error) {
 // set writes value under dk and records the change of the tenant's usage
 // in d: the old value's cost (if any) comes off, the new one's goes on.
 func (w *slotBatch) set(dk, value []byte, d *usageDelta) error {
-	oldLen, ok, err := w.valueLen(dk)
+	oldLen, ok, remember, err := w.valueLen(dk)
 	if err != nil {
 		return err
 	}
@@ -272,13 +288,13 @@ func (w *slotBatch) set(dk, value []byte, d *usageDelta) error {
 	}
 	d.bytes += KeyCost(userKey, len(value))
 	d.keys++
-	w.written[string(dk)] = len(value)
+	w.wrote(dk, len(value), remember)
 	return w.batch.Set(dk, value, nil)
 }
 
 // delete deletes dk and takes its cost off d when it was present.
 func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
-	oldLen, ok, err := w.valueLen(dk)
+	oldLen, ok, remember, err := w.valueLen(dk)
 	if err != nil {
 		return err
 	}
@@ -288,7 +304,7 @@ func (w *slotBatch) delete(dk []byte, d *usageDelta) error {
 	d.bytes -= KeyCost(len(dk)-len(metaPrefix), oldLen)
 	d.keys--
 	w.garbage++
-	w.written[string(dk)] = -1
+	w.wrote(dk, -1, remember)
 	return w.batch.Delete(dk, nil)
 }
 
