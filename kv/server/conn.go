@@ -74,6 +74,12 @@ type Server struct {
 	byTenant map[tenants.ID]int
 	bySource map[netip.Addr]int
 	wg       sync.WaitGroup
+
+	// work hands an admitted request to a waiting worker (workers.go);
+	// unbuffered: a send succeeds only while one waits.
+	work           chan workItem
+	workers        atomic.Int64  // request workers running or waiting
+	workersStarted atomic.Uint64 // request workers started since New
 }
 
 // New returns a server that authenticates tenants against reg and executes
@@ -88,7 +94,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 		node: newBudget(cfg.ResponseBytesPerNodeMax), tenants: map[tenants.ID]*budget{}, tenantThrottled: map[tenants.ID]*atomic.Uint64{},
 		reqNode: newBudget(cfg.RequestBytesPerNodeMax), reqTenants: map[tenants.ID]*budget{}, tenantPaces: map[tenants.ID]*tenantPace{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
-		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}}
+		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}, work: make(chan workItem)}
 	s.warnLog.now, s.noteLog.now = time.Now, time.Now
 	s.admin = newAdminCheck(cfg.AdminToken)
 	for _, sp := range reg.All() {
@@ -846,7 +852,7 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 		return true
 	}
 	c.inflight.Add(1)
-	go c.do(req, held, n, received)
+	c.s.runRequest(workItem{c: c, req: req, held: held, body: n, received: received})
 	return true
 }
 
