@@ -80,6 +80,7 @@ type Server struct {
 	work           chan workItem
 	workers        atomic.Int64  // request workers running or waiting
 	workersStarted atomic.Uint64 // request workers started since New
+	noWorkers      bool          // testingNoWorkers when New ran
 }
 
 // New returns a server that authenticates tenants against reg and executes
@@ -96,6 +97,7 @@ func New(cfg Config, reg *tenants.Registry, be Backend, log zerolog.Logger) *Ser
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 		byTenant: map[tenants.ID]int{}, bySource: map[netip.Addr]int{}, work: make(chan workItem)}
 	s.warnLog.now, s.noteLog.now = time.Now, time.Now
+	s.noWorkers = testingNoWorkers
 	s.admin = newAdminCheck(cfg.AdminToken)
 	for _, sp := range reg.All() {
 		s.tenants[sp.ID] = newBudget(cfg.ResponseBytesPerTenantMax)

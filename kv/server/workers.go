@@ -37,7 +37,7 @@ type workItem struct {
 // runRequest runs it on a waiting worker, or on a new one. The caller has
 // counted the request in it.c.inflight.
 func (s *Server) runRequest(it workItem) {
-	if !testingNoWorkers {
+	if !s.noWorkers {
 		select {
 		case s.work <- it:
 			return
@@ -60,7 +60,7 @@ func (s *Server) worker(it workItem) {
 	for {
 		it.c.do(it.req, it.held, it.body, it.received)
 		it = workItem{} // hold no request while waiting
-		if testingNoWorkers {
+		if s.noWorkers {
 			return
 		}
 		idle.Reset(workerIdleMax)
@@ -74,6 +74,6 @@ func (s *Server) worker(it workItem) {
 	}
 }
 
-// testingNoWorkers, planted, runs every request on a goroutine of its own
-// that exits after it (the old way), for the benchmark that compares.
+// testingNoWorkers, planted, makes the servers New returns run every
+// request on a goroutine of its own that exits after it (the old way).
 var testingNoWorkers bool
