@@ -3,7 +3,6 @@ package sm
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"testing"
 
@@ -47,22 +46,7 @@ func TestApplyLensStayExact(t *testing.T) {
 	value := func() []byte { return bytes.Repeat([]byte{'v'}, rng.IntN(300)) }
 	for i := 0; i < 1500; i++ {
 		tenant := tenants.ID(1 + rng.IntN(2))
-		var req *proto.Request
-		switch rng.IntN(4) {
-		case 0, 1:
-			req = &proto.Request{Op: proto.OpPut, Key: key(), Value: value()}
-		case 2:
-			req = &proto.Request{Op: proto.OpDelete, Key: key()}
-		case 3:
-			req = &proto.Request{Op: proto.OpBatch}
-			for j := rng.IntN(4); j >= 0; j-- {
-				if rng.IntN(3) == 0 {
-					req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpDelete, Key: key()})
-				} else {
-					req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpPut, Key: key(), Value: value()})
-				}
-			}
-		}
+		req := randomWrite(t, s, tenant, rng, key, value)
 		a.apply(tenant, req)
 		if i%50 == 0 {
 			if _, err := s.Flush(); err != nil { // the Gets that miss then read tables
@@ -80,14 +64,27 @@ func TestApplyLensStayExact(t *testing.T) {
 	restoreOverStaleKey(t, s)
 }
 
-// restoreOverStaleKey restores src's snapshot into a store that applied a
-// key src does not hold, then deletes and rewrites that key: exact only if
-// the restore forgot the remembered length.
+// restoreOverStaleKey restores src's snapshot into a store that overwrote
+// a key src does not hold, then deletes and rewrites that key: exact only
+// if the restore forgot the remembered length.
 func restoreOverStaleKey(t *testing.T, src *SM) {
+	t.Helper()
+	dst := restoredOverStaleKey(t, src)
+	defer dst.Close()
+	d := newApplier(t, dst)
+	d.apply(1, &proto.Request{ClientID: 77, Op: proto.OpDelete, Key: []byte("stale")})
+	checkUsageExact(t, dst, "a delete of a key the restore removed")
+	d.apply(1, &proto.Request{ClientID: 77, Op: proto.OpPut, Key: []byte("stale"), Value: []byte("back")})
+	checkUsageExact(t, dst, "a put of a key the restore removed")
+	checkApplyLensExact(t, dst, "after the restore")
+}
+
+// restoredOverStaleKey returns a new store that wrote and overwrote the
+// key "stale" (so remembers its length), then restored src's snapshot.
+func restoredOverStaleKey(t *testing.T, src *SM) *SM {
 	t.Helper()
 	stream, _ := snapshotBytes(t, src)
 	dst := openT(t, t.TempDir())
-	defer dst.Close()
 	d := newApplier(t, dst)
 	d.apply(1, put("stale", "written"))
 	d.apply(1, put("stale", "overwritten: remembered, gone after the restore"))
@@ -97,12 +94,7 @@ func restoreOverStaleKey(t *testing.T, src *SM) {
 	if err := dst.Restore(bytes.NewReader(stream)); err != nil {
 		t.Fatal(err)
 	}
-	d = newApplier(t, dst)
-	d.apply(1, &proto.Request{ClientID: 77, Op: proto.OpDelete, Key: []byte("stale")})
-	checkUsageExact(t, dst, "a delete of a key the restore removed")
-	d.apply(1, &proto.Request{ClientID: 77, Op: proto.OpPut, Key: []byte("stale"), Value: []byte("back")})
-	checkUsageExact(t, dst, "a put of a key the restore removed")
-	checkApplyLensExact(t, dst, "after the restore")
+	return dst
 }
 
 // TestApplyLensKeptOnSwapCaught: the checks above catch a table that
@@ -111,28 +103,12 @@ func TestApplyLensKeptOnSwapCaught(t *testing.T) {
 	src := openT(t, t.TempDir())
 	defer src.Close()
 	newApplier(t, src).apply(1, put("k", "v"))
-	stream, _ := snapshotBytes(t, src)
-	dst := openT(t, t.TempDir())
-	defer dst.Close()
-	d := newApplier(t, dst)
-	d.apply(1, put("stale", "written"))
-	d.apply(1, put("stale", "overwritten: remembered, gone after the restore"))
 	testingApplyLensKeptOnSwap = true
-	err := dst.Restore(bytes.NewReader(stream))
+	dst := restoredOverStaleKey(t, src)
 	testingApplyLensKeptOnSwap = false
-	if err != nil {
-		t.Fatal(err)
-	}
-	d = newApplier(t, dst)
-	d.apply(1, &proto.Request{ClientID: 77, Op: proto.OpDelete, Key: []byte("stale")})
-	want, err := tallyUsage(dst.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := dst.Usages()
-	caught := !maps.Equal(got, want)
-	fmt.Printf("apply lens planted kept-on-restore: got=%v counted=%v caught=%v\n", got, want, caught)
-	if !caught {
+	defer dst.Close()
+	newApplier(t, dst).apply(1, &proto.Request{ClientID: 77, Op: proto.OpDelete, Key: []byte("stale")})
+	if !plantedUsageCaught(t, dst, "apply lens planted kept-on-restore") {
 		t.Fatal("a remembered length kept across a restore went unnoticed")
 	}
 }
@@ -149,14 +125,7 @@ func TestApplyLensKeepsOldCaught(t *testing.T) {
 	a.apply(1, put("k", "333"))
 	testingApplyLensKeepsOld = false
 	a.apply(1, put("k", "4444"))
-	want, err := tallyUsage(s.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := s.Usages()
-	caught := !maps.Equal(got, want)
-	fmt.Printf("apply lens planted keeps-old-length: got=%v counted=%v caught=%v\n", got, want, caught)
-	if !caught {
+	if !plantedUsageCaught(t, s, "apply lens planted keeps-old-length") {
 		t.Fatal("a remembered length left stale by an overwrite went unnoticed")
 	}
 }

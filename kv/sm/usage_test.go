@@ -85,6 +85,35 @@ func TestUsageFigures(t *testing.T) {
 	checkUsageExact(t, s, "after the figures")
 }
 
+// randomWrite returns a write of every kind in turn as rng draws it (PUT
+// twice as often), over the keys and values key and value draw; a CAS
+// expects what s holds for tenant now, so it holds.
+func randomWrite(t *testing.T, s *SM, tenant tenants.ID, rng *rand.Rand, key, value func() []byte) *proto.Request {
+	t.Helper()
+	switch rng.IntN(5) {
+	case 0, 1:
+		return &proto.Request{Op: proto.OpPut, Key: key(), Value: value()}
+	case 2:
+		return &proto.Request{Op: proto.OpDelete, Key: key()}
+	case 3:
+		k := key()
+		cur, ok, err := s.Get(tenant, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &proto.Request{Op: proto.OpCAS, Key: k, ExpectPresent: ok, Expect: cur, Value: value()}
+	}
+	req := &proto.Request{Op: proto.OpBatch}
+	for j := rng.IntN(4); j >= 0; j-- {
+		if rng.IntN(3) == 0 {
+			req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpDelete, Key: key()})
+		} else {
+			req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpPut, Key: key(), Value: value()})
+		}
+	}
+	return req
+}
+
 // TestUsageStaysExact applies a seeded mix of every write to three tenants
 // and checks after each slot that the figures are what counting the keys
 // gives, in memory and stored, across a reopen, a snapshot restore and
@@ -98,29 +127,7 @@ func TestUsageStaysExact(t *testing.T) {
 	value := func() []byte { return bytes.Repeat([]byte{'v'}, rng.IntN(300)) }
 	for i := 0; i < 600; i++ {
 		tenant := tenants.ID(1 + rng.IntN(3))
-		var req *proto.Request
-		switch rng.IntN(5) {
-		case 0, 1:
-			req = &proto.Request{Op: proto.OpPut, Key: key(), Value: value()}
-		case 2:
-			req = &proto.Request{Op: proto.OpDelete, Key: key()}
-		case 3:
-			k := key()
-			cur, ok, err := s.Get(tenant, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req = &proto.Request{Op: proto.OpCAS, Key: k, ExpectPresent: ok, Expect: cur, Value: value()}
-		case 4:
-			req = &proto.Request{Op: proto.OpBatch}
-			for j := rng.IntN(4); j >= 0; j-- {
-				if rng.IntN(3) == 0 {
-					req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpDelete, Key: key()})
-				} else {
-					req.Ops = append(req.Ops, proto.BatchOp{Op: proto.OpPut, Key: key(), Value: value()})
-				}
-			}
-		}
+		req := randomWrite(t, s, tenant, rng, key, value)
 		a.apply(tenant, req)
 		checkUsageExact(t, s, fmt.Sprintf("slot %d (%v)", a.slot, req.Op))
 	}
@@ -200,6 +207,20 @@ func TestUsageStaysExact(t *testing.T) {
 	}
 }
 
+// plantedUsageCaught reports whether s's usage figures differ from what
+// counting its keys gives, and prints both under the planted bug's name.
+func plantedUsageCaught(t *testing.T, s *SM, planted string) bool {
+	t.Helper()
+	want, err := tallyUsage(s.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Usages()
+	caught := !maps.Equal(got, want)
+	fmt.Printf("%s: got=%v counted=%v caught=%v\n", planted, got, want, caught)
+	return caught
+}
+
 // TestUsageCheckCatchesPlantedBug: the exactness check above fails when
 // an overwrite forgets the old value's cost.
 func TestUsageCheckCatchesPlantedBug(t *testing.T) {
@@ -210,14 +231,7 @@ func TestUsageCheckCatchesPlantedBug(t *testing.T) {
 	a.apply(1, put("k", "first"))
 	a.apply(1, put("k", "second"))
 	testingUsageForgetsOldValue = false
-	want, err := tallyUsage(s.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := s.Usages()
-	caught := !maps.Equal(got, want)
-	fmt.Printf("usage check planted forgets-old-value: got=%v counted=%v caught=%v\n", got, want, caught)
-	if !caught {
+	if !plantedUsageCaught(t, s, "usage check planted forgets-old-value") {
 		t.Fatal("the planted accounting bug went unnoticed")
 	}
 }
