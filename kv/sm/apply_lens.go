@@ -15,9 +15,10 @@ package sm
 // the applied state key by key, and once its batch has committed it
 // records the new length of every key it wrote that the table holds
 // (and of the overwritten keys it adds); a swap of the whole state (a
-// restore) forgets every entry, and Open starts empty. So a remembered length is exactly
-// what a Get would return, and every replica decides the same whatever
-// its table holds: the table saves the read, it never changes an answer.
+// restore) forgets every entry, and Open starts empty. So a remembered
+// length is exactly what a Get would return, and every replica decides
+// the same whatever its table holds: the table saves the read, it never
+// changes an answer.
 //
 // Bounded by applyLensBytesMax (keys and the map's own cost); past it,
 // arbitrary entries are forgotten to make room.
@@ -48,10 +49,11 @@ func (a *applyLens) lookup(key []byte) (int, bool) {
 }
 
 // applied records the lengths a committed slot left (written; -1:
-// deleted) for the keys in remember: those that were present before the
-// slot. A key written for the first time is not remembered: a load of new
-// keys would only churn the table, and a key that is overwritten once is
-// likely to be overwritten again.
+// deleted) for the keys in remember: every key it wrote that the table
+// held, and every key it overwrote (present before the slot). A key
+// written for the first time is not remembered: a load of new keys would
+// only churn the table, and a key that is overwritten once is likely to
+// be overwritten again.
 func (a *applyLens) applied(written map[string]int, remember []string) {
 	if testingApplyLensOff || len(remember) == 0 {
 		return

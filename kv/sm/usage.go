@@ -221,10 +221,10 @@ type slotBatch struct {
 	batch *pebble.Batch
 	db    *pebble.DB
 	lens  *applyLens // the applied state's lengths, before this slot
-	// remember: the keys the slot wrote whose value was there before it
-	// (found in lens or in the database), each once; lens records their
-	// new lengths once the slot commits. Keys written for the first time
-	// are left out: a load of new keys would only churn the table.
+	// remember: the keys the slot wrote that lens holds or whose value
+	// was there before the slot, each once; lens records their new
+	// lengths once the slot commits. Keys written for the first time are
+	// left out: a load of new keys would only churn the table.
 	remember []string
 	written  map[string]int
 	garbage  uint64 // values the slot deleted or replaced (SM.Garbage)
@@ -234,8 +234,9 @@ type slotBatch struct {
 }
 
 // valueLen returns the length of key's current value as the slot sees it,
-// whether the key is present, and whether the slot should have lens
-// remember the key once it has written it (present before the slot).
+// whether the key is present, and whether lens must record the key's new
+// length once the slot has written it (lens holds the key, or it was
+// present before the slot).
 func (w *slotBatch) valueLen(key []byte) (n int, ok, remember bool, err error) {
 	if n, ok := w.written[string(key)]; ok {
 		return n, n >= 0, false, nil
