@@ -87,10 +87,7 @@ func EntrySize(e *Entry) int { return entryBytes(e) }
 // where appending to nil grew the buffer by doubling, several copies and
 // allocations for each Accept that carries a batch of commands.
 func MessageSize(m *Message) int {
-	n := messageHeaderBytes
-	for i := range m.Entries {
-		n += entryBytes(&m.Entries[i])
-	}
+	n := messageHeaderBytes + EntriesSize(m.Entries)
 	if s := m.Snapshot; s != nil {
 		n += snapshotMetaBytes(s)
 	}

@@ -295,8 +295,8 @@ const bloomBitsPerKey = 10
 // by every compaction that passed them: with 1 MB PUTs, compactions took
 // 18-21 % of each node's CPU; with the values in blob files a megabyte
 // cost an eighth less CPU, the bulk tenant went 4 % faster and its
-// neighbour's p99 fell 12 % (docs/benchmarking.md, "Pebble's value
-// separation").
+// neighbour's p99 fell 12 % (docs/benchmarking.md, "A megabyte copied
+// fewer times", its paragraph on Pebble's value separation).
 const (
 	// valueSeparationBytesMin: smaller values stay in the sstables, where
 	// a read finds them in the block it already loaded.
