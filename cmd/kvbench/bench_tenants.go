@@ -11,6 +11,7 @@ import (
 // about. They sit beside the workload's tenants (1..--tenants), kvbench's
 // monitor (--tenants+1) and the resp path's tenant (--tenants+2).
 const (
+	loadTenantName      = "kvbench-load"                  // the load tenant's name: its series' tenant label
 	loadTenantToken     = "kvbench-load-token"            // standard: ceiling, tail and load writers
 	floodTenantToken    = "kvbench-flood-token"           // bulk: the overload scenario's flood
 	victimCritTenantTok = "kvbench-victim-critical-token" // critical: an overload victim
@@ -32,7 +33,7 @@ type benchTenant struct {
 }
 
 var benchTenants = [...]benchTenant{
-	{"kvbench-load", loadTenantToken, "standard"},
+	{loadTenantName, loadTenantToken, "standard"},
 	{"kvbench-flood", floodTenantToken, "bulk"},
 	{"kvbench-victim-critical", victimCritTenantTok, "critical"},
 	{"kvbench-victim-standard", victimStdTenantTok, "standard"},

@@ -121,7 +121,11 @@ func nodeConfig(o *Options, p Path, i int, dir, shmDir string, addrs []string) s
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintf(&b, "[security]\ncluster_secret = %q\n\n", benchClusterSecret)
-	fmt.Fprintf(&b, "[admin]\ntoken = %q\n\n", benchAdminToken)
+	fmt.Fprintf(&b, "[admin]\ntoken = %q\n", benchAdminToken)
+	if o.NodeProfiles {
+		b.WriteString("pprof = true\n") // node_profiles.go
+	}
+	b.WriteString("\n")
 	if p.Replication == "raft" {
 		walDir := filepath.Join(dir, fmt.Sprintf("node%d", i), "raft")
 		if p.walOnShm {

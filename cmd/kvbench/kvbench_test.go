@@ -114,6 +114,7 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 	o.OutDir = t.TempDir()
 	o.DataDir = t.TempDir()
 	o.BasePort = 18100
+	o.NodeProfiles = true
 	r, err := run(context.Background(), &o)
 	if err != nil {
 		t.Fatal(err)
@@ -141,12 +142,39 @@ func TestSmokeEveryPathAndScenario(t *testing.T) {
 	for _, m := range missingFigures(&back, &o) {
 		t.Error(m)
 	}
+	checkNodeProfiles(t, &back, &o)
 	for _, f := range []string{"latency-write.png", "latency-read.png", "tenant-p99.png"} {
 		if st, err := os.Stat(filepath.Join(o.OutDir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("plot %s: %v", f, err)
 		}
 	}
 	t.Run("netns", func(t *testing.T) { checkNetnsPaths(t, &back) })
+}
+
+// checkNodeProfiles: every embedded paxos or raft cluster's tail and
+// overload phases hold one CPU profile per node (gzip, as pprof writes
+// them) and no node refused one.
+func checkNodeProfiles(t *testing.T, r *Report, o *Options) {
+	for _, p := range r.Paths {
+		if p.Status != "ok" {
+			continue
+		}
+		for _, s := range []string{scenTail, scenOverload} {
+			ph := p.Phases[s]
+			if ph == nil {
+				continue
+			}
+			if len(ph.NodeProfiles) != o.Nodes || len(ph.NodeProfileErrors) != 0 {
+				t.Errorf("%s/%s: profiles %v, refused %v; want %d", p.Name, s, ph.NodeProfiles, ph.NodeProfileErrors, o.Nodes)
+				continue
+			}
+			for _, f := range ph.NodeProfiles {
+				if b, err := os.ReadFile(f); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+					t.Errorf("%s/%s: %s is no pprof profile (%d bytes, %v)", p.Name, s, f, len(b), err)
+				}
+			}
+		}
+	}
 }
 
 // checkNetnsPaths: where namespaces can be built, paxos-udp-netns and
@@ -333,6 +361,8 @@ func TestMissingFiguresCatchesGaps(t *testing.T) {
 		"tail offered":          func(r *Report) { r.Paths[0].Phases[scenTail].Tail.OfferedOps *= 2 },
 		"tail ratio below 1":    func(r *Report) { r.Paths[1].Phases[scenTail].Tail.P99OverP50 = 0.5 },
 		"tail p99.9":            func(r *Report) { r.Paths[0].Phases[scenTail].Write.P999Us = 0 },
+		"tail in store":         func(r *Report) { r.Paths[1].Phases[scenTail].Tail.Store = nil },
+		"tail in-store ratio":   func(r *Report) { r.Paths[1].Phases[scenTail].Tail.StoreP99OverP50 = 0.5 },
 		"overload figures":      func(r *Report) { r.Paths[0].Phases[scenOverload].Overload = nil },
 		"overload share":        func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.ShareOfCapacity = 2 },
 		"overload victim":       func(r *Report) { r.Paths[0].Phases[scenOverload].Overload.Victims[1].Quiet.Count = 0 },

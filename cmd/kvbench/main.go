@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -66,9 +67,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
 		os.Exit(2)
 	}
+	stopProfile := func() {}
+	if o.CPUProfile != "" {
+		if stopProfile, err = startCPUProfile(o.CPUProfile); err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	r, err := run(ctx, o)
+	stop()
+	stopProfile() // before any exit: an unfinished profile is unreadable
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvbench: %v\n", err)
 		os.Exit(1)
@@ -79,6 +88,24 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// startCPUProfile profiles kvbench's own process into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "kvbench: the CPU profile: %v\n", err)
+		}
+	}, nil
 }
 
 func parseFlags(args []string) (*Options, error) {
@@ -145,6 +172,8 @@ func parseFlags(args []string) (*Options, error) {
 	fs.BoolVar(&noPlots, "no-plots", false, "skip the PNG plots")
 	fs.BoolVar(&victimsInline, "victims-inline", false, "overload: run the victims in kvbench's own process, beside the flood's generator (default: a child process of their own)")
 	fs.BoolVar(&quiet, "quiet", false, "no progress bar")
+	nodeProfiles := fs.Bool("node-profiles", false, "profile every node's CPU during the recorded part of the tail and overload scenarios, into --out/profiles/PATH/")
+	cpuProfile := fs.String("cpuprofile", "", "write kvbench's own CPU profile here (what the load generator costs the cores it shares with the nodes)")
 	stallFlags := addStallFlags(fs) // stages.go
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -187,6 +216,8 @@ func parseFlags(args []string) (*Options, error) {
 	setI(&o.LoadWriters, loadWriters)
 	setI(&o.PMemMiB, pmemMiB)
 	o.SnapshotTransfer = snapTransfer
+	o.CPUProfile = *cpuProfile
+	o.NodeProfiles = *nodeProfiles
 	setF(&o.TailShare, tailShare)
 	setF(&o.OverloadFactor, overFactor)
 	setF(&o.VictimRate, victimRate)

@@ -156,6 +156,11 @@ type ClusterWindow struct {
 	Nodes []NodeSample `json:"nodes"`
 	// Stages is the per-stage latency and the stalls (stages.go).
 	Stages *StageWindow `json:"stages,omitempty"`
+	// LoadService is the load tenant's service time inside the nodes
+	// (admission to reply, synod_tenant_latency_seconds, summed over the
+	// nodes): the ceiling and tail writers' latency without the client's
+	// own time. Nil when a node missed a scrape or the tenant sent nothing.
+	LoadService *StageFigures `json:"load_service,omitempty"`
 }
 
 // windowWatch measures one ClusterWindow: open scrapes at the start,
@@ -178,6 +183,9 @@ func (w *windowWatch) close(ctx context.Context) *ClusterWindow {
 	end := w.c.scrapeAll(ctx)
 	cw := windowOf(w.start, end, w.c.sampleNodes(end))
 	cw.Stages = stagesOf(w.start, end, traceDirsOf(w.c)) // stages.go
+	if f, ok := tenantService(loadTenantName, w.start, end); ok && f.Count > 0 {
+		cw.LoadService = &f
+	}
 	return cw
 }
 

@@ -81,6 +81,11 @@ type Options struct {
 	// SnapshotTransfer is every paxos node's [consensus]
 	// snapshot_transfer ("": kvnode's default, whole; or "delta").
 	SnapshotTransfer string
+	// CPUProfile, when set, is where kvbench writes its own CPU profile.
+	CPUProfile string
+	// NodeProfiles: the nodes serve pprof and kvbench profiles them
+	// during the tail and overload scenarios (node_profiles.go).
+	NodeProfiles bool
 
 	Paths     []string // which paths to run ("" = all)
 	Scenarios []string // steady, noisy, ceiling, tail, overload, hog, load (allScenarios)

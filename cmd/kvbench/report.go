@@ -261,6 +261,7 @@ func writeTable(w io.Writer, r *Report) {
 	if h.Against != "" {
 		fmt.Fprintf(w, "\nwrite P99 raft / %s = %.2fx, write P99.9 raft / %s = %.2fx\n", h.Against, h.WriteP99Ratio, h.Against, h.WriteP999Ratio)
 	}
+	writeProfileList(w, r) // node_profiles.go
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

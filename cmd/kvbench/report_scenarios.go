@@ -65,6 +65,18 @@ func scenarioRows(r *Report, row func(name string, f func(p *PathResult) string)
 		row("tail write P99.9", cell(scenTail, func(ph *PhaseResult) string { return ms(ph.Write.P999Us) }))
 		row(fmt.Sprintf("tail P99/P50 (goal <=%d)", tailP99RatioGoal), cell(scenTail, func(ph *PhaseResult) string { return fmt.Sprintf("%.1f", ph.Tail.P99OverP50) }))
 		row(fmt.Sprintf("tail P99.9/P50 (goal <=%d)", tailP999RatioGoal), cell(scenTail, func(ph *PhaseResult) string { return fmt.Sprintf("%.1f", ph.Tail.P999OverP50) }))
+		row("tail in store P50/P99/P99.9", cell(scenTail, func(ph *PhaseResult) string {
+			if ph.Tail.Store == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f/%.2f/%.2f", ph.Tail.Store.P50Ms, ph.Tail.Store.P99Ms, ph.Tail.Store.P999Ms)
+		}))
+		row("tail in store ratios", cell(scenTail, func(ph *PhaseResult) string {
+			if ph.Tail.Store == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f, %.1f", ph.Tail.StoreP99OverP50, ph.Tail.StoreP999OverP50)
+		}))
 	}
 	if ranScenario(r, scenOverload) {
 		ov := func(f func(or *OverloadResult) string) func(p *PathResult) string {

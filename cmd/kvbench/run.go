@@ -49,6 +49,11 @@ type PhaseResult struct {
 	Tail     *TailResult     `json:"tail,omitempty"`
 	Overload *OverloadResult `json:"overload,omitempty"`
 	Load     *LoadResult     `json:"load,omitempty"`
+	// NodeProfiles are the nodes' CPU profiles of the recorded part
+	// (--node-profiles; node_profiles.go), NodeProfileErrors the nodes
+	// that gave none.
+	NodeProfiles      []string `json:"node_profiles,omitempty"`
+	NodeProfileErrors []string `json:"node_profile_errors,omitempty"`
 }
 
 // PathResult is one path's run.

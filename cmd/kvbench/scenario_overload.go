@@ -183,29 +183,35 @@ const tenantServiceMetric = "synod_tenant_latency_seconds"
 // before the quiet run (s0), between the runs (s1) and after the flood
 // (s2); nil if any node is missing from any of them.
 func storeVictim(tenant string, s0, s1, s2 []metrics) *StoreVictimFigures {
-	window := func(a, b []metrics) ([]bucket, bool) {
-		var acc []bucket
-		for k := range b {
-			if k >= len(a) || a[k] == nil || b[k] == nil {
-				return nil, false
-			}
-			want := map[string]string{"tenant": tenant, "stage": "service"}
-			acc = deltaBuckets(acc, labeledBuckets(a[k], tenantServiceMetric, want), labeledBuckets(b[k], tenantServiceMetric, want))
-		}
-		return acc, true
-	}
-	q, ok1 := window(s0, s1)
-	f, ok2 := window(s1, s2)
-	if !ok1 || !ok2 || len(q) == 0 || len(f) == 0 {
+	qf, ok1 := tenantService(tenant, s0, s1)
+	ff, ok2 := tenantService(tenant, s1, s2)
+	if !ok1 || !ok2 {
 		return nil
 	}
-	qf, ff := figuresOf("service", q), figuresOf("service", f)
 	sv := &StoreVictimFigures{QuietCount: qf.Count, QuietP50Ms: qf.P50Ms, QuietP99Ms: qf.P99Ms,
 		FloodCount: ff.Count, FloodP50Ms: ff.P50Ms, FloodP99Ms: ff.P99Ms, OverTopBound: qf.Over || ff.Over}
 	if sv.QuietP99Ms > 0 {
 		sv.Ratio = sv.FloodP99Ms / sv.QuietP99Ms
 	}
 	return sv
+}
+
+// tenantService is tenant's service time inside the nodes (admission to
+// reply) between the scrapes a and b, summed over the nodes; false if a
+// node is missing from either scrape or the tenant has no series.
+func tenantService(tenant string, a, b []metrics) (StageFigures, bool) {
+	var acc []bucket
+	want := map[string]string{"tenant": tenant, "stage": "service"}
+	for k := range b {
+		if k >= len(a) || a[k] == nil || b[k] == nil {
+			return StageFigures{}, false
+		}
+		acc = deltaBuckets(acc, labeledBuckets(a[k], tenantServiceMetric, want), labeledBuckets(b[k], tenantServiceMetric, want))
+	}
+	if len(acc) == 0 {
+		return StageFigures{}, false
+	}
+	return figuresOf("service", acc), true
 }
 
 // throttleCounts counts requests that ended THROTTLED, per report tenant.
@@ -291,6 +297,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	floodRate := o.OverloadFactor * capOps
 	var thr throttleCounts
 	tw := openWindowAfter(ctx, c, lw, warmup)
+	prof := startNodeProfiles(ctx, o, c, scenOverload, warmup, o.Duration) // node_profiles.go
 	var (
 		victims   *load.Result
 		victimErr error
@@ -307,6 +314,7 @@ func runOverload(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, s
 	wg.Wait()
 	scrape2 := c.scrapeAll(ctx)
 	tw.finish(ctx, ph)
+	ph.NodeProfiles, ph.NodeProfileErrors = prof.wait()
 	if victimErr != nil {
 		return nil, victimErr
 	}

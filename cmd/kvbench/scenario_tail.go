@@ -27,6 +27,14 @@ type TailResult struct {
 	OfferedOps     float64 `json:"offered_ops"`
 	P99OverP50     float64 `json:"p99_over_p50"`
 	P999OverP50    float64 `json:"p999_over_p50"`
+	// Store is the same writes timed inside the nodes (admission to
+	// reply; ClusterWindow.LoadService), with its own ratios: what the
+	// store adds, without kvbench's scheduling on the cores it shares
+	// with the nodes. The histogram's buckets double, so these figures
+	// are interpolated within a factor of 2. Nil without the scrapes.
+	Store            *StageFigures `json:"store,omitempty"`
+	StoreP99OverP50  float64       `json:"store_p99_over_p50,omitempty"`
+	StoreP999OverP50 float64       `json:"store_p999_over_p50,omitempty"`
 }
 
 // Goals of the tail scenario (reported against, never enforced).
@@ -68,17 +76,34 @@ func runTail(ctx context.Context, o *Options, c *cluster, lw *leaderWatch, st *p
 		value[i] = byte('a' + i%26)
 	}
 	tw := openWindowAfter(ctx, c, lw, warmup)
+	prof := startNodeProfiles(ctx, o, c, scenTail, warmup, o.Duration) // node_profiles.go
 	res := load.Run(ctx, load.Config{Rate: rate, Warmup: warmup, Duration: o.Duration, Concurrency: o.Concurrency,
 		Seed: o.Seed + 0x7a11, DrainTimeout: 2 * opTimeout, Progress: bar.phase},
 		putsPick(cls, o.Keys, value, classWrite, 0))
 	tw.finish(ctx, ph)
+	ph.NodeProfiles, ph.NodeProfileErrors = prof.wait()
 	fillOpenLoop(ph, res, o.Duration)
 	ph.Tail = &TailResult{CapacityOps: capOps, CapacitySource: src, Share: o.TailShare, OfferedOps: rate}
 	if p50 := ph.Write.P50Us; p50 > 0 {
 		ph.Tail.P99OverP50 = float64(ph.Write.P99Us) / float64(p50)
 		ph.Tail.P999OverP50 = float64(ph.Write.P999Us) / float64(p50)
 	}
+	if ph.Cluster != nil {
+		ph.Tail.setStore(ph.Cluster.LoadService)
+	}
 	return ph, nil
+}
+
+// setStore records the writes' service time inside the nodes (nil: none
+// measured) and its ratios.
+func (tl *TailResult) setStore(st *StageFigures) {
+	if st == nil || st.Count == 0 {
+		return
+	}
+	tl.Store = st
+	if st.P50Ms > 0 {
+		tl.StoreP99OverP50, tl.StoreP999OverP50 = st.P99Ms/st.P50Ms, st.P999Ms/st.P50Ms
+	}
 }
 
 // fillOpenLoop fills a phase's latency, throughput and error figures from

@@ -38,6 +38,17 @@ func missingScenarioFigures(p *PathResult, s string, ph *PhaseResult, o *Options
 			!near(tl.P99OverP50, float64(ph.Write.P99Us)/float64(ph.Write.P50Us)):
 			add("ratios %v, %v do not follow from %+v", tl.P99OverP50, tl.P999OverP50, ph.Write)
 		}
+		// The paxos backend times every request inside the node
+		// (synod_tenant_latency_seconds); the raft one does not.
+		if tl != nil && p.Replication == "paxos" && len(o.Endpoints) == 0 {
+			switch st := tl.Store; {
+			case st == nil:
+				add("no in-store figures (%s's service time)", loadTenantName)
+			case st.P50Ms <= 0 || st.P99Ms < st.P50Ms || st.P999Ms < st.P99Ms ||
+				!near(tl.StoreP99OverP50, st.P99Ms/st.P50Ms) || !near(tl.StoreP999OverP50, st.P999Ms/st.P50Ms):
+				add("in-store figures %+v, ratios %v, %v", *st, tl.StoreP99OverP50, tl.StoreP999OverP50)
+			}
+		}
 	case scenOverload:
 		or := ph.Overload
 		if or == nil {
@@ -136,6 +147,7 @@ func completePhase(s string, o *Options) *PhaseResult {
 		ph.Ceiling = &CeilingResult{Inflight: o.CeilingInflight, Clients: 8, PutsPerSec: 100}
 	case scenTail:
 		ph.Tail = &TailResult{CapacityOps: 200, CapacitySource: "ceiling phase", Share: o.TailShare, OfferedOps: o.TailShare * 200, P99OverP50: 3, P999OverP50: 4}
+		ph.Tail.setStore(&StageFigures{Stage: "service", Count: 100, P50Ms: 1, P99Ms: 3, P999Ms: 4})
 	case scenOverload:
 		v := VictimFigures{Priority: "critical", Quiet: h, Flood: h, Ratio: 1}
 		ph.Overload = &OverloadResult{CapacityOps: 200, Factor: o.OverloadFactor, FloodOfferedOps: o.OverloadFactor * 200,

@@ -203,3 +203,53 @@ func TestStoreVictimWindows(t *testing.T) {
 		t.Fatal("figures with a node missing from a scrape")
 	}
 }
+
+// TestTailStoreFigures: the tail's in-store figures are the load tenant's
+// service series alone (another tenant's, and the queue stage, are not
+// counted), summed over the nodes as deltas across the window, with
+// ratios that follow from them; a window without the tenant gives none.
+func TestTailStoreFigures(t *testing.T) {
+	inf := math.Inf(1)
+	les := []float64{0.001, 0.002, 0.004, 0.008, 0.016, inf}
+	scrape := func(load [][]float64) []metrics {
+		var out []metrics
+		for k := range load {
+			m := metrics{}
+			for i, le := range les {
+				l := fmt.Sprint(le)
+				if math.IsInf(le, 1) {
+					l = "+Inf"
+				}
+				m[fmt.Sprintf(`%s_bucket{tenant=%q,stage="service",le=%q}`, tenantServiceMetric, loadTenantName, l)] = load[k][i]
+				m[fmt.Sprintf(`%s_bucket{tenant=%q,stage="queue",le=%q}`, tenantServiceMetric, loadTenantName, l)] = 5000
+				m[fmt.Sprintf(`%s_bucket{tenant="other",stage="service",le=%q}`, tenantServiceMetric, l)] = 5000
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	zero := []float64{0, 0, 0, 0, 0, 0}
+	start := scrape([][]float64{{50, 50, 50, 50, 50, 50}, zero})
+	// 1,000 writes on the leader: 980 under 1 ms, 10 in 8-16 ms, 10 over.
+	end := scrape([][]float64{{1030, 1030, 1030, 1030, 1040, 1050}, {0, 0, 0, 0, 0, 0}})
+	f, ok := tenantService(loadTenantName, start, end)
+	if !ok || f.Count != 1000 {
+		t.Fatalf("count %d ok %v, want 1000", f.Count, ok)
+	}
+	var tl TailResult
+	tl.setStore(&f)
+	if tl.Store == nil || tl.Store.P50Ms > 1 || tl.Store.P99Ms < 8 || tl.Store.P99Ms > 16 || !tl.Store.Over {
+		t.Fatalf("in-store figures %+v", tl.Store)
+	}
+	if math.Abs(tl.StoreP99OverP50-tl.Store.P99Ms/tl.Store.P50Ms) > 1e-9 || tl.StoreP999OverP50 < tl.StoreP99OverP50 {
+		t.Fatalf("ratios %v, %v from %+v", tl.StoreP99OverP50, tl.StoreP999OverP50, tl.Store)
+	}
+	if _, ok := tenantService("nobody", start, end); ok {
+		t.Fatal("figures for a tenant with no series")
+	}
+	var none TailResult
+	none.setStore(&StageFigures{})
+	if none.Store != nil {
+		t.Fatal("an empty window recorded as in-store figures")
+	}
+}
