@@ -93,6 +93,10 @@ type pending struct {
 	// written.
 	fail       string
 	closeAfter bool
+	// readAt is when the reader finished reading it: a command read
+	// after every earlier answer went out was sent after those answers
+	// (pacing's answeredAll, execLoop).
+	readAt time.Time
 }
 
 // deadlineReader arms the frame timeout the first time a command needs
@@ -215,7 +219,7 @@ func (c *conn) readLoop(cfg server.Config) {
 		c.dr.inCommand, c.dr.armed = true, false
 		cmd, err := c.rd.read()
 		c.dr.inCommand = false
-		p := &pending{cmd: cmd, held: held}
+		p := &pending{cmd: cmd, held: held, readAt: time.Now()}
 		switch {
 		case errors.Is(err, errTooLarge):
 			p.cmd, p.fail = nil, "ERR "+err.Error()+" (CommandBytesMax)"
@@ -253,6 +257,11 @@ func (c *conn) readLoop(cfg server.Config) {
 		}
 	}
 }
+
+// testingAnsweredAllOff plants the gap answeredAll closes: every paced
+// command counts as pipelined, so a compliant client's command after an
+// admitted answer waits for its tenant's flooders' turns.
+var testingAnsweredAllOff bool
 
 // enqueue hands p to the executor; false when the connection ended
 // first (then p's budget is given back).
@@ -322,6 +331,9 @@ func (c *conn) execLoop(cfg server.Config) {
 	bw := bufio.NewWriterSize(c.nc, writeBufferBytes)
 	var unflushed int64 // budget charged for answers in bw
 	var answered int32  // commands whose answers are in bw
+	// out is when the last answer was handed to the kernel with every
+	// answer before it (zero: none yet).
+	var out time.Time
 	dead := false
 	flush := func() {
 		if !dead && bw.Buffered() > 0 {
@@ -330,6 +342,7 @@ func (c *conn) execLoop(cfg server.Config) {
 				dead = true
 				c.h.Close("write: " + err.Error())
 			}
+			out = time.Now()
 		}
 		c.h.Release(unflushed)
 		c.inflight.Add(-answered)
@@ -341,7 +354,12 @@ func (c *conn) execLoop(cfg server.Config) {
 		// was answered goes out first.
 		if !dead && c.h.Paced() {
 			flush()
-			c.h.WaitPace()
+			// Read after every earlier answer went out: its client sent
+			// it after them, the last an admitted one or a refusal whose
+			// retry-after it waited. A pipelined command was read before
+			// (the flush above, when it wrote anything, is later still).
+			answeredAll := p.readAt.After(out) && !testingAnsweredAllOff
+			c.h.WaitPace(answeredAll)
 		}
 		if dead || ctx.Err() != nil {
 			// Closed: give back what the command holds, unanswered.
@@ -361,6 +379,8 @@ func (c *conn) execLoop(cfg server.Config) {
 		if _, err := bw.Write(b); err != nil && !dead {
 			dead = true
 			c.h.Close("write: " + err.Error())
+		} else if bw.Buffered() == 0 {
+			out = time.Now() // written through: a large answer
 		}
 		unflushed += held
 		answered++

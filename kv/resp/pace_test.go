@@ -173,3 +173,102 @@ func TestBusyRunNotEndedByLocalCommands(t *testing.T) {
 	}
 	fmt.Printf("resp run through PINGs: commands=%d paced=%d\n", rounds*(per+1), ts.host.Stats().FramesPaced)
 }
+
+// TestBusyTurnsSpareCommandAfterAdmitted: beside 32 flooding RESP
+// connections of its tenant, each holding a turn (so a turn taken now
+// comes about 1.6 s later), a compliant RESP client of the same tenant
+// opens a connection (which starts paced: the tenant is marked) and sends
+// three GETs that are admitted, each 1 ms after the answer before it. An
+// admitted answer asks for no wait, and each command came once every
+// earlier one was answered, so none takes a turn (kv/server
+// refused_pace.go, takesTurn), as a binary frame would not: the second
+// waits only its connection's own pace (a retry-after since the first
+// was read). Planted (testingAnsweredAllOff: every paced command counted
+// as pipelined, the rule before), the second waited for the flooders'
+// turns (1.64 s).
+func TestBusyTurnsSpareCommandAfterAdmitted(t *testing.T) {
+	worst, line := busyBesideFlood(t, false)
+	if worst > busyTurnsSpareBound {
+		t.Fatalf("%s: want every command answered within %v", line, busyTurnsSpareBound)
+	}
+	// The same three GETs pipelined are read before the first answer
+	// goes out: they are early frames, and still take turns.
+	piped, pipedLine := busyBesideFlood(t, true)
+	if piped <= busyTurnsSpareBound {
+		t.Fatalf("%s: want the turns waited", pipedLine)
+	}
+	testingAnsweredAllOff = true
+	defer func() { testingAnsweredAllOff = false }()
+	plantedWorst, plantedLine := busyBesideFlood(t, false)
+	if plantedWorst <= busyTurnsSpareBound {
+		t.Fatalf("planted (every paced command counted as pipelined): %s: the test does not show the gap", plantedLine)
+	}
+	fmt.Printf("resp turns spared after admitted: %s; %s; planted: %s\n", line, pipedLine, plantedLine)
+}
+
+// busyTurnsSpareBound is the slowest answer TestBusyTurnsSpare accepts:
+// a retry-after and change, well under the 1.6 s of turns.
+const busyTurnsSpareBound = 800 * time.Millisecond
+
+// busyBesideFlood paces tenant alpha, starts 32 connections pipelining 60
+// refused GETs each at a 50 ms retry-after, then opens one more that
+// sends three admitted GETs one at a time, each 1 ms after the answer
+// before it (pipelined: all three at once); it returns the slowest of the
+// three answers and a line.
+func busyBesideFlood(t *testing.T, pipelined bool) (time.Duration, string) {
+	const retryAfter = 50 * time.Millisecond
+	const flooders, each = 32, 60
+	ts := startServer(t, server.Config{}, func(server.Backend) server.Backend { return refusingBackend{retryAfter} })
+	auth := func() *rawConn {
+		r := dialRaw(t, ts.addr)
+		r.send(encodeCommand("AUTH", specAlpha.Token))
+		r.expect("+OK")
+		return r
+	}
+	pipeline := func(r *rawConn, n int) {
+		var pipe []byte
+		for range n {
+			pipe = append(pipe, encodeCommand("GET", "no")...)
+		}
+		go r.nc.Write(pipe)
+	}
+	first := auth()
+	pipeline(first, server.RefusedRunPacedMin)
+	for range server.RefusedRunPacedMin {
+		first.expect("-BUSY")
+	}
+	for range flooders {
+		r := auth()
+		pipeline(r, each)
+		go func() {
+			for range each {
+				if _, err := r.line(); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the flooders' commands have come and taken their turns
+	c := auth()
+	var worst time.Duration
+	if pipelined {
+		start := time.Now()
+		c.send(append(append(encodeCommand("GET", "ok"), encodeCommand("GET", "ok")...), encodeCommand("GET", "ok")...))
+		for range 3 {
+			c.expect("v")
+		}
+		worst = time.Since(start)
+		return worst, fmt.Sprintf("pipelined worst=%v flooders=%d", worst.Round(time.Millisecond), flooders)
+	}
+	for range 3 {
+		start := time.Now()
+		c.send(encodeCommand("GET", "ok"))
+		c.expect("v")
+		worst = max(worst, time.Since(start))
+		if worst > busyTurnsSpareBound {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return worst, fmt.Sprintf("worst=%v flooders=%d", worst.Round(time.Millisecond), flooders)
+}

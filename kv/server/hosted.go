@@ -206,8 +206,12 @@ func (h *Hosted) Answered(throttled bool, retryAfter time.Duration) {
 // WaitPace waits, before the hosted connection's next command runs, for
 // as long as its run of THROTTLED answers asks (refused_pace.go); it
 // returns at once when the connection is not paced, and early when the
-// connection ends. The caller flushes its answers first.
-func (h *Hosted) WaitPace() { h.c.waitPace(false) }
+// connection ends. The caller flushes its answers first. answeredAll
+// says the command came once every earlier command of the connection
+// had been answered (its answer handed to the kernel): a client that
+// sent it after an admitted answer, which asks for no wait, is not held
+// by its tenant's early frames' turns, as on the binary protocol.
+func (h *Hosted) WaitPace(answeredAll bool) { h.c.waitPace(answeredAll) }
 
 // Paced reports whether the next command would wait (WaitPace).
 func (h *Hosted) Paced() bool { return h.c.refused.pace() > 0 }

@@ -303,7 +303,7 @@ func (r *refusals) pace() time.Duration {
 // time, as a client waiting its retry-after sends it, waits for no other
 // connection. Nor does one that came once every earlier frame of its
 // connection was answered (answeredAll: the binary reader knows it, a
-// hosted protocol passes false) and the last refusal's retry-after had
+// hosted protocol tells it, Hosted.WaitPace) and the last refusal's retry-after had
 // passed: its client sent it after an answer that asked no wait, an
 // admitted one (a compliant client paced from HELLO waited up to 1 s a
 // frame behind its tenant's flooding connections). A pipelined frame
