@@ -20,7 +20,13 @@ const busyRetryAfter = 2 * time.Millisecond
 // Backend serves client requests on a Node: writes are answered once
 // applied on the leader, GET and SCAN after a ReadIndex barrier unless
 // FlagStaleOK.
-type Backend struct{ n *Node }
+type Backend struct {
+	n *Node
+	// Tenants, when set, receives each request's service time per
+	// tenant, as the Paxos path's backend reports it (kv/replica
+	// Backend), so the two paths' in-store latencies compare.
+	Tenants *tenants.Metrics
+}
 
 var _ server.Backend = (*Backend)(nil)
 
@@ -29,6 +35,13 @@ func NewBackend(n *Node) *Backend { return &Backend{n: n} }
 
 // Do implements server.Backend.
 func (b *Backend) Do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
+	start := time.Now()
+	resp := b.do(ctx, tenant, req)
+	b.Tenants.ObserveService(tenant, time.Since(start))
+	return resp
+}
+
+func (b *Backend) do(ctx context.Context, tenant tenants.ID, req *proto.Request) *proto.Response {
 	switch req.Op {
 	case proto.OpPut, proto.OpDelete, proto.OpCAS, proto.OpBatch:
 		res, err := b.n.Write(ctx, sm.EncodeCommand(tenant, req))

@@ -362,6 +362,7 @@ func TestMissingFiguresCatchesGaps(t *testing.T) {
 		"tail ratio below 1":    func(r *Report) { r.Paths[1].Phases[scenTail].Tail.P99OverP50 = 0.5 },
 		"tail p99.9":            func(r *Report) { r.Paths[0].Phases[scenTail].Write.P999Us = 0 },
 		"tail in store":         func(r *Report) { r.Paths[1].Phases[scenTail].Tail.Store = nil },
+		"raft tail in store":    func(r *Report) { r.Paths[0].Phases[scenTail].Tail.Store = nil },
 		"tail in-store ratio":   func(r *Report) { r.Paths[1].Phases[scenTail].Tail.StoreP99OverP50 = 0.5 },
 		"overload figures":      func(r *Report) { r.Paths[0].Phases[scenOverload].Overload = nil },
 		"overload share":        func(r *Report) { r.Paths[1].Phases[scenOverload].Overload.ShareOfCapacity = 2 },

@@ -38,9 +38,9 @@ func missingScenarioFigures(p *PathResult, s string, ph *PhaseResult, o *Options
 			!near(tl.P99OverP50, float64(ph.Write.P99Us)/float64(ph.Write.P50Us)):
 			add("ratios %v, %v do not follow from %+v", tl.P99OverP50, tl.P999OverP50, ph.Write)
 		}
-		// The paxos backend times every request inside the node
-		// (synod_tenant_latency_seconds); the raft one does not.
-		if tl != nil && p.Replication == "paxos" && len(o.Endpoints) == 0 {
+		// Both backends time every request inside the node
+		// (synod_tenant_latency_seconds).
+		if tl != nil && len(o.Endpoints) == 0 {
 			switch st := tl.Store; {
 			case st == nil:
 				add("no in-store figures (%s's service time)", loadTenantName)

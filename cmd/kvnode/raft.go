@@ -93,8 +93,11 @@ func runRaftNode(cfg *Config) error {
 	durability := "fsync-file: fdatasync of a WAL file in " + walDir
 	// Tenant handling as the design's front end has it: the software
 	// token-bucket shaper admits frames from the fixed header.
-	shaper := tenants.NewShaper(reg, time.Now, nil)
-	backend := cfg.spaceGuard(raftpath.NewBackend(node), reg, node.SM(), node.IsLeader, nil)
+	tmetrics := tenants.NewMetrics(reg)
+	shaper := tenants.NewShaper(reg, time.Now, tmetrics)
+	rbackend := raftpath.NewBackend(node)
+	rbackend.Tenants = tmetrics // the same per-tenant series as the Paxos path
+	backend := cfg.spaceGuard(rbackend, reg, node.SM(), node.IsLeader, nil)
 	backend.Start(log.With().Str("loop", "space").Logger())
 	defer backend.Stop()
 	scfg := cfg.clientServerConfig(shaperAdmitter{shaper})
@@ -118,6 +121,7 @@ func runRaftNode(cfg *Config) error {
 		return err
 	}
 	promReg := raftPromRegistry(node)
+	promReg.MustRegister(tmetrics)
 	promReg.MustRegister(srv.Collector()) // connection caps, response budgets ([limits])
 	if rs != nil {
 		promReg.MustRegister(rs.Collector())
