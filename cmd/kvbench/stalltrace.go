@@ -213,6 +213,10 @@ type interval struct {
 	start, end int64
 	state      uint8
 	why        int32 // index into strs: where it entered the state (frame, reason)
+	// snap: a stack of the goroutine inside the state machine's snapshot
+	// code was seen during the interval (entering it, leaving it, or an
+	// event within it).
+	snap bool
 }
 
 // rangeEv is a runtime range (GC mark phase, a stop-the-world, an assist).
@@ -237,7 +241,7 @@ type traceParse struct {
 	ranges  []rangeEv
 	marks   []stallMark
 	roles   map[int64]int
-	snap    map[int64]bool // goroutines seen inside a state-machine snapshot
+	snap    map[int64]bool // goroutines ever seen inside a state-machine snapshot (the planted rule only)
 	state   map[int64]goState
 	open    map[string]rangeEv // key: name + scope
 	first   int64
@@ -249,6 +253,7 @@ type goState struct {
 	state int
 	since int64
 	why   int32
+	snap  bool // a stack inside snapshot code seen since it entered the state
 }
 
 func (tp *traceParse) str(s string) int32 {
@@ -400,8 +405,18 @@ func (tp *traceParse) note(g int64, stack []string) {
 	}
 	if inSnapshot(stack) {
 		tp.snap[g] = true
+		if st, ok := tp.state[g]; ok {
+			st.snap = true
+			tp.state[g] = st
+		}
 	}
 }
+
+// testingSnapshotByGoroutine plants the rule the per-interval mark
+// replaced: a goroutine once seen in snapshot code counts as running a
+// snapshot in every window where it runs (the apply loop, which starts
+// every snapshot, then looked like it ran one in every episode).
+var testingSnapshotByGoroutine bool
 
 func (tp *traceParse) event(ev *event) {
 	if tp.first < 0 || ev.t < tp.first {
@@ -426,7 +441,9 @@ func (tp *traceParse) event(ev *event) {
 				// one sample of what it ran.
 				why = tp.str("until " + summary(ev.trans))
 			}
-			tp.add(interval{g: g, start: old.since, end: ev.t, state: uint8(old.state), why: why})
+			// old.snap holds the stack it entered with and any seen
+			// since, the transition's stack included (note, above).
+			tp.add(interval{g: g, start: old.since, end: ev.t, state: uint8(old.state), why: why, snap: old.snap})
 		} else if !ok && from != stOther && tp.first >= 0 {
 			// First sight: it was in from since the trace began.
 			tp.add(interval{g: g, start: tp.first, end: ev.t, state: uint8(from)})
@@ -440,7 +457,9 @@ func (tp *traceParse) event(ev *event) {
 		case stRunnable:
 			why = m[4]
 		}
-		tp.state[g] = goState{state: to, since: ev.t, why: tp.str(why)}
+		// The stack it leaves the old state with is the one it enters the
+		// new one with.
+		tp.state[g] = goState{state: to, since: ev.t, why: tp.str(why), snap: inSnapshot(ev.trans)}
 	case "RangeBegin":
 		name, g := rangeOf(ev.rest)
 		tp.open[fmt.Sprint(name, g)] = rangeEv{name: name, g: g, start: ev.t}
@@ -492,7 +511,7 @@ func (tp *traceParse) add(iv interval) {
 func (tp *traceParse) finish() {
 	for g, s := range tp.state {
 		if s.state != stOther {
-			tp.add(interval{g: g, start: s.since, end: tp.last, state: uint8(s.state), why: s.why})
+			tp.add(interval{g: g, start: s.since, end: tp.last, state: uint8(s.state), why: s.why, snap: s.snap})
 		}
 	}
 	for _, r := range tp.open {
@@ -610,7 +629,11 @@ func (tp *traceParse) report() *traceReport {
 			rt := sr.roles[tp.roles[iv.g]]
 			rt.byState[iv.state] += d
 			rt.why[iv.state][tp.strs[iv.why]] += d
-			if tp.snap[iv.g] && (iv.state == stRunning || iv.state == stSyscall) {
+			snap := iv.snap
+			if testingSnapshotByGoroutine {
+				snap = tp.snap[iv.g]
+			}
+			if snap && (iv.state == stRunning || iv.state == stSyscall) {
 				sr.snapshotOn = true
 			}
 		}
