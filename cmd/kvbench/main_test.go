@@ -7,7 +7,8 @@ import (
 )
 
 // TestMain lets the test binary stand in for kvbench's own children (the
-// hog, and the overload scenario's victims: victims_process.go).
+// hog, and the overload scenario's victims: victims_process.go) and for
+// the other node of TestStallsSeesTheOtherNodes.
 // startHog runs os.Executable() with "hog": under `go test` that is this
 // binary, which without this ran the package's tests as the "hog" (the
 // smoke test's hog phase burned no CPU on purpose, and each killed child
@@ -22,6 +23,13 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "victims" {
 		if err := victimsMain(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if dir := os.Getenv(stallPeerHelperEnv); dir != "" {
+		if err := runStallPeer(dir); err != nil { // stalltrace_test.go
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

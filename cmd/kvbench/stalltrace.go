@@ -77,6 +77,7 @@ func stallsMain(args []string, out io.Writer) error {
 	sort.Strings(files)
 	failed := 0
 	var sum causeSummary
+	var reps []*traceReport
 	for _, f := range files {
 		rep, err := analyzeTraceFile(f)
 		if err != nil {
@@ -84,6 +85,10 @@ func stallsMain(args []string, out io.Writer) error {
 			failed++
 			continue
 		}
+		reps = append(reps, rep)
+	}
+	addPeers(reps) // stalltrace_peers.go
+	for _, rep := range reps {
 		rep.write(out)
 		sum.add(rep)
 	}
@@ -247,6 +252,10 @@ type traceParse struct {
 	first   int64
 	last    int64
 	dropped int // intervals beyond stallIntervalsMax
+	// wallOff turns trace time into wall-clock time (Unix ns) from the
+	// trace's first Sync event; hasWall says there was one.
+	wallOff int64
+	hasWall bool
 }
 
 type goState struct {
@@ -274,6 +283,7 @@ var (
 	reLog   = regexp.MustCompile(`Category="synod\.stall" Message="([^"]*)"`)
 	reTook  = regexp.MustCompile(`took=(\S+)`)
 	reStage = regexp.MustCompile(`stage=(\S+)`)
+	reWall  = regexp.MustCompile(`Wall=(\S+)`)
 )
 
 // event is one parsed event with its stacks' function names.
@@ -460,6 +470,12 @@ func (tp *traceParse) event(ev *event) {
 		// The stack it leaves the old state with is the one it enters the
 		// new one with.
 		tp.state[g] = goState{state: to, since: ev.t, why: tp.str(why), snap: inSnapshot(ev.trans)}
+	case "Sync":
+		if m := reWall.FindStringSubmatch(ev.rest); m != nil && !tp.hasWall {
+			if w, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+				tp.wallOff, tp.hasWall = w.UnixNano()-ev.t, true
+			}
+		}
 	case "RangeBegin":
 		name, g := rangeOf(ev.rest)
 		tp.open[fmt.Sprint(name, g)] = rangeEv{name: name, g: g, start: ev.t}
@@ -559,6 +575,9 @@ type stallReport struct {
 	// summary's key): "GC stop-the-world", "snapshot", "<loop> waiting
 	// for a CPU", "<loop> in msync", "<loop> busy", "<loop> idle", ...
 	cause string
+	// peers: the other nodes' loops in the same wall-clock window
+	// (stalltrace_peers.go).
+	peers []*peerView
 }
 
 // traceReport is one file's analysis.
@@ -569,6 +588,12 @@ type traceReport struct {
 	stalls   []*stallReport
 	dropped  int
 	goCounts [rolesN]int
+	// The loops' state intervals and the trace's wall-clock span, so the
+	// other nodes' episodes can be seen from here (stalltrace_peers.go).
+	loops         []loopInterval
+	wallOff       int64
+	hasWall       bool
+	firstT, lastT int64
 }
 
 func overlap(a0, a1, b0, b1 int64) time.Duration {
@@ -606,10 +631,12 @@ func (tp *traceParse) episodes() []*stallReport {
 }
 
 func (tp *traceParse) report() *traceReport {
-	rep := &traceReport{span: time.Duration(tp.last - tp.first), dropped: tp.dropped, marks: len(tp.marks)}
+	rep := &traceReport{span: time.Duration(tp.last - tp.first), dropped: tp.dropped, marks: len(tp.marks),
+		wallOff: tp.wallOff, hasWall: tp.hasWall, firstT: tp.first, lastT: tp.last}
 	for _, r := range tp.roles {
 		rep.goCounts[r]++
 	}
+	rep.loops = tp.loopIntervals() // stalltrace_peers.go
 	for _, sr := range tp.episodes() {
 		if sr.from < tp.first {
 			sr.from, sr.clipped = tp.first, true
@@ -824,6 +851,7 @@ func (rep *traceReport) write(w io.Writer) {
 			fmt.Fprintf(w, "    %-18s %s\n", roleNames[r]+":", strings.Join(cells, ", "))
 		}
 		fmt.Fprintf(w, "    verdict: %s\n", sr.verdict)
+		writePeers(w, sr) // stalltrace_peers.go
 	}
 }
 
@@ -836,6 +864,9 @@ type causeSummary struct {
 	traces   int
 	byCause  map[string]*causeTotal
 	episodes int
+	// idle counts the episodes of a consensus loop idle, waiting on the
+	// others, by what the others' consensus loops did (peersVerdict).
+	idle map[string]int
 }
 
 type causeTotal struct {
@@ -860,6 +891,16 @@ func (cs *causeSummary) add(rep *traceReport) {
 		ct.window += win
 		ct.longest = max(ct.longest, win)
 		cs.episodes++
+		if strings.HasPrefix(sr.cause, "consensus loop idle") {
+			if cs.idle == nil {
+				cs.idle = map[string]int{}
+			}
+			v := peersVerdict(sr)
+			if i := strings.Index(v, " ("); i > 0 {
+				v = v[:i] // the class, not the share
+			}
+			cs.idle[v]++
+		}
 	}
 }
 
@@ -888,4 +929,17 @@ func (cs *causeSummary) write(w io.Writer) {
 			float64(ct.window.Microseconds())/1000/float64(ct.episodes), float64(ct.longest.Microseconds())/1000, c)
 	}
 	tw.Flush()
+	if len(cs.idle) > 0 {
+		var keys []string
+		for k := range cs.idle {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			return cs.idle[keys[i]] > cs.idle[keys[j]] || cs.idle[keys[i]] == cs.idle[keys[j]] && keys[i] < keys[j]
+		})
+		fmt.Fprintf(w, "consensus loop idle, waiting on the others, by what the others did then:\n")
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %d  %s\n", cs.idle[k], k)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,4 +219,161 @@ func TestStallsRefusesMalformed(t *testing.T) {
 	}
 	var b strings.Builder
 	rep.write(&b) // must not panic
+}
+
+// stallPeerHelperEnv names the directory a helper process writes its
+// trace to (TestStallsSeesTheOtherNodes).
+const stallPeerHelperEnv = "KVBENCH_STALL_PEER_DIR"
+
+// runStallPeer is the other node of TestStallsSeesTheOtherNodes, in a
+// child process of the test binary (TestMain runs it when
+// stallPeerHelperEnv is set): it traces itself for 200 ms, says "ready", then its consensus
+// loop sleeps 300 ms and runs on the CPU for 300 ms.
+func runStallPeer(dir string) error {
+	f, err := os.Create(filepath.Join(dir, "stall-peer.trace"))
+	if err != nil {
+		return err
+	}
+	if err := trace.Start(f); err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond) // its trace clock's origin is not the leader's
+	fmt.Println("ready")
+	r := &Replica{}
+	done := make(chan struct{})
+	go func() { defer close(done); r.consensusLoopSleepThenBurn(300*time.Millisecond, 300*time.Millisecond) }()
+	<-done
+	trace.Stop()
+	return f.Close()
+}
+
+// consensusLoopSleepThenBurn is a consensus loop idle for idle, then
+// busy for busy.
+func (r *Replica) consensusLoopSleepThenBurn(idle, busy time.Duration) {
+	time.Sleep(idle)
+	r.burn(busy)
+}
+
+// consensusLoopWaits is a leader's consensus loop idle through two
+// accept_rtt stalls: [50, 250] ms and [400, 500] ms after it starts.
+func (r *Replica) consensusLoopWaits() {
+	ctx := context.Background()
+	time.Sleep(250 * time.Millisecond)
+	trace.Log(ctx, "synod.stall", "path=write stage=accept_rtt took=200ms slot=1")
+	time.Sleep(250 * time.Millisecond)
+	trace.Log(ctx, "synod.stall", "path=write stage=accept_rtt took=100ms slot=2")
+}
+
+// TestStallsSeesTheOtherNodes: two nodes' traces of the same moments, in
+// node directories of their own. The leader's consensus loop is idle
+// through two stalls; the other node's consensus loop sleeps through the
+// first and runs through the second. `kvbench stalls` lines the
+// episodes up by the traces' wall clocks and says so: the other node's
+// loop blocked in the first, running in the second. Planted
+// (testingPeersByTraceClock: windows taken at the same trace-clock
+// offsets), the views no longer follow what the other node did.
+func TestStallsSeesTheOtherNodes(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the go command is needed to parse traces (CI=true)")
+		}
+		t.Skip("the go command is needed to parse traces")
+	}
+	root := t.TempDir()
+	n1, n2 := filepath.Join(root, "node1"), filepath.Join(root, "node2")
+	for _, d := range []string{n1, n2} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other node traces 200 ms before it says ready and the leader
+	// starts its own trace.
+	child := exec.Command(os.Args[0])
+	child.Env = append(os.Environ(), stallPeerHelperEnv+"="+n2)
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, ready); err != nil || string(ready) != "ready\n" {
+		t.Fatalf("the helper said %q (%v)", ready, err)
+	}
+	f, err := os.Create(filepath.Join(n1, "stall-leader.trace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		t.Skipf("tracing is busy in this process: %v", err)
+	}
+	r := &Replica{}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.consensusLoopWaits() }()
+	wg.Wait()
+	trace.Stop()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, stdout)
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the helper: %v", err)
+	}
+	// The leader's episodes' views of node2's consensus loop: its
+	// commonest state in each.
+	views := func() []string {
+		var out strings.Builder
+		if err := stallsMain([]string{root}, &out); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		text := out.String()
+		leader := text[strings.Index(text, "stall-leader.trace"):]
+		if i := strings.Index(leader, "stall-peer.trace"); i > 0 {
+			leader = leader[:i]
+		}
+		var vs []string
+		for _, ep := range strings.Split(leader, "  episode ")[1:] {
+			i := strings.Index(ep, "node2 then (")
+			if i < 0 {
+				vs = append(vs, "not traced")
+				continue
+			}
+			line := strings.SplitN(ep[i:], "\n", 2)[0]
+			vs = append(vs, line)
+		}
+		t.Logf("views:\n%s", strings.Join(vs, "\n"))
+		return vs
+	}
+	dominant := func(view string) string {
+		// "consensus loop running 95ms, blocked 5ms; ..."
+		cons := view[strings.Index(view, "consensus loop ")+len("consensus loop "):]
+		cons = strings.SplitN(cons, ";", 2)[0]
+		best, bestD := "", time.Duration(0)
+		for _, cell := range strings.Split(cons, ", ") {
+			parts := strings.Fields(cell)
+			if len(parts) != 2 {
+				continue
+			}
+			if d, err := time.ParseDuration(parts[1]); err == nil && d > bestD {
+				best, bestD = parts[0], d
+			}
+		}
+		return best
+	}
+	vs := views()
+	if len(vs) != 2 || !strings.Contains(vs[0], "consensus loop") || !strings.Contains(vs[1], "consensus loop") {
+		t.Fatalf("views %q: want node2's consensus loop seen in both episodes", vs)
+	}
+	if dominant(vs[0]) != "blocked" || dominant(vs[1]) != "running" {
+		t.Fatalf("node2's consensus loop: %q then %q, want blocked then running", dominant(vs[0]), dominant(vs[1]))
+	}
+	testingPeersByTraceClock = true
+	defer func() { testingPeersByTraceClock = false }()
+	pv := views()
+	if len(pv) == 2 && strings.Contains(pv[0], "consensus loop") && strings.Contains(pv[1], "consensus loop") &&
+		dominant(pv[0]) == "blocked" && dominant(pv[1]) == "running" {
+		t.Fatal("planted (trace-clock alignment): the views still follow node2; the test does not show the gap")
+	}
 }
