@@ -155,6 +155,23 @@ func TestStallConfigRendersTable(t *testing.T) {
 	}
 }
 
+// setTenantBuckets sets tenant's synod_tenant_latency_seconds buckets of
+// stage in m: counts[i] at les[i] (nil: 5,000 in every bucket, a series
+// the figures must not count).
+func setTenantBuckets(m metrics, tenant, stage string, les, counts []float64) {
+	for i, le := range les {
+		l := fmt.Sprint(le)
+		if math.IsInf(le, 1) {
+			l = "+Inf"
+		}
+		n := 5000.0
+		if counts != nil {
+			n = counts[i]
+		}
+		m[fmt.Sprintf(`%s_bucket{tenant=%q,stage=%q,le=%q}`, tenantServiceMetric, tenant, stage, l)] = n
+	}
+}
+
 // TestStoreVictimWindows: a victim's store-side figures come from its
 // own tenant's service series only, as deltas between the scrapes, summed
 // over the nodes; a node missing from a scrape gives no figures.
@@ -165,15 +182,9 @@ func TestStoreVictimWindows(t *testing.T) {
 		var out []metrics
 		for k := range victim {
 			m := metrics{}
-			for i, le := range les {
-				l := fmt.Sprint(le)
-				if math.IsInf(le, 1) {
-					l = "+Inf"
-				}
-				m[fmt.Sprintf(`%s_bucket{tenant="v",stage="service",le=%q}`, tenantServiceMetric, l)] = victim[k][i]
-				m[fmt.Sprintf(`%s_bucket{tenant="v",stage="queue",le=%q}`, tenantServiceMetric, l)] = 1000
-				m[fmt.Sprintf(`%s_bucket{tenant="flood",stage="service",le=%q}`, tenantServiceMetric, l)] = other[k][i]
-			}
+			setTenantBuckets(m, "v", "service", les, victim[k])
+			setTenantBuckets(m, "v", "queue", les, nil)
+			setTenantBuckets(m, "flood", "service", les, other[k])
 			out = append(out, m)
 		}
 		return out
@@ -215,15 +226,9 @@ func TestTailStoreFigures(t *testing.T) {
 		var out []metrics
 		for k := range load {
 			m := metrics{}
-			for i, le := range les {
-				l := fmt.Sprint(le)
-				if math.IsInf(le, 1) {
-					l = "+Inf"
-				}
-				m[fmt.Sprintf(`%s_bucket{tenant=%q,stage="service",le=%q}`, tenantServiceMetric, loadTenantName, l)] = load[k][i]
-				m[fmt.Sprintf(`%s_bucket{tenant=%q,stage="queue",le=%q}`, tenantServiceMetric, loadTenantName, l)] = 5000
-				m[fmt.Sprintf(`%s_bucket{tenant="other",stage="service",le=%q}`, tenantServiceMetric, l)] = 5000
-			}
+			setTenantBuckets(m, loadTenantName, "service", les, load[k])
+			setTenantBuckets(m, loadTenantName, "queue", les, nil)
+			setTenantBuckets(m, "other", "service", les, nil)
 			out = append(out, m)
 		}
 		return out

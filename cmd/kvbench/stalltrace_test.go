@@ -40,38 +40,57 @@ func (r *Replica) consensusLoop(d time.Duration) {
 	trace.Log(context.Background(), "synod.stall", "path=write stage=persist took="+d.String()+" slot=9")
 }
 
-// TestStallsNamesPlantedCauses writes a real execution trace in which the
-// apply loop sleeps and then the consensus loop burns CPU, each marked as
-// a stall, and checks that `kvbench stalls` finds both episodes and names
-// each cause on the right loop.
-func TestStallsNamesPlantedCauses(t *testing.T) {
+// needGoTool skips without the go command, which parses traces (fails
+// under CI=true, which has it).
+func needGoTool(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("the go command is needed to parse traces (CI=true)")
 		}
 		t.Skip("the go command is needed to parse traces")
 	}
-	file := filepath.Join(t.TempDir(), "stall-test.trace")
+}
+
+// writeTrace writes this process's execution trace to file while fn runs
+// (on a goroutine of its own, which the analyzer knows by fn's name).
+func writeTrace(t *testing.T, file string, fn func()) {
+	t.Helper()
 	f, err := os.Create(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := trace.Start(f); err != nil {
+		f.Close()
 		t.Skipf("tracing is busy in this process: %v", err)
 	}
-	r := &Replica{}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.applyLoop(60 * time.Millisecond) }()
-	wg.Wait()
-	time.Sleep(100 * time.Millisecond) // a gap: two episodes
-	wg.Add(1)
-	go func() { defer wg.Done(); r.consensusLoop(60 * time.Millisecond) }()
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	<-done
 	trace.Stop()
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStallsNamesPlantedCauses writes a real execution trace in which the
+// apply loop sleeps and then the consensus loop burns CPU, each marked as
+// a stall, and checks that `kvbench stalls` finds both episodes and names
+// each cause on the right loop.
+func TestStallsNamesPlantedCauses(t *testing.T) {
+	needGoTool(t)
+	file := filepath.Join(t.TempDir(), "stall-test.trace")
+	r := &Replica{}
+	writeTrace(t, file, func() {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); r.applyLoop(60 * time.Millisecond) }()
+		wg.Wait()
+		time.Sleep(100 * time.Millisecond) // a gap: two episodes
+		wg.Add(1)
+		go func() { defer wg.Done(); r.consensusLoop(60 * time.Millisecond) }()
+		wg.Wait()
+	})
 
 	var out strings.Builder
 	if err := stallsMain([]string{filepath.Dir(file)}, &out); err != nil {
@@ -141,29 +160,10 @@ func (r *Replica) applyLoopSnapThenApply(d time.Duration) {
 // misnamed a snapshot, as the table of 2026-12-07 showed in 8 of 23
 // episodes whose apply loop was idle.
 func TestStallsSnapshotOnlyWhileItRuns(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the go command is needed to parse traces (CI=true)")
-		}
-		t.Skip("the go command is needed to parse traces")
-	}
+	needGoTool(t)
 	dir := t.TempDir()
-	f, err := os.Create(filepath.Join(dir, "stall-snap.trace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trace.Start(f); err != nil {
-		t.Skipf("tracing is busy in this process: %v", err)
-	}
 	r := &Replica{}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.applyLoopSnapThenApply(60 * time.Millisecond) }()
-	wg.Wait()
-	trace.Stop()
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeTrace(t, filepath.Join(dir, "stall-snap.trace"), func() { r.applyLoopSnapThenApply(60 * time.Millisecond) })
 	verdicts := func() []string {
 		var out strings.Builder
 		if err := stallsMain([]string{dir}, &out); err != nil {
@@ -273,12 +273,7 @@ func (r *Replica) consensusLoopWaits() {
 // (testingPeersByTraceClock: windows taken at the same trace-clock
 // offsets), the views no longer follow what the other node did.
 func TestStallsSeesTheOtherNodes(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the go command is needed to parse traces (CI=true)")
-		}
-		t.Skip("the go command is needed to parse traces")
-	}
+	needGoTool(t)
 	root := t.TempDir()
 	n1, n2 := filepath.Join(root, "node1"), filepath.Join(root, "node2")
 	for _, d := range []string{n1, n2} {
@@ -301,22 +296,8 @@ func TestStallsSeesTheOtherNodes(t *testing.T) {
 	if _, err := io.ReadFull(stdout, ready); err != nil || string(ready) != "ready\n" {
 		t.Fatalf("the helper said %q (%v)", ready, err)
 	}
-	f, err := os.Create(filepath.Join(n1, "stall-leader.trace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trace.Start(f); err != nil {
-		t.Skipf("tracing is busy in this process: %v", err)
-	}
 	r := &Replica{}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.consensusLoopWaits() }()
-	wg.Wait()
-	trace.Stop()
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeTrace(t, filepath.Join(n1, "stall-leader.trace"), r.consensusLoopWaits)
 	go io.Copy(io.Discard, stdout)
 	if err := child.Wait(); err != nil {
 		t.Fatalf("the helper: %v", err)
