@@ -9,8 +9,9 @@ import (
 )
 
 // TestWorkersReusedAndIdleExit: requests one at a time run on one worker;
-// 64 held at once need 64, which all exit once idle for workerIdleMax, and
-// a planted goroutine per request (the old way) starts one a request.
+// 64 held at once need 64 (beside, at most, the workers there before
+// them), which all exit once idle for workerIdleMax, and a planted
+// goroutine per request (the old way) starts one a request.
 func TestWorkersReusedAndIdleExit(t *testing.T) {
 	for _, planted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("planted=%v", planted), func(t *testing.T) {
@@ -40,6 +41,11 @@ func TestWorkersReusedAndIdleExit(t *testing.T) {
 			}
 
 			// 64 at once: each on its own worker, all in flight together.
+			// A worker still on its way back from the last request (or
+			// idle) may miss a hand-off, so the burst starts a new one
+			// and that worker stays, idle: up to the workers there before
+			// the burst may be there beside the 64 (CI saw 65).
+			before := s.workers.Load()
 			be.mu.Lock()
 			be.gate = make(chan struct{})
 			gate := be.gate
@@ -61,8 +67,8 @@ func TestWorkersReusedAndIdleExit(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			if w := s.workers.Load(); w != 64 {
-				t.Fatalf("%d workers for 64 requests in flight", w)
+			if w := s.workers.Load(); w < 64 || w > 64+before {
+				t.Fatalf("%d workers for 64 requests in flight (%d before them), want 64 to %d", w, before, 64+before)
 			}
 			close(gate)
 			for i := 0; i < 64; i++ {
