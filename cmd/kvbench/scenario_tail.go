@@ -30,8 +30,9 @@ type TailResult struct {
 	// Store is the same writes timed inside the nodes (admission to
 	// reply; ClusterWindow.LoadService), with its own ratios: what the
 	// store adds, without kvbench's scheduling on the cores it shares
-	// with the nodes. The histogram's buckets double, so these figures
-	// are interpolated within a factor of 2. Nil without the scrapes.
+	// with the nodes. The histogram's bounds grow by 1.5x (they doubled
+	// before 2026-12-07), so these figures are interpolated within that
+	// factor. Nil without the scrapes.
 	Store            *StageFigures `json:"store,omitempty"`
 	StoreP99OverP50  float64       `json:"store_p99_over_p50,omitempty"`
 	StoreP999OverP50 float64       `json:"store_p999_over_p50,omitempty"`
