@@ -93,10 +93,11 @@ type pending struct {
 	// written.
 	fail       string
 	closeAfter bool
-	// readAt is when the reader finished reading it: a command read
-	// after every earlier answer went out was sent after those answers
-	// (pacing's answeredAll, execLoop).
-	readAt time.Time
+	// answeredAll: when it was read, every earlier command's answer had
+	// gone to the kernel (inflight was 0), so its client sent it after
+	// them; a pipelined command was read before (pacing's answeredAll,
+	// as the binary reader tells it from its free slots).
+	answeredAll bool
 }
 
 // deadlineReader arms the frame timeout the first time a command needs
@@ -219,7 +220,7 @@ func (c *conn) readLoop(cfg server.Config) {
 		c.dr.inCommand, c.dr.armed = true, false
 		cmd, err := c.rd.read()
 		c.dr.inCommand = false
-		p := &pending{cmd: cmd, held: held, readAt: time.Now()}
+		p := &pending{cmd: cmd, held: held, answeredAll: c.inflight.Load() == 0}
 		switch {
 		case errors.Is(err, errTooLarge):
 			p.cmd, p.fail = nil, "ERR "+err.Error()+" (CommandBytesMax)"
@@ -331,9 +332,6 @@ func (c *conn) execLoop(cfg server.Config) {
 	bw := bufio.NewWriterSize(c.nc, writeBufferBytes)
 	var unflushed int64 // budget charged for answers in bw
 	var answered int32  // commands whose answers are in bw
-	// out is when the last answer was handed to the kernel with every
-	// answer before it (zero: none yet).
-	var out time.Time
 	dead := false
 	flush := func() {
 		if !dead && bw.Buffered() > 0 {
@@ -342,7 +340,6 @@ func (c *conn) execLoop(cfg server.Config) {
 				dead = true
 				c.h.Close("write: " + err.Error())
 			}
-			out = time.Now()
 		}
 		c.h.Release(unflushed)
 		c.inflight.Add(-answered)
@@ -354,12 +351,7 @@ func (c *conn) execLoop(cfg server.Config) {
 		// was answered goes out first.
 		if !dead && c.h.Paced() {
 			flush()
-			// Read after every earlier answer went out: its client sent
-			// it after them, the last an admitted one or a refusal whose
-			// retry-after it waited. A pipelined command was read before
-			// (the flush above, when it wrote anything, is later still).
-			answeredAll := p.readAt.After(out) && !testingAnsweredAllOff
-			c.h.WaitPace(answeredAll)
+			c.h.WaitPace(p.answeredAll && !testingAnsweredAllOff)
 		}
 		if dead || ctx.Err() != nil {
 			// Closed: give back what the command holds, unanswered.
@@ -379,8 +371,6 @@ func (c *conn) execLoop(cfg server.Config) {
 		if _, err := bw.Write(b); err != nil && !dead {
 			dead = true
 			c.h.Close("write: " + err.Error())
-		} else if bw.Buffered() == 0 {
-			out = time.Now() // written through: a large answer
 		}
 		unflushed += held
 		answered++
