@@ -895,11 +895,7 @@ func (cs *causeSummary) add(rep *traceReport) {
 			if cs.idle == nil {
 				cs.idle = map[string]int{}
 			}
-			v := peersVerdict(sr)
-			if i := strings.Index(v, " ("); i > 0 {
-				v = v[:i] // the class, not the share
-			}
-			cs.idle[v]++
+			cs.idle[peersVerdict(sr)]++
 		}
 	}
 }
