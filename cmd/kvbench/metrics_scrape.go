@@ -158,20 +158,32 @@ func splitSeries(line string) (series, rest string, err error) {
 func scrapeMetrics(ctx context.Context, adminAddr string) (metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, metricsScrapeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/metrics", nil)
+	resp, err := adminGet(ctx, adminAddr, "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", adminAddr, err)
+	}
+	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// adminGet GETs path from an embedded node's admin endpoint with
+// kvbench's admin token; an answer other than 200 OK is an error (its
+// body closed).
+func adminGet(ctx context.Context, adminAddr, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+benchAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", adminAddr, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s: %s", adminAddr, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", path, resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	return resp, nil
 }
 
 // scrapeAll scrapes every node of c; a node that does not answer twice

@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -86,20 +85,11 @@ func (np *nodeProfiles) wait() (files, errs []string) {
 func fetchProfile(ctx context.Context, admin string, secs int, file string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+nodeProfileSlack)
 	defer cancel()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+benchAdminToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminGet(ctx, admin, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)) // metrics_scrape.go
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o750); err != nil {
 		return err
 	}
