@@ -328,6 +328,7 @@ type outFrame struct {
 	b          []byte
 	closeAfter bool
 	charged    int64
+	seq        uint64 // its place among the connection's answers (conn.sends); 0: none
 }
 
 type connState uint8
@@ -366,21 +367,30 @@ type conn struct {
 	// requests read and not yet answered (request_budget.go).
 	reqQueued, reqTenant *budget
 
-	refused    refusals       // its run of THROTTLED answers (refused_pace.go)
-	out        chan outFrame  // Invariant: holds at most writeQueueFrames frames
-	slots      chan struct{}  // in-flight requests; capacity InflightPerConnMax
-	inflight   sync.WaitGroup // requests being executed
-	once       sync.Once
-	frameArmed bool // reader only: the frame deadline is set for the current frame
+	refused refusals      // its run of THROTTLED answers (refused_pace.go)
+	out     chan outFrame // Invariant: holds at most writeQueueFrames frames
+	// wtoken is the right to write to nc: it holds one token while
+	// nobody writes. The writer goroutine takes it for each burst, a
+	// request's goroutine to write its own answer (writeInline).
+	wtoken       chan struct{}
+	inlineWrites atomic.Uint64  // answers written by writeInline (tests)
+	sends        atomic.Uint64  // answers sent so far (outFrame.seq)
+	slots        chan struct{}  // in-flight requests; capacity InflightPerConnMax
+	inflight     sync.WaitGroup // requests being executed
+	once         sync.Once
+	frameArmed   bool // reader only: the frame deadline is set for the current frame
 }
 
 func (s *Server) newConn(nc net.Conn, src netip.Addr) *conn {
 	ctx, cancel := context.WithCancel(s.ctx)
+	wtoken := make(chan struct{}, 1)
+	wtoken <- struct{}{}
 	return &conn{s: s, nc: nc, source: src, ctx: ctx, cancel: cancel,
 		log:       s.log.With().Str("remote", nc.RemoteAddr().String()).Logger(),
 		queued:    newBudget(s.cfg.ResponseBytesPerConnMax),
 		reqQueued: newBudget(s.cfg.RequestBytesPerConnMax),
 		out:       make(chan outFrame, writeQueueFrames),
+		wtoken:    wtoken,
 		slots:     make(chan struct{}, proto.InflightPerConnMax)}
 }
 
@@ -469,6 +479,14 @@ func (c *conn) uncharge(n int64) {
 // the difference taken, or, when a budget has no room for it, the answer
 // is replaced by THROTTLED. It never blocks past the connection's end.
 func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
+	c.sendFrom(resp, closeAfter, held, false)
+}
+
+// sendFrom is send; inline lets the caller write the answer itself when
+// the writer is idle (writeInline). Only request workers pass it: the
+// reader must not block on a client that reads slowly, its answers go to
+// the writer.
+func (c *conn) sendFrom(resp *proto.Response, closeAfter bool, held int64, inline bool) {
 	if resp.Status == proto.StatusThrottled && resp.RetryAfter < RetryAfterMin {
 		resp.RetryAfter = RetryAfterMin
 	}
@@ -498,12 +516,56 @@ func (c *conn) send(resp *proto.Response, closeAfter bool, held int64) {
 		}
 		charged = n
 	}
+	f := outFrame{b: b, closeAfter: closeAfter, charged: charged, seq: c.sends.Add(1)}
+	if inline && c.writeInline(f) {
+		return
+	}
 	select {
-	case c.out <- outFrame{b: b, closeAfter: closeAfter, charged: charged}:
+	case c.out <- f:
 	case <-c.ctx.Done():
 		c.uncharge(charged)
 	}
 }
+
+// writeInline writes f on the caller's goroutine when nothing waits for
+// the writer goroutine and nobody is writing (the write token is free),
+// and reports whether it did (or, the connection being closed, gave f's
+// bytes back). Otherwise f goes to the writer as before.
+//
+// Why: handing each answer to the writer goroutine woke it once per
+// answer, about 13,000 wake-ups a second on a leader at half its ceiling
+// (a quarter of all its goroutine wake-ups, each a futex and a context
+// switch on a busy machine; docs/benchmarking.md "Answers written by the
+// request's goroutine"). The answer costs the same write(2) either way.
+//
+// Order: answers of one connection were never ordered with respect to
+// each other (docs/protocol.md, "Pipelining"); a frame that closes the
+// connection always goes through the writer, behind every frame queued
+// before it, and an inline write has returned before its request counts
+// as finished (inflight), so the close after end of stream still follows
+// every answer.
+func (c *conn) writeInline(f outFrame) bool {
+	if testingNoInlineWrites || f.closeAfter || len(c.out) > 0 {
+		return false
+	}
+	select {
+	case <-c.wtoken:
+	default:
+		return false
+	}
+	if c.ctx.Err() != nil {
+		c.uncharge(f.charged)
+	} else {
+		c.inlineWrites.Add(1)
+		c.burst(f)
+	}
+	c.wtoken <- struct{}{}
+	return true
+}
+
+// testingNoInlineWrites, planted, sends every answer through the writer
+// goroutine (the old way).
+var testingNoInlineWrites bool
 
 // reject answers h with an error status; fatal ones close the connection
 // after the response is flushed. The reason is logged (rate-limited).
@@ -920,7 +982,7 @@ func (c *conn) do(req *proto.Request, held, body int64, received time.Time) {
 		resp = proto.Errorf(proto.StatusInternal, "backend returned no response")
 	}
 	resp.Op, resp.ID, resp.Tenant = req.Op, req.ID, c.tenant
-	c.send(resp, false, held)
+	c.sendFrom(resp, false, held, true)
 	<-c.slots
 }
 
@@ -946,70 +1008,90 @@ func (c *conn) writeLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		bw := writerPool.Get().(*bufio.Writer)
-		bw.Reset(c.nc)
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		var charged int64 // written into bw and not yet given back
-		write := func(f outFrame) error {
-			_, err := bw.Write(f.b)
-			charged += f.charged
-			if err == nil && len(f.b) >= writeBufferBytes {
-				if err = bw.Flush(); err == nil {
-					if !testingUnchargeAtBurstEnd {
-						c.uncharge(charged)
-						charged = 0
-					}
-					c.afterLargeFrame()
-				}
-			}
-			return err
-		}
-		closeAfter := f.closeAfter
-		err := write(f)
-		// Coalesce what else is queued, without blocking: finish drains
-		// c.out once the connection is closed, so a frame seen queued may
-		// be gone by the time it is received (a blocking receive after a
-		// length check hung the writer, and Server.Close waiting for it,
-		// in a CI run).
-	coalesce:
-		for err == nil && !closeAfter {
-			select {
-			case f = <-c.out:
-				closeAfter = f.closeAfter
-				err = write(f)
-			default:
-				break coalesce
-			}
-		}
-		if err == nil {
-			err = bw.Flush()
-		}
-		bw.Reset(nil)
-		writerPool.Put(bw)
-		c.uncharge(charged)
-		if err != nil {
-			c.close("write: " + err.Error())
+		// Wait while a request's goroutine writes (writeInline).
+		select {
+		case <-c.wtoken:
+		case <-c.ctx.Done():
+			c.uncharge(f.charged)
 			return
 		}
-		if closeAfter {
-			c.close("closed after the last response")
+		closed := c.burst(f)
+		c.wtoken <- struct{}{}
+		if closed {
 			return
 		}
 	}
 }
 
+// burst writes f and everything else queued for the writer at the moment
+// in one flush, gives their bytes back once the kernel has them, and
+// closes the connection after a write error or a closing frame, which it
+// reports. The caller holds the write token.
+func (c *conn) burst(f outFrame) (closed bool) {
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(c.nc)
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	var charged int64 // written into bw and not yet given back
+	write := func(f outFrame) error {
+		_, err := bw.Write(f.b)
+		charged += f.charged
+		if err == nil && len(f.b) >= writeBufferBytes {
+			if err = bw.Flush(); err == nil {
+				if !testingUnchargeAtBurstEnd {
+					c.uncharge(charged)
+					charged = 0
+				}
+				c.afterLargeFrame(f.seq)
+			}
+		}
+		return err
+	}
+	closeAfter := f.closeAfter
+	err := write(f)
+	// Coalesce what else is queued, without blocking: finish drains
+	// c.out once the connection is closed, so a frame seen queued may
+	// be gone by the time it is received (a blocking receive after a
+	// length check hung the writer, and Server.Close waiting for it,
+	// in a CI run).
+coalesce:
+	for err == nil && !closeAfter {
+		select {
+		case f = <-c.out:
+			closeAfter = f.closeAfter
+			err = write(f)
+		default:
+			break coalesce
+		}
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	writerPool.Put(bw)
+	c.uncharge(charged)
+	if err != nil {
+		c.close("write: " + err.Error())
+		return true
+	}
+	if closeAfter {
+		c.close("closed after the last response")
+		return true
+	}
+	return false
+}
+
 // afterLargeFrame is a test hook: called by the writer after it gave a
 // large answer's bytes back (nil: nothing).
-func (c *conn) afterLargeFrame() {
+func (c *conn) afterLargeFrame(seq uint64) {
 	if testingAfterLargeFrame != nil {
-		testingAfterLargeFrame(c)
+		testingAfterLargeFrame(c, seq)
 	}
 }
 
 // testingAfterLargeFrame, when set, runs after the writer gave a large
 // frame's bytes back (a test holds the writer there, as a busy machine
 // does).
-var testingAfterLargeFrame func(*conn)
+var testingAfterLargeFrame func(c *conn, seq uint64)
 
 // testingUnchargeAtBurstEnd plants the old behaviour: a large frame's
 // bytes are given back only at the end of the writer's burst.

@@ -783,11 +783,13 @@ func oneAtATimeThrottled(t *testing.T, planted bool) (throttled int) {
 	// but not after the last answer, which no other follows, nor once
 	// the connection closes.
 	var large atomic.Int32
-	testingAfterLargeFrame = func(c *conn) {
+	testingAfterLargeFrame = func(c *conn, seq uint64) {
 		if large.Add(1) >= gets {
 			return
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(c.out) == 0 && c.ctx.Err() == nil && time.Now().Before(deadline); {
+		// Until the next answer is sent (queued for the writer, which
+		// may hold it waiting for the write token this burst holds).
+		for deadline := time.Now().Add(10 * time.Second); c.sends.Load() == seq && c.ctx.Err() == nil && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 	}
