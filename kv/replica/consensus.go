@@ -22,7 +22,7 @@ func (r *Replica) consensusLoop() {
 		r.reportFatal(err)
 		return
 	}
-	ticker := time.NewTicker(r.cfg.Tick)
+	ticker := time.NewTicker(time.Duration(loopWakeTicks(r.cfg.HeartbeatTicks)) * r.cfg.Tick)
 	defer ticker.Stop()
 	mirrorC := r.mirrors()
 	for {
@@ -35,6 +35,7 @@ func (r *Replica) consensusLoop() {
 				return
 			case <-ticker.C:
 				in.kind = inTick
+				r.tickWakes.Add(1)
 			case in.fn = <-r.controlC:
 				in.kind = inControl
 			case <-r.own.doneC:
@@ -50,6 +51,7 @@ func (r *Replica) consensusLoop() {
 				return
 			case <-ticker.C:
 				in.kind = inTick
+				r.tickWakes.Add(1)
 			case in.msg = <-r.inbound:
 				in.kind = inInbound
 			case in.prop = <-proposeC:
@@ -71,6 +73,30 @@ func (r *Replica) consensusLoop() {
 		r.consensusInput(in)
 	}
 }
+
+// loopWakeTicks is how many ticks apart the ticker wakes the consensus
+// loop: a quarter of the heartbeat period, at least one. Every other input
+// wakes the loop at once, and each input first delivers every tick owed
+// (syncClock, clock.go), so the ticker only has to wake the loop for the
+// timers: the heartbeat (it fires on time to the tick, its period being a
+// multiple of the wake period at the default 20 ticks), the election and
+// check-quorum countdowns (late by less than the wake period), leases
+// (decided on the clock read with each input, never on the ticker). A
+// wake-up every tick was 85 % of an idle node's goroutine wake-ups, about
+// 1,000 a second a node (docs/benchmarking.md, "Fewer wake-ups a
+// write"). Liveness timers count up to half a heartbeat of one delivery
+// (paxos LivenessTicksPerElapseMax), more than a quarter: the routine
+// deliveries count in full.
+func loopWakeTicks(heartbeatTicks int) int {
+	if testingWakeEveryTick {
+		return 1
+	}
+	return max(1, heartbeatTicks/4)
+}
+
+// testingWakeEveryTick, planted, wakes the consensus loop every tick (the
+// old way).
+var testingWakeEveryTick bool
 
 // holdProposals reports whether the consensus loop should leave the
 // writes queued for it where they are (consensus loop): on a leader whose

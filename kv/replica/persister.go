@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"synod/paxos"
@@ -55,6 +56,8 @@ type ownWrites struct {
 	// a pending wake-up covers everything queued since).
 	kick  chan struct{}
 	doneC chan struct{}
+	// handed counts the runs queued for the persister (tests).
+	handed atomic.Uint64
 }
 
 func (o *ownWrites) init() {
@@ -82,6 +85,7 @@ func (o *ownWrites) queue(rg ownRange) bool {
 	}
 	o.mu.Unlock()
 	if ok {
+		o.handed.Add(1)
 		wake(o.kick)
 	}
 	return ok
@@ -202,13 +206,18 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 			r.logTail.appended(used1-used0, max(ownLast, lastSlot(accepted, nil)), capacity)
 		}
 		sync := len(accepted) > 0
+		inline := false // the leader's own writes, persisted here (ownPersistInline)
 		unqueued := ranges
 		if err == nil && !sync {
-			unqueued = r.own.queueAll(ranges)
-			sync = len(unqueued) > 0 // the persister's queue is full
+			if inline = r.ownPersistInline(); !inline {
+				unqueued = r.own.queueAll(ranges)
+				sync = len(unqueued) > 0 // the persister's queue is full
+			}
 		}
-		if err == nil && sync {
-			r.persistDelay()
+		if err == nil && (sync || inline) {
+			if !inline {
+				r.persistDelay()
+			}
 			err = r.alog.Persist()
 			r.writeStageTook(wsPersist, r.cfg.Now().Sub(start), lastSlot(accepted, own))
 		}
@@ -225,7 +234,7 @@ func (r *Replica) persistReady(rd *paxos.Ready) bool {
 			r.die(fmt.Errorf("persisting accepted entries: %w", err))
 			return false
 		}
-		if sync {
+		if sync || inline {
 			// That Persist covered every own write appended before it.
 			if covered := r.own.coveredBySync(unqueued...); r.accel != nil && len(covered) > 0 {
 				r.accel.ownDurable(covered)
@@ -256,6 +265,28 @@ func lastSlot(a, b []paxos.Entry) paxos.Slot {
 	}
 	return 0
 }
+
+// ownPersistInline reports whether the consensus loop persists the
+// leader's own writes itself instead of handing them to the persister:
+// when the acceptor log's persist is a store fence or cache-line flushes
+// (shm and dax modes), not a system call that may block. Handing over cost
+// two goroutine wake-ups a Ready (the persister's, then the consensus
+// loop's on doneC) for a barrier of well under a microsecond: on a leader
+// at a tenth of its ceiling, about 15 % of all its wake-ups
+// (docs/benchmarking.md, "Fewer wake-ups a write"). The vote still counts
+// only once the persist returned: coveredBySync reports the writes done,
+// and the loop hands them to paxos on its next turn (doneC), as it does
+// for a persister's. Not while an injected persist delay waits
+// (faults_delay.go): that delay stands for a slow device, which must not
+// stall the consensus loop; the next Ready takes it on the persister.
+// Never in the simulator, which drives the persister as a step of its own.
+func (r *Replica) ownPersistInline() bool {
+	return r.ownInline && r.faults.PersistDelayPending() == 0
+}
+
+// testingOwnPersistAsync, planted, sends the own writes of every mode to
+// the persister (the old way).
+var testingOwnPersistAsync bool
 
 // persistLoop runs the persister: one Persist for everything queued since
 // the last one.

@@ -18,6 +18,7 @@ import (
 	"synod/kv/proto"
 	"synod/kv/sm"
 	"synod/paxos"
+	"synod/pmem"
 	"synod/tenants"
 )
 
@@ -263,7 +264,9 @@ type Replica struct {
 	// yet; applyBacklog holds what the apply queue had no room
 	// for (apply_backlog.go; consensus loop only).
 	own          ownWrites
-	ownBacklog   ownBacklog // consensus loop only (own_backlog.go)
+	ownInline    bool          // set in New: own writes persisted on the consensus loop (ownPersistInline)
+	tickWakes    atomic.Uint64 // the ticker's wake-ups of the consensus loop (tests)
+	ownBacklog   ownBacklog    // consensus loop only (own_backlog.go)
 	applyBacklog applyBacklog
 	// nextUsageSnap is the earliest time log usage may request another
 	// snapshot (consensus loop only).
@@ -364,6 +367,10 @@ func New(cfg Config, conn afxdp.Conn, alog AcceptorLog, stm StateMachine) (*Repl
 	}
 	r.reads.init(r.stageNow)
 	r.own.init()
+	switch alog.Mode() {
+	case string(pmem.ModeShm), string(pmem.ModeDAX):
+		r.ownInline = !cfg.simulated && !testingOwnPersistAsync
+	}
 	r.watch.noTargetLog.Every = stuckNoTargetLogEvery
 	r.snapRefuseLog.Every = authRejectLogPeriod
 	r.loop.deferredLog.Every = deferredLogEvery
