@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -296,6 +297,9 @@ func missingFigures(r *Report, o *Options) []string {
 					add("%s/%s: no leader-change count from the nodes' metrics: %+v", p.Name, s, ph.Cluster)
 				}
 			}
+			if runtime.GOOS == "linux" && ph.HostStealPct == nil {
+				add("%s/%s: no host steal figure (/proc/stat)", p.Name, s)
+			}
 			if s == scenCeiling || s == scenTail || s == scenOverload || s == scenLoad {
 				out = append(out, missingScenarioFigures(p, s, ph, o)...)
 				continue
@@ -383,7 +387,11 @@ func TestMissingFiguresCatchesGaps(t *testing.T) {
 		"load no commit target": func(r *Report) { r.Paths[0].Phases[scenLoad].Load.Restart.LeaderCommitAtRestart = 0 },
 		"load leader is victim": func(r *Report) { l := r.Paths[1].Phases[scenLoad].Load.Restart; l.LeaderAtRestart = l.Node },
 		"load slowdown":         func(r *Report) { r.Paths[1].Phases[scenLoad].Load.Slowdown = 0 },
+		"host steal":            func(r *Report) { r.Paths[0].Phases[scenTail].HostStealPct = nil },
 	} {
+		if name == "host steal" && runtime.GOOS != "linux" {
+			continue // measured from /proc/stat, on Linux only
+		}
 		r := full()
 		plant(r)
 		if len(missingFigures(r, &o)) == 0 {

@@ -347,6 +347,7 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 		o.DataDir = os.TempDir()
 	}
 	r := &Report{Started: time.Now().UTC(), Machine: describeMachine(o.DataDir), Options: *o}
+	host0 := readHostCPU()
 	var bin string
 	if len(o.Endpoints) == 0 {
 		var cleanup func()
@@ -378,7 +379,11 @@ func run(ctx context.Context, o *Options) (*Report, error) {
 	}
 	bar.finish()
 	r.Elapsed = time.Since(r.Started).Round(time.Second).String()
+	r.HostStealPct = stealPct(host0, readHostCPU())
 	r.headline()
+	if r.HostStealPct != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("host steal: the hypervisor took %.1f %% of this machine's CPU time over the run (per scenario: the \"host steal %%\" rows); figures from a run with much of it are the host's, not the store's", *r.HostStealPct))
+	}
 	if len(o.Endpoints) == 0 {
 		r.Notes = append(r.Notes, "each path ran on a fresh cluster; ablations ran the steady, ceiling and tail scenarios only")
 	} else {

@@ -57,3 +57,14 @@ func diskBytes(path string) (int64, error) {
 	}
 	return total, err
 }
+
+// readHostCPU reads the machine's CPU time so far (host_steal.go); a
+// failed read gives a hostCPU that is not ok.
+func readHostCPU() hostCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostCPU{}
+	}
+	h, _ := parseProcStatCPU(b)
+	return h
+}

@@ -61,13 +61,17 @@ func describeMachine(dataDir string) Machine {
 
 // Report is kvbench's JSON output.
 type Report struct {
-	Started  time.Time     `json:"started"`
-	Elapsed  string        `json:"elapsed"`
-	Machine  Machine       `json:"machine"`
-	Options  Options       `json:"options"`
-	Paths    []*PathResult `json:"paths"`
-	Headline Headline      `json:"headline"`
-	Notes    []string      `json:"notes"`
+	Started time.Time     `json:"started"`
+	Elapsed string        `json:"elapsed"`
+	Machine Machine       `json:"machine"`
+	Options Options       `json:"options"`
+	Paths   []*PathResult `json:"paths"`
+	// HostStealPct is the share of the machine's CPU time the hypervisor
+	// stole over the whole run, in per cent (host_steal.go); nil: not
+	// measured.
+	HostStealPct *float64 `json:"host_steal_pct,omitempty"`
+	Headline     Headline `json:"headline"`
+	Notes        []string `json:"notes"`
 }
 
 // Headline holds the figures the closing note quotes.

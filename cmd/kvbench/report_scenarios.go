@@ -38,7 +38,8 @@ func mib(b int64) string {
 }
 
 // scenarioRows adds the rows of the scenarios beyond steady/noisy/hog and
-// one leader-change row per scenario that ran. row is writeTable's.
+// one leader-change row and one host-steal row per scenario that ran. row
+// is writeTable's.
 func scenarioRows(r *Report, row func(name string, f func(p *PathResult) string)) {
 	// get returns p's phase s, or nil; cell prints "-" for a path
 	// without it.
@@ -182,6 +183,12 @@ func scenarioRows(r *Report, row func(name string, f func(p *PathResult) string)
 			continue
 		}
 		row("leader changes "+s, cell(s, leaderChangesOf))
+	}
+	for _, s := range allScenarios {
+		if !ranScenario(r, s) {
+			continue
+		}
+		row("host steal % "+s, cell(s, stealOf)) // host_steal.go
 	}
 }
 

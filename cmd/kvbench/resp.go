@@ -95,9 +95,9 @@ func runRESPBench(ctx context.Context, o *Options, c *cluster, pr *PathResult) *
 		}
 		return s
 	}
-	cpu0 := sumCPU()
+	cpu0, host0 := sumCPU(), readHostCPU()
 	out, err := exec.CommandContext(rctx, bin, args...).CombinedOutput()
-	cpu1 := sumCPU()
+	cpu1, host1 := sumCPU(), readHostCPU()
 	if err != nil {
 		pr.Status, pr.Reason = "failed", fmt.Sprintf("redis-benchmark %s: %v: %s", strings.Join(args, " "), err, lastBytes(string(out), logTailBytes))
 		return pr
@@ -116,6 +116,7 @@ func runRESPBench(ctx context.Context, o *Options, c *cluster, pr *PathResult) *
 	if secs := set.seconds + get.seconds; secs > 0 {
 		ph.ThroughputOps = float64(ph.Done-errs) / secs
 	}
+	ph.HostStealPct = stealPct(host0, host1)
 	if cpu1 > cpu0 {
 		ph.CPUSeconds = cpu1 - cpu0
 		if ok := ph.Done - errs; ok > 0 {

@@ -34,11 +34,15 @@ type PhaseResult struct {
 	ErrorKinds    map[string]int64 `json:"error_kinds,omitempty"`
 	LeaderChanges int              `json:"leader_changes"`
 	CPUSeconds    float64          `json:"cpu_seconds"`
-	CPUPer1000    float64          `json:"cpu_seconds_per_1000_ops"`
-	ScheduleLagMs float64          `json:"schedule_lag_ms"`
-	ReadCurve     []hist.Point     `json:"read_curve"`
-	WriteCurve    []hist.Point     `json:"write_curve"`
-	HogNote       string           `json:"hog_note,omitempty"`
+	// HostStealPct is the share of the machine's CPU time the hypervisor
+	// stole over the recorded window, in per cent (host_steal.go); nil:
+	// not measured.
+	HostStealPct  *float64     `json:"host_steal_pct,omitempty"`
+	CPUPer1000    float64      `json:"cpu_seconds_per_1000_ops"`
+	ScheduleLagMs float64      `json:"schedule_lag_ms"`
+	ReadCurve     []hist.Point `json:"read_curve"`
+	WriteCurve    []hist.Point `json:"write_curve"`
+	HogNote       string       `json:"hog_note,omitempty"`
 	// Cluster is what the nodes' /metrics counted over the recorded
 	// window and their footprint at its end (nodestats.go; nil on an
 	// existing cluster).
@@ -219,6 +223,7 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	// CPU of the nodes over the recorded window only.
 	var cpuMu sync.Mutex
 	var cpu0, cpu1 float64
+	var host0, host1 hostCPU
 	sumCPU := func() float64 {
 		var s float64
 		for _, pid := range c.pids() {
@@ -231,18 +236,18 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	var win *windowWatch // the nodes' /metrics over the window (nodestats.go)
 	t0 := time.AfterFunc(warmup, func() {
 		defer close(t0Done)
-		v := sumCPU()
+		v, h := sumCPU(), readHostCPU()
 		ww := c.openWindow(ctx)
 		cpuMu.Lock()
-		cpu0, win = v, ww
+		cpu0, host0, win = v, h, ww
 		cpuMu.Unlock()
 		lw.reset()
 	})
 	var changesAtEnd int
 	endWindow := func() {
-		v := sumCPU()
+		v, h := sumCPU(), readHostCPU()
 		cpuMu.Lock()
-		cpu1 = v
+		cpu1, host1 = v, h
 		changesAtEnd = lw.count()
 		ww := win
 		cpuMu.Unlock()
@@ -279,6 +284,7 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	if cpu1 > cpu0 && len(c.procs) > 0 {
 		ph.CPUSeconds = cpu1 - cpu0
 	}
+	ph.HostStealPct = stealPct(host0, host1)
 	cpuMu.Unlock()
 
 	isRead := func(k load.Key) bool { return k.Class == classRead }

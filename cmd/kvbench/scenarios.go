@@ -65,6 +65,7 @@ type window struct {
 	lw   *leaderWatch
 	mu   sync.Mutex
 	cpu0 float64
+	host hostCPU // the machine's CPU time at open (host_steal.go)
 	ww   *windowWatch
 }
 
@@ -78,21 +79,22 @@ func (c *cluster) cpuSum() float64 {
 }
 
 func (w *window) open(ctx context.Context) {
-	cpu := w.c.cpuSum()
+	cpu, host := w.c.cpuSum(), readHostCPU()
 	ww := w.c.openWindow(ctx)
 	w.mu.Lock()
-	w.cpu0, w.ww = cpu, ww
+	w.cpu0, w.host, w.ww = cpu, host, ww
 	w.mu.Unlock()
 	w.lw.reset()
 }
 
 // close fills ph's leader changes, CPU and cluster figures.
 func (w *window) close(ctx context.Context, ph *PhaseResult) {
-	cpu := w.c.cpuSum()
+	cpu, host := w.c.cpuSum(), readHostCPU()
 	ph.LeaderChanges = w.lw.count()
 	w.mu.Lock()
-	cpu0, ww := w.cpu0, w.ww
+	cpu0, host0, ww := w.cpu0, w.host, w.ww
 	w.mu.Unlock()
+	ph.HostStealPct = stealPct(host0, host)
 	if cpu > cpu0 && len(w.c.procs) > 0 {
 		ph.CPUSeconds = cpu - cpu0
 	}

@@ -142,6 +142,8 @@ func completePhase(s string, o *Options) *PhaseResult {
 		TenantP99Us: make([]int64, o.Tenants), ReadCurve: []hist.Point{{}}, WriteCurve: []hist.Point{{}},
 		CPUSeconds: 1, CPUPer1000: 0.5, BulkScan: h, HogNote: "pinned",
 		Cluster: &ClusterWindow{LeaderChangesMetric: 0, LeaderChangesByNode: make([]int, o.Nodes), Nodes: nodes}}
+	steal := 1.5
+	ph.HostStealPct = &steal
 	switch s {
 	case scenCeiling:
 		ph.Ceiling = &CeilingResult{Inflight: o.CeilingInflight, Clients: 8, PutsPerSec: 100}
