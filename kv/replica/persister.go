@@ -25,6 +25,10 @@ import (
 // loop, which reports the writes to paxos (OwnAcceptedDurable) and only
 // then counts the leader's vote.
 //
+// On shm and dax logs, whose barrier is a fence rather than an msync, the
+// consensus loop persists its own writes itself and reports them on its
+// next turn, the same way (ownPersistInline).
+//
 // Everything else stays synchronous: a promise, and a follower's (or a
 // demoted leader's) acceptances, are persisted on the consensus loop before
 // the Ready's messages are sent; such a persist also makes every own write

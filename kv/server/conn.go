@@ -534,9 +534,9 @@ func (c *conn) sendFrom(resp *proto.Response, closeAfter bool, held int64, inlin
 //
 // Why: handing each answer to the writer goroutine woke it once per
 // answer, about 13,000 wake-ups a second on a leader at half its ceiling
-// (a quarter of all its goroutine wake-ups, each a futex and a context
-// switch on a busy machine; docs/benchmarking.md "Answers written by the
-// request's goroutine"). The answer costs the same write(2) either way.
+// (a fifth of all its goroutine wake-ups, most a futex and a context
+// switch on a busy machine; docs/benchmarking.md "Fewer wake-ups a
+// write"). The answer costs the same write(2) either way.
 //
 // Order: answers of one connection were never ordered with respect to
 // each other (docs/protocol.md, "Pipelining"); a frame that closes the
@@ -990,15 +990,9 @@ func (c *conn) do(req *proto.Request, held, body int64, received time.Time) {
 // connection holds none.
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeBufferBytes) }}
 
-// writeLoop writes queued responses, coalescing everything queued at the
-// moment into one flush, and gives their bytes back to the budgets once
-// the kernel has them. A large answer (writeBufferBytes or more) is
-// flushed and given back at once rather than at the end of the burst: a
-// client reading megabyte answers one at a time receives each as soon as
-// the kernel has it and sends its next GET, whose answer joins the same
-// burst, so answers it had read stayed charged, and an outside tester's
-// one-at-a-time reader got THROTTLED ("read the connection's answers") on
-// a connection budget of three such answers.
+// writeLoop writes the responses queued for it, a burst at a time, each
+// burst under the write token (a request's goroutine may hold it for an
+// answer of its own: writeInline).
 func (c *conn) writeLoop() {
 	defer c.s.wg.Done()
 	for {
@@ -1024,9 +1018,17 @@ func (c *conn) writeLoop() {
 }
 
 // burst writes f and everything else queued for the writer at the moment
-// in one flush, gives their bytes back once the kernel has them, and
-// closes the connection after a write error or a closing frame, which it
-// reports. The caller holds the write token.
+// in one flush, gives their bytes back to the budgets once the kernel has
+// them, and closes the connection after a write error or a closing frame,
+// which it reports. The caller holds the write token.
+//
+// A large answer (writeBufferBytes or more) is flushed and given back at
+// once rather than at the end of the burst: a client reading megabyte
+// answers one at a time receives each as soon as the kernel has it and
+// sends its next GET, whose answer joins the same burst, so answers it had
+// read stayed charged, and an outside tester's one-at-a-time reader got
+// THROTTLED ("read the connection's answers") on a connection budget of
+// three such answers.
 func (c *conn) burst(f outFrame) (closed bool) {
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(c.nc)
