@@ -87,17 +87,9 @@ func runRESPBench(ctx context.Context, o *Options, c *cluster, pr *PathResult) *
 		"-n", strconv.Itoa(n), "-r", strconv.Itoa(o.Keys), "-d", strconv.Itoa(o.ValueBytes), "--precision", "3"}
 	rctx, cancel := context.WithTimeout(ctx, respBenchTimeoutMin+time.Duration(2*n)*20*time.Millisecond)
 	defer cancel()
-	sumCPU := func() float64 {
-		var s float64
-		for _, pid := range c.pids() {
-			v, _ := cpuSeconds(pid)
-			s += v
-		}
-		return s
-	}
-	cpu0, host0 := sumCPU(), readHostCPU()
+	cpu0, host0 := c.cpuSum(), readHostCPU()
 	out, err := exec.CommandContext(rctx, bin, args...).CombinedOutput()
-	cpu1, host1 := sumCPU(), readHostCPU()
+	cpu1, host1 := c.cpuSum(), readHostCPU()
 	if err != nil {
 		pr.Status, pr.Reason = "failed", fmt.Sprintf("redis-benchmark %s: %v: %s", strings.Join(args, " "), err, lastBytes(string(out), logTailBytes))
 		return pr

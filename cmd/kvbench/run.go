@@ -224,19 +224,11 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	var cpuMu sync.Mutex
 	var cpu0, cpu1 float64
 	var host0, host1 hostCPU
-	sumCPU := func() float64 {
-		var s float64
-		for _, pid := range c.pids() {
-			v, _ := cpuSeconds(pid)
-			s += v
-		}
-		return s
-	}
 	t0Done, t1Done := make(chan struct{}), make(chan struct{})
 	var win *windowWatch // the nodes' /metrics over the window (nodestats.go)
 	t0 := time.AfterFunc(warmup, func() {
 		defer close(t0Done)
-		v, h := sumCPU(), readHostCPU()
+		v, h := c.cpuSum(), readHostCPU()
 		ww := c.openWindow(ctx)
 		cpuMu.Lock()
 		cpu0, host0, win = v, h, ww
@@ -245,7 +237,7 @@ func runPhase(ctx context.Context, o *Options, c *cluster, w *workload, lw *lead
 	})
 	var changesAtEnd int
 	endWindow := func() {
-		v, h := sumCPU(), readHostCPU()
+		v, h := c.cpuSum(), readHostCPU()
 		cpuMu.Lock()
 		cpu1, host1 = v, h
 		changesAtEnd = lw.count()
