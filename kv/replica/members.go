@@ -41,6 +41,22 @@ var _ = [1]struct{}{}[sm.MembersMax-paxos.MembersMax]
 // whole (Replica.book).
 type peerBook struct {
 	byID map[paxos.NodeID]Peer
+	// members are the ids of the committed and the pending membership:
+	// the nodes entitled to the state (a snapshot), which the departed
+	// members kept in byID are not.
+	members map[paxos.NodeID]bool
+}
+
+// isMember reports whether id is in the committed or the pending
+// membership (a departed member in the book is not). Safe from any
+// goroutine.
+func (r *Replica) isMember(id paxos.NodeID) bool {
+	b := r.book.Load()
+	if testingSnapServesDeparted {
+		_, ok := b.byID[id] // the rule before: anyone in the book
+		return ok
+	}
+	return b.members[id]
 }
 
 // peer returns member id's addresses (ok false when the book does not
@@ -197,9 +213,13 @@ func (r *Replica) initMembership(cfg *Config, stm membershipStore) (voters, lear
 // configured addresses, and publishes the membership view.
 func (r *Replica) refreshBook(cfg *Config) {
 	ms := &r.members
-	book := &peerBook{byID: make(map[paxos.NodeID]Peer, len(ms.committed)+len(ms.previous)+len(ms.pending)+1)}
-	for _, set := range [][]sm.Member{ms.previous, ms.committed, ms.pending} {
+	book := &peerBook{byID: make(map[paxos.NodeID]Peer, len(ms.committed)+len(ms.previous)+len(ms.pending)+1),
+		members: make(map[paxos.NodeID]bool, len(ms.committed)+len(ms.pending))}
+	for i, set := range [][]sm.Member{ms.previous, ms.committed, ms.pending} {
 		for _, m := range set {
+			if i > 0 { // not a departed member's record
+				book.members[paxos.NodeID(m.ID)] = true
+			}
 			p, ok := peerFromMember(m)
 			if !ok {
 				r.log.Error().Uint64("member", m.ID).Str("consensus_addr", m.ConsensusAddr).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"synod/kv/proto"
 	"synod/paxos"
 )
 
@@ -223,4 +224,65 @@ func TestSnapConnIdleCounted(t *testing.T) {
 		t.Errorf("idle transfer connections closed within %v: %v; refusals counted: %.0f, without a secret %.0f; want closed and 1 each",
 			snapshotStallTimeout+3*time.Second, bothClosed, counted, openCounted)
 	}
+}
+
+// TestRemovedNodeGetsNoSnapshot: a node removed from the membership stays
+// in the others' address books for a while (so it hears of its removal)
+// and may keep the cluster secret; a snapshot request it seals is served
+// while it is a member and refused once it is removed: a removed node is
+// no longer sent the log, so it is not sent the whole state either.
+// Planted (testingSnapServesDeparted, the rule before: anyone in the
+// address book): the removed node is served.
+func TestRemovedNodeGetsNoSnapshot(t *testing.T) {
+	before, after := removedNodeSnapshot(t)
+	if !before || after {
+		t.Fatalf("a member's request served: %v (want true); after its removal: %v (want false)", before, after)
+	}
+	testingSnapServesDeparted = true
+	defer func() { testingSnapServesDeparted = false }()
+	pBefore, pAfter := removedNodeSnapshot(t)
+	if !pBefore || !pAfter {
+		t.Fatalf("planted (departed members served): before removal %v, after %v; want both served, or the test does not show the check", pBefore, pAfter)
+	}
+	fmt.Printf("removed node's snapshot request: served_while_member=%v served_after_removal=%v; planted (book, not membership): served_after_removal=%v\n",
+		before, after, pAfter)
+}
+
+// removedNodeSnapshot starts an authenticated cluster, has a follower's
+// id ask the leader for a snapshot (sealed with the secret), removes that
+// follower, asks again, and reports whether each request was served.
+func removedNodeSnapshot(t *testing.T) (servedBefore, servedAfter bool) {
+	c := newTestClusterWith(t, func(c *testCluster) { c.snapEvery = 20; c.secret = secretA })
+	defer c.stopAll() // the caller changes a testing knob next
+	l := c.leader()
+	gone := paxos.NodeID(1 + l%3)
+	for i := 0; c.nodes[l].r.alog.TruncatedBelow() <= 1; i++ {
+		if i == 300 {
+			t.Fatalf("the leader has not compacted its log after %d writes", i)
+		}
+		c.put(fmt.Sprintf("k%d", i), "v")
+	}
+	// A second sealer for the follower: its incarnation is newer than the
+	// real node's, whose own transfer frames the leader refuses from here
+	// on (the test makes none).
+	as := mustAuth(t, 9, gone, secretA)
+	ask := func(id uint64) bool {
+		conn, sc := snapDial(t, c, l, as)
+		defer conn.Close()
+		if err := sc.write(appendSnapRequest(nil, id, gone, l, 0)); err != nil {
+			t.Fatal(err)
+		}
+		return snapAnswerIsHeader(sc)
+	}
+	servedBefore = ask(1)
+	c.change(MemberChange{Op: proto.OpMemberRemove, ID: gone})
+	// Node l is asked again whether or not it still leads: any member
+	// serves snapshots, and l's log is compacted.
+	r := c.nodes[l].r
+	for deadline := time.Now().Add(5 * time.Second); r.book.Load().members[gone]; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d is still a member on node %d after its removal committed", gone, l)
+		}
+	}
+	return servedBefore, ask(2)
 }

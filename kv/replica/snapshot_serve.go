@@ -235,8 +235,11 @@ func (r *Replica) serveSnapshotConn(c net.Conn, br *bufio.Reader) {
 	if err == nil && r.cfg.Auth != nil && req.from != sc.peer {
 		err = fmt.Errorf("%w: request names node %d, sealed by %d", errSnapFrame, req.from, sc.peer)
 	}
-	if _, member := r.peer(req.from); err == nil && (!member || req.from == r.cfg.ID) {
-		err = fmt.Errorf("%w: request from node %d, not a peer", errSnapFrame, req.from)
+	if err == nil && (!r.isMember(req.from) || req.from == r.cfg.ID) {
+		// A departed member stays in the address book for a while (to
+		// hear of its removal) and may still hold the cluster secret: it
+		// is no longer sent the log, so it gets no snapshot either.
+		err = fmt.Errorf("%w: request from node %d, not a member", errSnapFrame, req.from)
 	}
 	if err != nil {
 		r.snapConnRefused(c, err)

@@ -142,6 +142,13 @@ var testingSideProvenAtHead atomic.Bool // read by side channels the helpers lea
 // another.
 var testingSnapRequestUnaddressed bool
 
+// testingSnapServesDeparted, when true, makes isMember the snapshot
+// server's check before 2026-12-07: any node in the address book,
+// departed members included.
+// TestRemovedNodeGetsNoSnapshot shows its check catches a removed node
+// that kept the secret fetching the whole state.
+var testingSnapServesDeparted bool
+
 // testingAnswerBeforeApplied, when set, plants the apply loop's order
 // before 2026-12-05: a slot's writes were answered before Applied() moved
 // to the slot (here with a pause between, so a test sees it every time):
