@@ -91,7 +91,7 @@ func readFloors(t *testing.T, c *cluster, nd *node) []replica.AuthFloor {
 	if err != nil {
 		t.Fatalf("node %d's floors: %v", nd.id, err)
 	}
-	fs, err := replica.DecodeAuthFloors(b)
+	fs, _, err := replica.DecodeAuthFloorsFile(b)
 	if err != nil {
 		t.Fatalf("node %d's floors: %v", nd.id, err)
 	}

@@ -23,14 +23,16 @@ import (
 const authFloorsFileName = "auth_floors"
 
 // authFloorsPersistEvery is how often the floors are written when they
-// changed (one small file, fsynced: ten a second at most): packets
-// accepted since the last write can be replayed once after a crash. With
-// a record a second old, an outside replay of 3 s of captured datagrams
-// right after a crash still had 34 of 156 accepted.
+// changed (in place, into one of the file's two slots, and flushed with
+// fdatasync: ten a second at most; kv/replica auth_floors_file.go):
+// packets accepted since the last write can be replayed once after a
+// crash. With a record a second old, an outside replay of 3 s of captured
+// datagrams right after a crash still had 34 of 156 accepted.
 const authFloorsPersistEvery = 100 * time.Millisecond
 
-// loadAuthFloors reads dir's floors record (none: nil). A file that does
-// not hold one is an error that names it: it is not guessed past.
+// loadAuthFloors reads dir's floors record (none: nil), of either file
+// version. A file that does not hold one is an error that names it: it
+// is not guessed past.
 func loadAuthFloors(dir string) ([]replica.AuthFloor, error) {
 	path := filepath.Join(dir, authFloorsFileName)
 	f, err := os.Open(path)
@@ -41,19 +43,30 @@ func loadAuthFloors(dir string) ([]replica.AuthFloor, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(replica.AuthFloorsBytesMax)+1))
+	b, err := readAuthFloorsFile(f)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	fs, err := replica.DecodeAuthFloors(b)
+	fs, _, err := replica.DecodeAuthFloorsFile(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; remove it to start without it (packets captured before this node's last stop are then accepted once)", path, err)
 	}
 	return fs, nil
 }
 
+// readAuthFloorsFile reads f, at most one byte more than either file
+// version holds (a larger file is then refused by its decoder).
+func readAuthFloorsFile(f *os.File) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(f, int64(max(replica.AuthFloorsBytesMax, replica.AuthFloorsFileBytes))+1))
+}
+
 // floorsKeeper writes a node's replay floors to data_dir every
-// authFloorsPersistEvery while they change, and once more at stop.
+// authFloorsPersistEvery while they change, and once more at stop. It
+// keeps the file open and writes each record in place, into the slot its
+// write number names (replica.AuthFloorsSlotOffset), then fdatasyncs: no
+// rename, no new blocks, so no journal commit ten times a second. A file
+// of the version before, or none, is first replaced whole (written to a
+// temporary file, fsynced and renamed, as before).
 type floorsKeeper struct {
 	path string
 	auth *replica.Auth
@@ -61,6 +74,10 @@ type floorsKeeper struct {
 	stop chan struct{}
 	done sync.WaitGroup
 	last []byte
+	// f is the open version 2 file (nil until opened: a failed open is
+	// tried again at the next write), gen the number of its last write.
+	f   *os.File
+	gen uint64
 	// warnLog bounds the warnings of a failing write (a full or broken
 	// disk would otherwise log ten a second).
 	warnLog lograte.Limiter
@@ -91,11 +108,12 @@ func startFloorsKeeper(dir string, auth *replica.Auth, log zerolog.Logger) *floo
 
 // write records the floors if they changed since the last write.
 func (k *floorsKeeper) write() {
-	b := replica.EncodeAuthFloors(k.auth.Floors())
+	fs := k.auth.Floors()
+	b := replica.EncodeAuthFloors(fs)
 	if bytes.Equal(b, k.last) {
 		return
 	}
-	if err := writeFileSynced(k.path, b); err != nil {
+	if err := k.record(fs); err != nil {
 		if ok, held := k.warnLog.Allow(time.Now()); ok {
 			k.log.Warn().Err(err).Uint64("failures_left_out", held).Str("path", k.path).Msg("recording the consensus replay floors failed: a restart may accept packets captured before it")
 		}
@@ -104,9 +122,64 @@ func (k *floorsKeeper) write() {
 	k.last = b
 }
 
-// Stop ends the periodic writes and records the floors a last time.
+// record writes fs as the next write number: in place once the file is
+// open, else by replacing the file whole. A failed write leaves the write
+// number where it was, so the retry goes to the same slot and the other
+// keeps the last good record.
+func (k *floorsKeeper) record(fs []replica.AuthFloor) error {
+	if k.f == nil {
+		return k.open(fs)
+	}
+	gen := k.gen + 1
+	if _, err := k.f.WriteAt(replica.EncodeAuthFloorsSlot(gen, fs), replica.AuthFloorsSlotOffset(gen)); err != nil {
+		return err
+	}
+	if err := fdatasync(k.f); err != nil {
+		return err
+	}
+	k.gen = gen
+	return nil
+}
+
+// open opens the version 2 file for writes in place, continuing its write
+// numbers; a missing file, one of version 1 or one that does not read is
+// first replaced whole by a file holding fs (which already includes
+// whatever the node loaded from it at start).
+func (k *floorsKeeper) open(fs []replica.AuthFloor) error {
+	gen := uint64(0)
+	if f, err := os.Open(k.path); err == nil {
+		if b, err := readAuthFloorsFile(f); err == nil {
+			if _, g, err := replica.DecodeAuthFloorsFile(b); err == nil {
+				gen = g
+			}
+		}
+		f.Close()
+	}
+	if gen == 0 {
+		if err := writeFileSynced(k.path, replica.AuthFloorsFileImage(1, fs)); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(k.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	k.f = f
+	if gen == 0 {
+		k.gen = 1 // fs is recorded
+		return nil
+	}
+	k.gen = gen
+	return k.record(fs)
+}
+
+// Stop ends the periodic writes, records the floors a last time and
+// closes the file.
 func (k *floorsKeeper) Stop() {
 	close(k.stop)
 	k.done.Wait()
 	k.write()
+	if k.f != nil {
+		k.f.Close()
+	}
 }

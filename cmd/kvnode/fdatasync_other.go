@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "os"
+
+// fdatasync flushes f to the disk (a full fsync where fdatasync is not
+// available).
+func fdatasync(f *os.File) error { return f.Sync() }
