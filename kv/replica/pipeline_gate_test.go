@@ -32,6 +32,12 @@ const gateQueuedMin = 2 * pipelineCmdsMax
 // overtook 0 of 543 in a 0.15 s test, its write alone in the scheduler).
 const gateAttemptsMax = 5
 
+// floodPaceCmds and floodPause pace victimOvertakes's flood.
+const (
+	floodPaceCmds = 128
+	floodPause    = 100 * time.Microsecond
+)
+
 // overtakeRun is one flood and one victim write.
 type overtakeRun struct {
 	overtaken int // accepted flood writes answered in a later slot than the victim's
@@ -42,7 +48,14 @@ type overtakeRun struct {
 // victimOvertakes floods the leader with 4000 of tenant 1's writes (as
 // fast as submitWrite takes them: past its scheduler queue they are
 // refused THROTTLED), then submits one write of tenant 2, and reports how many accepted flood
-// writes were answered after the victim's.
+// writes were answered after the victim's. Every floodPaceCmds writes the
+// flood pauses for floodPause, so the consensus loop takes its turns
+// while the flood comes, as it does when it has a CPU: with the gate it
+// takes pipelineCmdsMax of them, without it (the plant) all. Unpaced, a
+// loop starved of CPU while the flood was submitted (CI of 2026-12-07)
+// left the flood in the scheduler with or without the gate, and five
+// planted runs in a row let the victim overtake 2,675-2,882 of about
+// 3,400, as the gate does.
 func victimOvertakes(t *testing.T, c *testCluster) overtakeRun {
 	t.Helper()
 	l := c.leader()
@@ -60,6 +73,9 @@ func victimOvertakes(t *testing.T, c *testCluster) overtakeRun {
 	}
 	var flood []*writeWaiter
 	for i := 0; i < 4000; i++ {
+		if i%floodPaceCmds == floodPaceCmds-1 {
+			time.Sleep(floodPause)
+		}
 		w, _, err := r.submitWrite(testTenant, cmd(1, i))
 		if errors.Is(err, ErrBusy) {
 			continue
