@@ -31,33 +31,30 @@ const authFloorsFileName = "auth_floors"
 const authFloorsPersistEvery = 100 * time.Millisecond
 
 // loadAuthFloors reads dir's floors record (none: nil), of either file
-// version. A file that does not hold one is an error that names it: it
-// is not guessed past.
-func loadAuthFloors(dir string) ([]replica.AuthFloor, error) {
+// version, and the file's write number (0: no file, or one of version 1),
+// which startFloorsKeeper continues. A file that does not hold one is an
+// error that names it: it is not guessed past.
+func loadAuthFloors(dir string) ([]replica.AuthFloor, uint64, error) {
 	path := filepath.Join(dir, authFloorsFileName)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer f.Close()
-	b, err := readAuthFloorsFile(f)
+	// At most one byte more than either version holds: a larger file is
+	// refused by the decoder.
+	b, err := io.ReadAll(io.LimitReader(f, int64(max(replica.AuthFloorsBytesMax, replica.AuthFloorsFileBytes))+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
 	}
-	fs, _, err := replica.DecodeAuthFloorsFile(b)
+	fs, gen, err := replica.DecodeAuthFloorsFile(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w; remove it to start without it (packets captured before this node's last stop are then accepted once)", path, err)
+		return nil, 0, fmt.Errorf("%s: %w; remove it to start without it (packets captured before this node's last stop are then accepted once)", path, err)
 	}
-	return fs, nil
-}
-
-// readAuthFloorsFile reads f, at most one byte more than either file
-// version holds (a larger file is then refused by its decoder).
-func readAuthFloorsFile(f *os.File) ([]byte, error) {
-	return io.ReadAll(io.LimitReader(f, int64(max(replica.AuthFloorsBytesMax, replica.AuthFloorsFileBytes))+1))
+	return fs, gen, nil
 }
 
 // floorsKeeper writes a node's replay floors to data_dir every
@@ -75,7 +72,8 @@ type floorsKeeper struct {
 	done sync.WaitGroup
 	last []byte
 	// f is the open version 2 file (nil until opened: a failed open is
-	// tried again at the next write), gen the number of its last write.
+	// tried again at the next write), gen the number of its last write
+	// (0: there is no version 2 file yet).
 	f   *os.File
 	gen uint64
 	// warnLog bounds the warnings of a failing write (a full or broken
@@ -86,8 +84,10 @@ type floorsKeeper struct {
 // authFloorsWarnEvery bounds the "recording failed" warnings.
 const authFloorsWarnEvery = time.Minute
 
-func startFloorsKeeper(dir string, auth *replica.Auth, log zerolog.Logger) *floorsKeeper {
-	k := &floorsKeeper{path: filepath.Join(dir, authFloorsFileName), auth: auth, log: log, stop: make(chan struct{}),
+// startFloorsKeeper starts the keeper of dir's floors file, whose last
+// write number loadAuthFloors returned as gen.
+func startFloorsKeeper(dir string, auth *replica.Auth, gen uint64, log zerolog.Logger) *floorsKeeper {
+	k := &floorsKeeper{path: filepath.Join(dir, authFloorsFileName), auth: auth, gen: gen, log: log, stop: make(chan struct{}),
 		warnLog: lograte.Limiter{Every: authFloorsWarnEvery}}
 	k.done.Add(1)
 	go func() {
@@ -141,21 +141,13 @@ func (k *floorsKeeper) record(fs []replica.AuthFloor) error {
 	return nil
 }
 
-// open opens the version 2 file for writes in place, continuing its write
-// numbers; a missing file, one of version 1 or one that does not read is
-// first replaced whole by a file holding fs (which already includes
+// open opens the version 2 file for writes in place and writes fs as its
+// next write; with none yet (no file, or one of version 1), it first
+// replaces the file whole by one holding fs (which already includes
 // whatever the node loaded from it at start).
 func (k *floorsKeeper) open(fs []replica.AuthFloor) error {
-	gen := uint64(0)
-	if f, err := os.Open(k.path); err == nil {
-		if b, err := readAuthFloorsFile(f); err == nil {
-			if _, g, err := replica.DecodeAuthFloorsFile(b); err == nil {
-				gen = g
-			}
-		}
-		f.Close()
-	}
-	if gen == 0 {
+	fresh := k.gen == 0
+	if fresh {
 		if err := writeFileSynced(k.path, replica.AuthFloorsFileImage(1, fs)); err != nil {
 			return err
 		}
@@ -165,11 +157,10 @@ func (k *floorsKeeper) open(fs []replica.AuthFloor) error {
 		return err
 	}
 	k.f = f
-	if gen == 0 {
+	if fresh {
 		k.gen = 1 // fs is recorded
 		return nil
 	}
-	k.gen = gen
 	return k.record(fs)
 }
 

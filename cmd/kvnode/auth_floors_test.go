@@ -21,7 +21,7 @@ func TestAuthFloorsFile(t *testing.T) {
 	dir := t.TempDir()
 	secret := [][]byte{[]byte("cluster-secret-A-0123456789abcdef")}
 	members := []paxos.NodeID{1, 2, 3}
-	if fs, err := loadAuthFloors(dir); err != nil || fs != nil {
+	if fs, _, err := loadAuthFloors(dir); err != nil || fs != nil {
 		t.Fatalf("no file: %v %v", fs, err)
 	}
 	tx, err := replica.NewAuth(7, 1, members, secret, time.Now())
@@ -32,7 +32,7 @@ func TestAuthFloorsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := startFloorsKeeper(dir, rx, zerolog.Nop())
+	k := startFloorsKeeper(dir, rx, 0, zerolog.Nop())
 	var captured [][]byte
 	for i := 0; i < 10; i++ {
 		p := tx.SealDatagram([]byte("m"))
@@ -42,7 +42,7 @@ func TestAuthFloorsFile(t *testing.T) {
 		captured = append(captured, p)
 	}
 	k.Stop()
-	fs, err := loadAuthFloors(dir)
+	fs, _, err := loadAuthFloors(dir)
 	if err != nil || len(fs) != 1 || fs[0].Sender != 1 || fs[0].Counter != 10 {
 		t.Fatalf("floors read back: %+v %v", fs, err)
 	}
@@ -62,7 +62,7 @@ func TestAuthFloorsFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, authFloorsFileName), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loadAuthFloors(dir); err == nil || !strings.Contains(err.Error(), authFloorsFileName) {
+	if _, _, err := loadAuthFloors(dir); err == nil || !strings.Contains(err.Error(), authFloorsFileName) {
 		t.Fatalf("a garbage file: %v, want an error naming it", err)
 	}
 }
@@ -88,7 +88,7 @@ func TestAuthFloorsWrittenInPlace(t *testing.T) {
 	var first os.FileInfo
 	lastGen := uint64(0)
 	for life := range 2 {
-		fs, err := loadAuthFloors(dir)
+		fs, gen, err := loadAuthFloors(dir)
 		if err != nil {
 			t.Fatalf("life %d: %v", life, err)
 		}
@@ -97,7 +97,7 @@ func TestAuthFloorsWrittenInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		rx.SetFloors(fs)
-		k := startFloorsKeeper(dir, rx, zerolog.Nop())
+		k := startFloorsKeeper(dir, rx, gen, zerolog.Nop())
 		for range 3 {
 			if _, _, err := rx.OpenDatagram(tx.SealDatagram([]byte("m"))); err != nil {
 				t.Fatal(err)
@@ -116,7 +116,7 @@ func TestAuthFloorsWrittenInPlace(t *testing.T) {
 		}
 		k.Stop()
 	}
-	fs, err := loadAuthFloors(dir)
+	fs, _, err := loadAuthFloors(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

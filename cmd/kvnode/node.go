@@ -181,7 +181,7 @@ func runNode(cfg *Config) error {
 		}
 		// Packets accepted before this start stay refused after it
 		// (kv/replica auth_floors.go).
-		floors, ferr := loadAuthFloors(cfg.DataDir)
+		floors, floorsGen, ferr := loadAuthFloors(cfg.DataDir)
 		if ferr != nil {
 			conn.Close()
 			plog.Close()
@@ -189,7 +189,7 @@ func runNode(cfg *Config) error {
 			return fmt.Errorf("security: %w", ferr)
 		}
 		rcfg.Auth.SetFloors(floors)
-		keeper := startFloorsKeeper(cfg.DataDir, rcfg.Auth, log.With().Str("loop", "auth-floors").Logger())
+		keeper := startFloorsKeeper(cfg.DataDir, rcfg.Auth, floorsGen, log.With().Str("loop", "auth-floors").Logger())
 		defer keeper.Stop()
 	} else {
 		log.Warn().Msg("no [security] cluster_secret: consensus traffic is not authenticated (a single-node cluster only)")

@@ -215,11 +215,13 @@ func (r *Replica) refreshBook(cfg *Config) {
 	ms := &r.members
 	book := &peerBook{byID: make(map[paxos.NodeID]Peer, len(ms.committed)+len(ms.previous)+len(ms.pending)+1),
 		members: make(map[paxos.NodeID]bool, len(ms.committed)+len(ms.pending))}
-	for i, set := range [][]sm.Member{ms.previous, ms.committed, ms.pending} {
+	for _, set := range [][]sm.Member{ms.committed, ms.pending} {
 		for _, m := range set {
-			if i > 0 { // not a departed member's record
-				book.members[paxos.NodeID(m.ID)] = true
-			}
+			book.members[paxos.NodeID(m.ID)] = true
+		}
+	}
+	for _, set := range [][]sm.Member{ms.previous, ms.committed, ms.pending} {
+		for _, m := range set {
 			p, ok := peerFromMember(m)
 			if !ok {
 				r.log.Error().Uint64("member", m.ID).Str("consensus_addr", m.ConsensusAddr).
