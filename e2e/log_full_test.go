@@ -103,7 +103,13 @@ func TestFullLogStaysLive(t *testing.T) {
 	}
 	kills := 0
 	var phaseSecs [fullLogPhases]float64
+	// phaseLogAt[p] is each node's log size when phase p began: a phase
+	// that fails prints its own part of the logs (CI, once in about 20
+	// runs: a phase after a leader kill acknowledged 17 puts in 60 s, and
+	// the logs' tails showed only the phases after it).
+	var phaseLogAt [fullLogPhases + 1][]int64
 	for p := 0; p < fullLogPhases; p++ {
+		phaseLogAt[p] = logSizes(c)
 		switch {
 		case p == fullLogPhases-1:
 			for _, nd := range c.nodes {
@@ -124,11 +130,20 @@ func TestFullLogStaysLive(t *testing.T) {
 		}
 		start := time.Now()
 		time.Sleep(fullLogPhaseFor)
+		lastStatus := time.Now()
 		for phaseAcks[p].Load() < fullLogPhaseAcksMin && time.Since(start) < fullLogPhaseMax {
+			if time.Since(lastStatus) >= fullLogSlowStatusEvery {
+				lastStatus = time.Now()
+				for _, nd := range c.nodes {
+					st, err := c.status(nd)
+					t.Logf("phase %d slow (%d acks after %.0f s): node %d %+v (err %v)", p, phaseAcks[p].Load(), time.Since(start).Seconds(), nd.id, st, err)
+				}
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		phaseSecs[p] = time.Since(start).Seconds()
 	}
+	phaseLogAt[fullLogPhases] = logSizes(c)
 	stop.Store(true)
 	wg.Wait()
 
@@ -166,8 +181,46 @@ func TestFullLogStaysLive(t *testing.T) {
 	for p := range phaseAcks {
 		if n := phaseAcks[p].Load(); n < fullLogPhaseAcksMin {
 			t.Errorf("phase %d acknowledged %d puts in %v, fewer than %d: the cluster stopped making progress", p, n, fullLogPhaseMax, fullLogPhaseAcksMin)
+			for i, nd := range c.nodes {
+				t.Logf("--- node%d.log, phase %d only:\n%s", nd.id, p, phaseLog(nd.logPath, phaseLogAt[p][i], phaseLogAt[p+1][i]))
+			}
 		}
 	}
+}
+
+// fullLogSlowStatusEvery is how often a phase past fullLogPhaseFor logs
+// every node's status; fullLogPhaseLogBytes bounds the head and the tail
+// of a failed phase's log printed per node.
+const (
+	fullLogSlowStatusEvery = 10 * time.Second
+	fullLogPhaseLogBytes   = 6000
+)
+
+// logSizes is the size of each of c's nodes' logs (0 for one not there).
+func logSizes(c *cluster) []int64 {
+	out := make([]int64, len(c.nodes))
+	for i, nd := range c.nodes {
+		if fi, err := os.Stat(nd.logPath); err == nil {
+			out[i] = fi.Size()
+		}
+	}
+	return out
+}
+
+// phaseLog is the part [from, to) of the log at path, stall warnings left
+// out, its head and tail fullLogPhaseLogBytes each when longer.
+func phaseLog(path string, from, to int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	to = min(to, int64(len(b)))
+	from = min(from, to)
+	s, stalls := withoutStallLines(string(b[from:to]))
+	if len(s) > 2*fullLogPhaseLogBytes {
+		s = s[:fullLogPhaseLogBytes] + fmt.Sprintf("\n[... %d bytes ...]\n", len(s)-2*fullLogPhaseLogBytes) + s[len(s)-fullLogPhaseLogBytes:]
+	}
+	return fmt.Sprintf("(%d stall warnings left out)\n%s", stalls, s)
 }
 
 func fullLogKey(k int64) []byte { return []byte(fmt.Sprintf("full/%012d", k)) }
