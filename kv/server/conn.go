@@ -375,6 +375,7 @@ type conn struct {
 	wtoken       chan struct{}
 	inlineWrites atomic.Uint64  // answers written by writeInline (tests)
 	sends        atomic.Uint64  // answers sent so far (outFrame.seq)
+	fatalWaiting atomic.Bool    // the reader met a fatal frame (fatal; tests)
 	slots        chan struct{}  // in-flight requests; capacity InflightPerConnMax
 	inflight     sync.WaitGroup // requests being executed
 	once         sync.Once
@@ -584,6 +585,27 @@ func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, held int64, r
 	}
 	c.send(resp, fatal, held)
 }
+
+// fatal answers a frame after which the stream cannot be read on (a bad
+// header, another tenant's) and closes the connection behind the answer,
+// as the end of stream does: first every request read before it finishes
+// and its answer is written, so a client loses no outcome of a write it
+// sent before its bad frame (an outside client once saw 20 pipelined
+// PUTs applied and none answered). The wait is bounded as the end of
+// stream's is, by the requests' own timeouts; the reader reads nothing
+// meanwhile.
+func (c *conn) fatal(h proto.Header, st proto.Status, held int64, reason string) {
+	c.fatalWaiting.Store(true)
+	if !testingFatalDropsInflight {
+		c.inflight.Wait()
+	}
+	c.reject(h, st, true, held, reason)
+}
+
+// testingFatalDropsInflight, planted, answers a fatal frame at once (the
+// old way): the writer closes the connection behind it and the answers of
+// requests still in flight are never written.
+var testingFatalDropsInflight bool
 
 // readLoop runs the handshake, then reads frames until the connection
 // ends; then it waits for the connection's requests, gives back what they
@@ -838,12 +860,12 @@ func (c *conn) frame(br *bufio.Reader, hb []byte, held int64) bool {
 	h, err := proto.DecodeHeader(hb)
 	if err != nil {
 		// The length cannot be trusted: the stream is lost.
-		c.reject(h, statusOf(err), true, held, "bad header: "+err.Error())
+		c.fatal(h, statusOf(err), held, "bad header: "+err.Error())
 		<-c.slots
 		return false
 	}
 	if h.Tenant != c.tenant {
-		c.reject(h, proto.StatusUnauthorized, true, held, fmt.Sprintf("header tenant %d is not the authenticated tenant", h.Tenant))
+		c.fatal(h, proto.StatusUnauthorized, held, fmt.Sprintf("header tenant %d is not the authenticated tenant", h.Tenant))
 		<-c.slots
 		return false
 	}
