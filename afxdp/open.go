@@ -21,7 +21,7 @@ func Open(cfg Config) (conn Conn, fallback error, err error) {
 			if !cfg.Addr.IsValid() || cfg.Port == 0 {
 				return nil, nil, configErr("auto transport needs addr and port (got %v, %d)", cfg.Addr, cfg.Port)
 			}
-			u, uerr := NewUDP(netip.AddrPortFrom(cfg.Addr, cfg.Port), UDPOptions{})
+			u, uerr := NewUDP(netip.AddrPortFrom(cfg.Addr, cfg.Port), UDPOptions{SocketBufferBytes: ConsensusSocketBufferBytes})
 			if uerr != nil {
 				return nil, nil, fmt.Errorf("%v; the udp fallback failed: %w", why, uerr)
 			}
@@ -49,7 +49,7 @@ func Open(cfg Config) (conn Conn, fallback error, err error) {
 			}
 		}
 	}
-	u, uerr := NewUDP(netip.AddrPortFrom(addr, full.Port), UDPOptions{})
+	u, uerr := NewUDP(netip.AddrPortFrom(addr, full.Port), UDPOptions{SocketBufferBytes: ConsensusSocketBufferBytes})
 	if uerr != nil {
 		return nil, nil, fmt.Errorf("afxdp: AF_XDP unavailable (%v), and the udp fallback failed: %w", xerr, uerr)
 	}
@@ -78,7 +78,7 @@ func OpenTransport(kind string, cfg Config) (conn Conn, fallback error, err erro
 		if !cfg.Addr.IsValid() || cfg.Port == 0 {
 			return nil, nil, configErr("udp transport needs addr and port (got %v, %d)", cfg.Addr, cfg.Port)
 		}
-		u, err := NewUDP(netip.AddrPortFrom(cfg.Addr, cfg.Port), UDPOptions{})
+		u, err := NewUDP(netip.AddrPortFrom(cfg.Addr, cfg.Port), UDPOptions{SocketBufferBytes: ConsensusSocketBufferBytes})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -16,6 +16,13 @@ const (
 	udpSocketBufferBytesMax = 64 << 20
 )
 
+// ConsensusSocketBufferBytes is the receive and send buffer the consensus
+// transport asks for on its UDP socket (the kernel's default, rmem_default,
+// is often 208 KiB: about 90 small datagrams). Linux caps the request at
+// net.core.rmem_max and wmem_max without an error; ReceiveBufferBytes says
+// what was granted.
+const ConsensusSocketBufferBytes = 4 << 20
+
 // UDPOptions configures NewUDP. The zero value is valid: defaults apply.
 type UDPOptions struct {
 	// BatchSize is the most datagrams one recvmmsg/sendmmsg moves

@@ -103,6 +103,17 @@ func runNode(cfg *Config) error {
 	if fallback != nil {
 		log.Warn().Err(fallback).Msg("transport auto: AF_XDP unavailable, using kernel UDP")
 	}
+	if rb, ok := conn.(interface{ ReceiveBufferBytes() (int, error) }); ok {
+		// Linux caps the request at net.core.rmem_max silently; a small
+		// grant is where bursts lose datagrams (kernel_buffer drops).
+		if n, err := rb.ReceiveBufferBytes(); err == nil {
+			ev := log.Info()
+			if n < afxdp.ConsensusSocketBufferBytes {
+				ev = log.Warn().Str("raise", "sysctl net.core.rmem_max")
+			}
+			ev.Int("asked_bytes", afxdp.ConsensusSocketBufferBytes).Int("granted_bytes", n).Msg("consensus socket receive buffer")
+		}
+	}
 
 	promReg := newPromRegistry()
 	promReg.MustRegister(newPebbleCollector(store))

@@ -51,6 +51,7 @@ func TestTransportDropsExported(t *testing.T) {
 		"synod_transport_rx_dropped_total/truncated": 1, "synod_transport_rx_dropped_total/runt": 0,
 		"synod_transport_rx_dropped_total/foreign": 0, "synod_transport_rx_dropped_total/bad_checksum": 0,
 		"synod_transport_packets_total/rx": 1, "synod_transport_tx_ring_full_total": 0,
+		"synod_transport_rx_dropped_total/kernel_buffer": 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (exported: %v), want %v", name, v, ok, want)
