@@ -31,6 +31,14 @@ const (
 	devStopWait     = 15 * time.Second
 	devStatusPoll   = 100 * time.Millisecond
 	devStatusClient = 500 * time.Millisecond
+	// A dev node that exits while the cluster runs (kill -9 it to see a
+	// crash recovered) is started again after devRestartDelay, with its
+	// data and acceptor log as it left them; one that exits
+	// devRestartsMax times within devRestartWindow (a node that cannot
+	// start) stops the cluster instead, its logs kept.
+	devRestartDelay  = time.Second
+	devRestartsMax   = 5
+	devRestartWindow = time.Minute
 )
 
 // devPorts are the ports of dev node i (1-based).
@@ -132,6 +140,26 @@ func runDev(base int, keep bool) error {
 			}
 		}
 	}
+	// startNode starts dev node i (1-based), its output appended to its
+	// log (a restarted node's lines follow its last life's).
+	startNode := func(i int) (*child, error) {
+		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
+		logf, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("node%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(exe, "--config", cfgPath)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// The node dies with this process, even one killed without
+		// cleanup (SIGKILL): no orphan keeps serving the dev ports.
+		if err := childproc.Start(cmd); err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("starting node %d: %w", i, err)
+		}
+		c := &child{cmd: cmd, done: make(chan error, 1)}
+		go func() { c.done <- cmd.Wait(); logf.Close() }()
+		return c, nil
+	}
 	for i := 1; i <= devNodes; i++ {
 		cfgPath := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
 		text := devConfig(base, i, filepath.Join(dir, fmt.Sprintf("node%d", i)), filepath.Join(pmemDir, fmt.Sprintf("node%d.pmem", i)), mode, secret)
@@ -140,24 +168,12 @@ func runDev(base int, keep bool) error {
 			cleanup()
 			return err
 		}
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("node%d.log", i)))
+		c, err := startNode(i)
 		if err != nil {
 			stopAll()
 			cleanup()
 			return err
 		}
-		cmd := exec.Command(exe, "--config", cfgPath)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		// The node dies with this process, even one killed without
-		// cleanup (SIGKILL): no orphan keeps serving the dev ports.
-		if err := childproc.Start(cmd); err != nil {
-			logf.Close()
-			stopAll()
-			cleanup()
-			return fmt.Errorf("starting node %d: %w", i, err)
-		}
-		c := &child{cmd: cmd, done: make(chan error, 1)}
-		go func() { c.done <- cmd.Wait(); logf.Close() }()
 		children = append(children, c)
 	}
 
@@ -203,24 +219,71 @@ Press Ctrl-C to stop the cluster.
 		devRESPPort(base, 1), devRESPPort(base, devNodes), devRESPPort(base, 1), devToken, devRESPPort(base, 1), devToken,
 		devRESPPort(base, 1), devToken)
 
-	exited := make(chan int, devNodes)
-	for i, c := range children {
+	// Supervise: a node that exits is started again (devRestartDelay
+	// later), unless it exited devRestartsMax times within
+	// devRestartWindow.
+	type exit struct {
+		n   int // 1-based
+		err error
+	}
+	exited := make(chan exit, devNodes)
+	watch := func(n int, c *child) {
 		go func() {
 			err := <-c.done
 			c.done <- err // keep it for stopAll
-			exited <- i + 1
+			exited <- exit{n, err}
 		}()
 	}
-	select {
-	case s := <-sig:
-		fmt.Printf("\n%s: stopping the cluster\n", s)
-	case n := <-exited:
-		fmt.Fprintf(os.Stderr, "node %d exited; stopping the cluster (see %s/node%d.log)\n", n, dir, n)
-		keep = true
+	for i, c := range children {
+		watch(i+1, c)
 	}
-	stopAll()
-	cleanup()
-	return nil
+	restarts := make([][]time.Time, devNodes)
+	for {
+		var e exit
+		select {
+		case s := <-sig:
+			fmt.Printf("\n%s: stopping the cluster\n", s)
+			stopAll()
+			cleanup()
+			return nil
+		case e = <-exited:
+		}
+		recent := restarts[e.n-1][:0]
+		for _, at := range restarts[e.n-1] {
+			if time.Since(at) < devRestartWindow {
+				recent = append(recent, at)
+			}
+		}
+		restarts[e.n-1] = recent
+		if len(recent) >= devRestartsMax {
+			fmt.Fprintf(os.Stderr, "node %d exited (%v) %d times within %v; stopping the cluster (see %s/node%d.log)\n", e.n, e.err, len(recent)+1, devRestartWindow, dir, e.n)
+			keep = true
+			stopAll()
+			cleanup()
+			return nil
+		}
+		fmt.Printf("node %d exited (%v); starting it again in %v (see %s/node%d.log)\n", e.n, e.err, devRestartDelay, dir, e.n)
+		select {
+		case s := <-sig:
+			fmt.Printf("\n%s: stopping the cluster\n", s)
+			stopAll()
+			cleanup()
+			return nil
+		case <-time.After(devRestartDelay):
+		}
+		c, err := startNode(e.n)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%v; stopping the cluster\n", err)
+			keep = true
+			stopAll()
+			cleanup()
+			return err
+		}
+		children[e.n-1] = c
+		restarts[e.n-1] = append(restarts[e.n-1], time.Now())
+		watch(e.n, c)
+		fmt.Printf("node %d started again (pid %d)\n", e.n, c.cmd.Process.Pid)
+	}
 }
 
 // devWaitLeader polls the admin /status endpoints until a node reports
