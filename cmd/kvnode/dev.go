@@ -213,11 +213,12 @@ Or with any Redis client (RESP on 127.0.0.1:%d-%d; any node: followers proxy to 
   redis-cli -p %d -a %s --no-auth-warning SET hello world
   redis-cli -p %d, then type: AUTH %s
 
-Press Ctrl-C to stop the cluster.
+A node that exits (kill -9 one to see a crash recovered) is started again
+%v later; kill -STOP pauses one. Press Ctrl-C to stop the cluster.
 `, devNodes, leader, mode, survives, dir, pmemDir, dir, base+21, devTenantName, devToken,
 		eps, devToken, eps, devToken, eps, devToken, eps, devToken,
 		devRESPPort(base, 1), devRESPPort(base, devNodes), devRESPPort(base, 1), devToken, devRESPPort(base, 1), devToken,
-		devRESPPort(base, 1), devToken)
+		devRESPPort(base, 1), devToken, devRestartDelay)
 
 	// Supervise: a node that exits is started again (devRestartDelay
 	// later), unless it exited devRestartsMax times within
