@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,7 @@ type chain struct {
 
 // chainLoad runs chains on a cluster until stopped.
 type chainLoad struct {
+	eps    []string // the cluster's client endpoints (probeWrong)
 	t      *testing.T
 	h      *history
 	chains []*chain
@@ -52,11 +54,49 @@ type chainLoad struct {
 	wrongN atomic.Int64 // wrong answers so far (readable while running)
 }
 
-// wrongf records a wrong answer of ch (ch's goroutine only).
+// wrongf records a wrong answer of ch (ch's goroutine only), with what
+// every node holds for ch's key (probeWrong).
 func (l *chainLoad) wrongf(ch *chain, format string, args ...any) {
-	ch.wrong = append(ch.wrong, fmt.Sprintf(format, args...))
+	ch.wrong = append(ch.wrong, fmt.Sprintf(format, args...)+"; "+l.probeWrong(ch))
 	l.wrongN.Add(1)
 }
+
+// probeWrong asks every node, right after a wrong answer, for its own
+// value of ch's key (a STALE_OK read, which any node serves from its state
+// machine) and its role and applied slot: the nodes agreeing on an old
+// value says writes were lost; one node alone holding it says its state
+// machine diverged (once in CI, 2026-12-07: a CAS chain's key read back
+// 259 acknowledged writes old after a leader change, and nothing more
+// was known).
+func (l *chainLoad) probeWrong(ch *chain) string {
+	var b strings.Builder
+	b.WriteString("probe:")
+	for _, ep := range l.eps {
+		ctx, cancel := ctxTimeout(probeWrongTimeout)
+		cl, err := client.Dial(ctx, []string{ep}, tenantA.token, client.Options{RetriesMax: 1, RequestTimeout: probeWrongTimeout})
+		if err != nil {
+			fmt.Fprintf(&b, " %s: dial %v;", ep, err)
+			cancel()
+			continue
+		}
+		v, gerr := cl.GetStale(ctx, []byte(ch.key))
+		fmt.Fprintf(&b, " %s holds %q (%v)", ep, v, gerr)
+		if st, err := cl.StatusAt(ctx, ep); err == nil {
+			for _, m := range st.Members {
+				if m.ID == st.Self {
+					fmt.Fprintf(&b, " node %d %v applied %d commit %d leader %d ballot %v", m.ID, m.Role, m.Applied, m.Commit, st.LeaderID, st.Ballot)
+				}
+			}
+		}
+		b.WriteString(";")
+		cl.Close()
+		cancel()
+	}
+	return b.String()
+}
+
+// probeWrongTimeout bounds each of probeWrong's requests.
+const probeWrongTimeout = 2 * time.Second
 
 // Workload of the chains (pause and restart-all tests).
 const (
@@ -72,7 +112,7 @@ const (
 // startChains starts chainsCAS CAS chains and chainsPut PUT chains whose
 // clients dial eps. History client ids start at idBase.
 func startChains(t *testing.T, h *history, eps []string, idBase int) *chainLoad {
-	l := &chainLoad{t: t, h: h, stop: make(chan struct{})}
+	l := &chainLoad{eps: eps, t: t, h: h, stop: make(chan struct{})}
 	for i := 0; i < chainsCAS+chainsPut; i++ {
 		ch := &chain{id: idBase + i, key: fmt.Sprintf("chain/%d", i), cas: i < chainsCAS, absent: true, uncertain: map[string]bool{}}
 		l.chains = append(l.chains, ch)
