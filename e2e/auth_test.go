@@ -124,9 +124,13 @@ func TestSecretRotationUnderLoad(t *testing.T) {
 	for _, w := range wrong {
 		t.Errorf("wrong answer: %s", w)
 	}
+	disagree, at := load.replicasAgree(c)
+	for _, d := range disagree {
+		t.Errorf("replicas disagree at applied slot %d: %s", at, d)
+	}
 	res := h.check(restartCheckTimeout)
-	fmt.Printf("e2e auth rotation: steps=%d restarts=%d ops=%d wrong_answers=%d linearizable=%v lost=%d\n",
-		len(steps), restarts, load.ops.Load(), len(wrong), res == porcupine.Ok, lost)
+	fmt.Printf("e2e auth rotation: steps=%d restarts=%d ops=%d wrong_answers=%d linearizable=%v lost=%d replicas_disagree=%d\n",
+		len(steps), restarts, load.ops.Load(), len(wrong), res == porcupine.Ok, lost, len(disagree))
 	if res != porcupine.Ok {
 		t.Errorf("history of %d ops is not linearizable", len(h.ops))
 	}

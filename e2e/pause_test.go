@@ -82,6 +82,11 @@ func TestPauseNemesis(t *testing.T) {
 	for _, w := range wrong {
 		t.Errorf("wrong answer: %s", w)
 	}
+	disagree, at := r.load.replicasAgree(c)
+	for _, d := range disagree {
+		t.Errorf("replicas disagree at applied slot %d: %s", at, d)
+	}
+	t.Logf("replicas agree at applied slot %d: %v", at, len(disagree) == 0)
 	res := r.h.check(pauseCheckTimeout)
 	fmt.Printf("e2e pause: pauses=%d leader_pauses=%d isolated=%d probes=%d probe_answers=%d stale_reads=%d wrong_answers=%d ops=%d linearizable=%v lost=%d\n",
 		r.pauses, r.leaderPauses, r.isolated, r.probesSent, r.probeAnswers, r.staleReads, len(wrong), len(r.h.ops), res == porcupine.Ok, r.lost)

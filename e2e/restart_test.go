@@ -51,9 +51,13 @@ func TestRestartAll(t *testing.T) {
 	for _, w := range wrong {
 		t.Errorf("wrong answer: %s", w)
 	}
+	disagree, at := r.load.replicasAgree(c)
+	for _, d := range disagree {
+		t.Errorf("replicas disagree at applied slot %d: %s", at, d)
+	}
 	res := r.h.check(restartCheckTimeout)
-	fmt.Printf("e2e restart-all: rounds=%d wrong_answers=%d ops=%d chain_writes=%d linearizable=%v lost=%d\n",
-		r.rounds, len(wrong), len(r.h.ops), r.chainWrites(), res == porcupine.Ok, r.lost)
+	fmt.Printf("e2e restart-all: rounds=%d wrong_answers=%d ops=%d chain_writes=%d linearizable=%v lost=%d replicas_disagree=%d\n",
+		r.rounds, len(wrong), len(r.h.ops), r.chainWrites(), res == porcupine.Ok, r.lost, len(disagree))
 	if res != porcupine.Ok {
 		path, err := r.h.visualize(restartCheckTimeout)
 		t.Errorf("history of %d ops is not linearizable (porcupine: %v); view: %s (%v)", len(r.h.ops), res, path, err)
