@@ -301,7 +301,15 @@ func (r *Replica) consensusInput(in consensusInput) {
 		r.reportOwn()
 	}
 
-	for r.node.HasReady() {
+	// A Ready cut short by Close (finishReady returns at r.stop without
+	// handing on its committed entries) ends the loop: the next Ready's
+	// entries must not reach the apply loop past the ones dropped. Once
+	// they did (a select that saw both the apply queue and r.stop ready
+	// picks either): a follower SIGTERMed under load applied slots 1910,
+	// 1911 and 1914, recorded 1914 applied, and never applied 1912-1913,
+	// so its state machine diverged from the others' (e2e
+	// TestSecretRotationUnderLoad, the replica-agreement check).
+	for r.node.HasReady() && !r.stopped.Load() {
 		rd := r.node.Ready()
 		if !r.finishReady(&rd) {
 			r.stalled, ls.stalledAt = &rd, r.clk.delivered
