@@ -238,15 +238,24 @@ A node that exits (kill -9 one to see a crash recovered) is started again
 	for i, c := range children {
 		watch(i+1, c)
 	}
+	// stop ends the cluster: its nodes, then its data unless kept (a
+	// node that could not run keeps it, with the logs).
+	stop := func(keepData bool, err error) error {
+		keep = keep || keepData
+		stopAll()
+		cleanup()
+		return err
+	}
+	signalled := func(s os.Signal) error {
+		fmt.Printf("\n%s: stopping the cluster\n", s)
+		return stop(false, nil)
+	}
 	restarts := make([][]time.Time, devNodes)
 	for {
 		var e exit
 		select {
 		case s := <-sig:
-			fmt.Printf("\n%s: stopping the cluster\n", s)
-			stopAll()
-			cleanup()
-			return nil
+			return signalled(s)
 		case e = <-exited:
 		}
 		recent := restarts[e.n-1][:0]
@@ -258,27 +267,18 @@ A node that exits (kill -9 one to see a crash recovered) is started again
 		restarts[e.n-1] = recent
 		if len(recent) >= devRestartsMax {
 			fmt.Fprintf(os.Stderr, "node %d exited (%v) %d times within %v; stopping the cluster (see %s/node%d.log)\n", e.n, e.err, len(recent)+1, devRestartWindow, dir, e.n)
-			keep = true
-			stopAll()
-			cleanup()
-			return nil
+			return stop(true, nil)
 		}
 		fmt.Printf("node %d exited (%v); starting it again in %v (see %s/node%d.log)\n", e.n, e.err, devRestartDelay, dir, e.n)
 		select {
 		case s := <-sig:
-			fmt.Printf("\n%s: stopping the cluster\n", s)
-			stopAll()
-			cleanup()
-			return nil
+			return signalled(s)
 		case <-time.After(devRestartDelay):
 		}
 		c, err := startNode(e.n)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%v; stopping the cluster\n", err)
-			keep = true
-			stopAll()
-			cleanup()
-			return err
+			return stop(true, err)
 		}
 		children[e.n-1] = c
 		restarts[e.n-1] = append(restarts[e.n-1], time.Now())
