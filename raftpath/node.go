@@ -275,7 +275,14 @@ func openSM(fs fileSystem, dir, walDir string, snapIndex uint64, opts sm.Options
 	if s.Applied() < snapIndex {
 		f, ferr := fs.Open(snapFile(walDir, snapIndex))
 		if errors.Is(ferr, os.ErrNotExist) && snapIndex == 1 {
-			return s, nil // the bootstrap snapshot holds no state
+			// The bootstrap snapshot holds no state: index 1 is an empty
+			// slot, applied as one so that the state machine's applied
+			// index runs on without a gap (sm.ErrSlotGap).
+			if _, err := s.Apply(1, nil); err != nil {
+				s.Close()
+				return nil, fmt.Errorf("raftpath: applying the bootstrap index: %w", err)
+			}
+			return s, nil
 		}
 		if ferr != nil {
 			s.Close()

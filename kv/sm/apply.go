@@ -16,7 +16,9 @@ import (
 // applied slot, is committed in one Pebble batch (without sync; see the
 // package comment). A slot at or below Applied() was already applied: Apply
 // does nothing and returns nil results, which makes log replay after a
-// restart idempotent. A command that does not decode gets BAD_REQUEST (every
+// restart idempotent. A slot above Applied()+1 changes nothing and returns
+// an error wrapping ErrSlotGap: slots are applied one after another, none
+// skipped. A command that does not decode gets BAD_REQUEST (every
 // replica decides the same). An error means storage failed; the SM then
 // refuses every later Apply, since its state can no longer be trusted to
 // match the other replicas'.
@@ -30,6 +32,8 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 		return nil, s.broken
 	case slot <= s.applied.Load():
 		return nil, nil
+	case slot != s.applied.Load()+1:
+		return nil, fmt.Errorf("%w: slot %d, applied %d", ErrSlotGap, slot, s.applied.Load())
 	}
 	batch := s.db.NewIndexedBatch()
 	defer batch.Close()

@@ -173,6 +173,8 @@ func (s *SM) ApplyMembership(slot uint64, encoded []byte) error {
 		return s.broken
 	case slot <= s.applied.Load():
 		return nil
+	case slot != s.applied.Load()+1:
+		return fmt.Errorf("%w: slot %d, applied %d", ErrSlotGap, slot, s.applied.Load())
 	}
 	batch := s.db.NewBatch()
 	defer batch.Close()

@@ -96,6 +96,14 @@ var (
 	ErrReservedTenant  = errors.New("sm: tenant 0 is reserved")
 	ErrRestoreUnfinish = errors.New("sm: a restore did not finish; restore a snapshot again")
 	ErrBadSnapshot     = errors.New("sm: bad snapshot")
+	// ErrSlotGap: Apply or ApplyMembership was given a slot above
+	// Applied()+1. Every committed slot (commands, no-op or membership
+	// change) advances the applied slot by exactly one, so a gap means the
+	// caller lost committed slots on the way here; applying past them would
+	// make this replica's state differ from the others' silently. Nothing
+	// changes and the SM stays usable (its state is still a prefix of the
+	// log); the caller must not go on.
+	ErrSlotGap = errors.New("sm: slot is not the next after the applied slot")
 )
 
 // Options configures Open.

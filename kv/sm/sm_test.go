@@ -467,6 +467,11 @@ func TestReplayAndBadCommand(t *testing.T) {
 	s := openT(t, t.TempDir())
 	defer s.Close()
 	cmd := EncodeCommand(1, &proto.Request{Op: proto.OpPut, ClientID: 1, Seq: 1, FirstUnacked: 1, Key: []byte("k"), Value: []byte("v")})
+	for slot := uint64(1); slot < 5; slot++ {
+		if _, err := s.Apply(slot, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	res, err := s.Apply(5, [][]byte{cmd, []byte("garbage"), nil})
 	if err != nil {
 		t.Fatal(err)
