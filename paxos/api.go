@@ -200,6 +200,10 @@ type Status struct {
 	// Transferring is the node leadership is being handed to
 	// (TransferLeadership), while the hand-over runs.
 	Transferring NodeID
+	// OwnUndurable is how many of this leader's own acceptances were
+	// handed out (Ready.OwnAccepted) and not yet reported durable
+	// (OwnAcceptedDurable): its vote for those slots does not count yet.
+	OwnUndurable int
 	// ElectionsDeferred counts the elections this node did not start
 	// because its entries above the commit index would not fit in the log
 	// room the caller declared (SetLogRoom).

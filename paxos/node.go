@@ -799,6 +799,7 @@ func (n *Node) Status() Status {
 		if n.transferring() {
 			st.Transferring = n.xfer.to
 		}
+		st.OwnUndurable = len(n.unstable)
 	} else if n.role == RoleCandidate {
 		st.Ballot = n.cand.ballot
 	}

@@ -45,6 +45,22 @@ import (
 // stepped-down leader resends it every heartbeat period until it hears of a
 // leader or ElectionTicks pass; past that an ordinary election follows.
 
+// A hand-over at once (TransferLeadershipNow) skips step 2's wait: the
+// leader steps down and sends MsgTransfer right away, whatever is in
+// flight and however far behind the target is. It is for a leader that
+// cannot finish what it has in flight (kv/replica stuck.go): one whose own
+// vote waits for room in a full acceptor log, with a follower that cannot
+// take its accepts either, never reaches commit == last slot, so the
+// ordinary hand-over could never complete (e2e TestFullLogStaysLive, CI:
+// no write for 60 s while the one node that knew the slots chosen was
+// never elected). It is as safe as the leader's crash, which any election
+// survives: the target's phase 1 finds every value that may have been
+// chosen in a quorum's promises, and the slots in flight are re-proposed
+// or filled by it. Leases are released exactly as above (the sender has
+// stepped down first), so the lease argument is unchanged. What is lost
+// is only the wait: proposals in flight on the old leader end as on any
+// lost leadership.
+
 // ErrTransferTarget reports a transfer to a node that is not a voter of the
 // latest membership.
 var ErrTransferTarget = errors.New("paxos: the transfer target is not a voter")
@@ -75,6 +91,36 @@ type transferState struct {
 // ErrConfChangeBusy while a membership change is queued or uncommitted,
 // and ErrTransferring while another hand-over runs.
 func (n *Node) TransferLeadership(to NodeID) error {
+	if err := n.transferAllowed(to); err != nil || to == n.id {
+		return err
+	}
+	if n.transferring() {
+		return ErrTransferring
+	}
+	n.xfer = transferState{to: to, ballot: n.lead.ballot, until: n.now + int64(n.cfg.ElectionTicks)}
+	n.broadcastHeartbeat() // the target reports its commit index sooner
+	return nil
+}
+
+// TransferLeadershipNow hands leadership to voter to at once, without
+// waiting for the slots in flight to commit or for the target to catch up
+// (see "A hand-over at once" above): on return this node no longer leads.
+// It replaces an ordinary hand-over still waiting. Its errors are
+// TransferLeadership's, less ErrTransferring.
+func (n *Node) TransferLeadershipNow(to NodeID) error {
+	if err := n.transferAllowed(to); err != nil || to == n.id {
+		return err
+	}
+	n.xfer = transferState{to: to, ballot: n.lead.ballot, until: n.now + int64(n.cfg.ElectionTicks)}
+	n.handOver()
+	return nil
+}
+
+// transferAllowed checks what both hand-overs need: this node leads, to is
+// a voter of the latest membership (or this node), and no membership
+// change is queued or uncommitted (MsgTransfer goes to the latest voters,
+// who must be the ones that granted the leases it releases).
+func (n *Node) transferAllowed(to NodeID) error {
 	switch {
 	case n.role != RoleLeader:
 		return ErrNotLeader
@@ -82,13 +128,9 @@ func (n *Node) TransferLeadership(to NodeID) error {
 		return nil
 	case !slices.Contains(n.conf.latest(), to):
 		return fmt.Errorf("%w: node %d (voters %v)", ErrTransferTarget, to, n.conf.latest())
-	case n.transferring():
-		return ErrTransferring
 	case n.lead.confChangeInFlight():
 		return ErrConfChangeBusy
 	}
-	n.xfer = transferState{to: to, ballot: n.lead.ballot, until: n.now + int64(n.cfg.ElectionTicks)}
-	n.broadcastHeartbeat() // the target reports its commit index sooner
 	return nil
 }
 

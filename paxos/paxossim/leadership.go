@@ -7,10 +7,12 @@ import (
 )
 
 // Leadership hand-overs (paxos TransferLeadership, the operator's
-// `kvctl member transfer-leadership`), with Options.LeaderTransfers or the
+// `kvctl member transfer-leadership`, and TransferLeadershipNow, a stuck
+// leader's in kv/replica), with Options.LeaderTransfers or the
 // membership-heavy profile: now and then the live leader is asked to hand
 // over to another voter, chosen at random (up or down, caught up or not),
-// under whatever faults the run injects. The hand-over releases the
+// one time in handOverNowOneIn at once (whatever is in flight: the
+// target's phase 1 must find it), under whatever faults the run injects. The hand-over releases the
 // acceptors' leases before the target campaigns, so the lease oracle
 // (lease.go) is what checks it: no node may hold a lease that the
 // acceptors' refusal windows do not cover. The planted twin
@@ -21,6 +23,8 @@ import (
 const (
 	handOverPerTickPPM      = 15_000
 	heavyHandOverPerTickPPM = 30_000
+	// handOverNowOneIn: one hand-over in this many is asked at once.
+	handOverNowOneIn = 3
 )
 
 // handOver is a hand-over started and not yet seen complete.
@@ -68,14 +72,22 @@ func (s *sim) handOverStep(tick int64) {
 		return
 	}
 	to := targets[s.r.intn(len(targets))]
-	err := leader.n.TransferLeadership(to)
+	now := s.r.intn(handOverNowOneIn) == 0
+	transfer, how := leader.n.TransferLeadership, "hands over"
+	if now {
+		transfer, how = leader.n.TransferLeadershipNow, "hands over at once"
+	}
+	err := transfer(to)
 	s.process(leader)
 	if err != nil {
-		s.tracef("hand-over: node %d refused to hand over to %d: %v", leader.id, to, err)
+		s.tracef("hand-over: node %d refused to hand over to %d (now=%v): %v", leader.id, to, now, err)
 		return
 	}
-	s.tracef("hand-over: node %d hands over to %d", leader.id, to)
+	s.tracef("hand-over: node %d %s to %d (commit %d, last slot %d)", leader.id, how, to, st.Commit, st.LastSlot)
 	s.result.Counts.Transfers++
+	if now {
+		s.result.Counts.TransfersNow++
+	}
 	s.result.FaultCount++
 	s.handOver = &handOver{to: to, ballot: st.Ballot}
 }

@@ -21,8 +21,8 @@ var transferOptions = Options{LeaderTransfers: true, Nodes: 3, Faults: FaultLeas
 // reads), and hand-overs do complete.
 func TestSimulationLeaderTransfers(t *testing.T) {
 	sum := RunBatch(1, transferSeeds, transferOptions, 0, nil)
-	fmt.Printf("paxossim leader transfers: seeds=%d ops=%d hand_overs=%d/%d violations=%d lease_checks=%d lease_violations=%d\n",
-		sum.Seeds, sum.Ops, sum.Counts.TransfersDone, sum.Counts.Transfers, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
+	fmt.Printf("paxossim leader transfers: seeds=%d ops=%d hand_overs=%d/%d at_once=%d violations=%d lease_checks=%d lease_violations=%d\n",
+		sum.Seeds, sum.Ops, sum.Counts.TransfersDone, sum.Counts.Transfers, sum.Counts.TransfersNow, sum.Violations, sum.LeaseChecks, sum.LeaseViolations)
 	for i, r := range sum.Failed {
 		if i == 5 {
 			break

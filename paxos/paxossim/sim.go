@@ -142,6 +142,9 @@ type Counts struct {
 	// fresh nodes started in Join mode; leadership hand-overs started and
 	// completed (leadership.go).
 	Learners, Promotions, Joins, Transfers, TransfersDone int
+	// TransfersNow: of Transfers, those asked as hand-overs at once
+	// (paxos TransferLeadershipNow: no wait for the slots in flight).
+	TransfersNow int
 	// Re-ballots stored: values stored again under a new ballot as the
 	// ballot alone (paxos reballot.go).
 	Reballots int
@@ -154,6 +157,7 @@ func (c *Counts) add(o Counts) {
 	c.Joins += o.Joins
 	c.Transfers += o.Transfers
 	c.TransfersDone += o.TransfersDone
+	c.TransfersNow += o.TransfersNow
 	c.Crashes += o.Crashes
 	c.MidReadyCrashes += o.MidReadyCrashes
 	c.TotalCrashes += o.TotalCrashes
