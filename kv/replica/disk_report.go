@@ -314,10 +314,15 @@ func (r *Replica) sendDiskReport(probe func() DiskSpace) {
 // diskReportStaleAfter) and says it is not stuck and can read its disk;
 // one not below its reserve first, then one other than avoid (the target
 // of a hand-over that did not complete: a node can be unable to take over
-// before its reports say so), then the lowest id; avoid only when it is
-// the only one. It returns 0 when there is none, and how many fresh
-// reports from voters it saw.
-func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self, avoid paxos.NodeID) (to paxos.NodeID, fresh int) {
+// before its reports say so), then the highest commit index in commits
+// (what each voter last reported to this leader; a voter missing from it
+// counts as 0), then the lowest id; avoid only when it is the only one.
+// The commit rank matters because a stuck leader hands over at once
+// (stuck.go): a voter that knows more slots chosen than the leader does
+// can commit the leader's in-flight slots from its own log, where the
+// leader could not (e2e TestFullLogStaysLive). It returns 0 when there is
+// none, and how many fresh reports from voters it saw.
+func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self, avoid paxos.NodeID, commits map[paxos.NodeID]paxos.Slot) (to paxos.NodeID, fresh int) {
 	dr.mu.Lock()
 	defer dr.mu.Unlock()
 	rank := func(d DiskSpace, id paxos.NodeID) int { // lower is better
@@ -340,7 +345,12 @@ func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self
 		if s.d.Stuck || s.d.ReadFailed {
 			continue
 		}
-		if r := rank(s.d, id); to == 0 || r < best || (r == best && id < to) {
+		r := rank(s.d, id)
+		better := to == 0 || r < best
+		if r == best && to != 0 {
+			better = commits[id] > commits[to] || (commits[id] == commits[to] && id < to)
+		}
+		if better {
 			to, best = id, r
 		}
 	}

@@ -334,6 +334,7 @@ func (r *Replica) persistOwn() bool {
 func (r *Replica) reportOwn() {
 	for _, rg := range r.own.takeDone() {
 		r.node.OwnAcceptedDurable(rg.b, rg.first, rg.last)
+		r.watch.ownReports++ // progress of the own vote (stuck.go)
 	}
 }
 

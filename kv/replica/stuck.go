@@ -18,19 +18,32 @@ import (
 // followers' votes but are delivered only once its own copy is durable),
 // or its acceptor log has
 // stood at the admission line (accept_admission.go) or full with nothing
-// truncated (a snapshot that cannot be written). A stuck leader keeps its
-// followers, because its heartbeats depend on neither (apply_backlog.go:
-// nothing slow on the heartbeat path), so no election would ever replace
-// it: it would hold every write (refused THROTTLED or held behind the log)
+// truncated (a snapshot that cannot be written), or, leading, it has had
+// own acceptances not durable (paxos Status.OwnUndurable: waiting for room
+// in a full log, or a persist that hangs) and none reported durable: its
+// own vote counts for nothing, and with one follower behind, nothing
+// commits (the wedge of e2e TestFullLogStaysLive, where the leader's
+// re-proposals waited 60 s for room in its log full of the same values
+// under the old ballot). A stuck leader keeps its
+// followers, because its heartbeats wait for none of these (the persister
+// runs off the consensus loop, and the apply queue takes
+// applyQueueBatchesMax committed batches before the loop waits for it), so
+// no election would ever replace it: it would hold every write (refused THROTTLED or held behind the log)
 // and every linearizable read (which waits for apply) until an operator
 // killed it, while the other members could serve.
 //
-// So a stuck leader hands leadership over (paxos TransferLeadership) to a
-// voter whose report (disk_report.go), fresh within diskReportStaleAfter,
-// says it is not stuck and can read its disk, preferring one not below
-// its disk reserve, then the lowest id; at most once per
-// stuckTransferEvery (a hand-over the target does not complete within an
-// election timeout is abandoned by paxos and tried again then). Every
+// So a stuck leader hands leadership over at once (paxos
+// TransferLeadershipNow) to a voter whose report (disk_report.go), fresh
+// within diskReportStaleAfter, says it is not stuck and can read its
+// disk, preferring one not below its disk reserve, then one that knows
+// more slots chosen (its reported commit index), then the lowest id; at
+// most once per stuckTransferEvery. At once, not the operator's ordinary
+// hand-over, which waits until nothing is in flight: a stuck leader may
+// never get there (its own vote waiting for room in a full acceptor log,
+// a follower's log as full: e2e TestFullLogStaysLive in CI, no write for
+// 60 s, the hand-over started every 2 s and abandoned every time). If the
+// target is not elected, an ordinary election follows, this node may lead
+// again, and the next hand-over goes to another voter first. Every
 // node's reports say whether it is stuck (their stuck flag), so a leader
 // never hands over to a stuck node and the new leader never hands back to
 // the one that stepped aside while it stays stuck. A leader that has no
@@ -90,7 +103,14 @@ type progressWatch struct {
 	// to another voter when there is one.
 	lastTarget paxos.NodeID
 
+	// ownReports counts the leader's own writes reported durable
+	// (reportOwn); ownWaitSince is when the leader was first seen with own
+	// acceptances not durable and ownReports unchanged (zero: none wait).
+	ownReports, ownSeen uint64
+	ownWaitSince        time.Time
+
 	logStuck atomic.Bool // the log check's verdict (consensus loop)
+	ownStuck atomic.Bool // the own-vote check's verdict (consensus loop)
 	stuck    atomic.Bool
 }
 
@@ -124,6 +144,8 @@ func (r *Replica) evalStuck(now time.Time) string {
 		why = "apply"
 	case w.logStuck.Load():
 		why = "log"
+	case w.ownStuck.Load():
+		why = "own_vote"
 	}
 	if why != w.why {
 		if why != "" {
@@ -182,6 +204,15 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 	w.truncated = truncated
 	w.logStuck.Store(!w.heldSince.IsZero() && now.Sub(w.heldSince) >= stuckAfter)
 
+	switch {
+	case s.Role != paxos.RoleLeader || s.OwnUndurable == 0:
+		w.ownWaitSince = time.Time{}
+	case w.ownReports != w.ownSeen || w.ownWaitSince.IsZero():
+		w.ownWaitSince = now
+	}
+	w.ownSeen = w.ownReports
+	w.ownStuck.Store(!w.ownWaitSince.IsZero() && now.Sub(w.ownWaitSince) >= stuckAfter && !testingNoOwnVoteStuck.Load())
+
 	r.watchCommit(s, now)
 	why := r.evalStuck(now)
 	if why == "" || s.Role != paxos.RoleLeader || s.Transferring != 0 || r.stalled != nil || now.Before(w.nextTransfer) {
@@ -190,7 +221,13 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 		return
 	}
 	w.nextTransfer = now.Add(stuckTransferEvery)
-	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID, w.lastTarget)
+	commits := map[paxos.NodeID]paxos.Slot{}
+	for _, p := range r.node.PeerProgress() {
+		if p.Reported {
+			commits[p.ID] = p.Commit
+		}
+	}
+	to, seen := r.disks.stepDownTarget(now, s.Members, r.cfg.ID, w.lastTarget, commits)
 	if to == 0 {
 		r.metrics.stuckTransfer("no_target")
 		if ok, _ := w.noTargetLog.Allow(now); ok {
@@ -199,7 +236,11 @@ func (r *Replica) watchProgress(s *paxos.Status) {
 		}
 		return
 	}
-	if err := r.node.TransferLeadership(to); err != nil {
+	transfer := r.node.TransferLeadershipNow
+	if testingStuckHandOverWaits.Load() {
+		transfer = r.node.TransferLeadership // planted: the operator's hand-over, which waits for commit == last
+	}
+	if err := transfer(to); err != nil {
 		r.metrics.stuckTransfer("refused")
 		r.log.Warn().Err(err).Uint64("to", uint64(to)).Msg("stuck leader: the hand-over did not start")
 		return

@@ -11,7 +11,8 @@ import (
 
 // TestStepDownTarget: a stuck leader hands over only to a voter other than
 // itself whose report is fresh and says it is neither stuck nor unable to
-// read its disk; one with room before one below its reserve, then the
+// read its disk; one with room before one below its reserve, then one
+// other than the last target, then the highest reported commit, then the
 // lowest id; and it counts the fresh reports it saw.
 func TestStepDownTarget(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -27,26 +28,32 @@ func TestStepDownTarget(t *testing.T) {
 		want   paxos.NodeID
 		seen   int
 		avoid  paxos.NodeID
+		commit map[paxos.NodeID]paxos.Slot
 	}{
-		{"no reports", []paxos.NodeID{1, 2, 3}, nil, 0, 0, 0},
-		{"healthy lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 3}, fresh}, {DiskSpace{Node: 2}, fresh}}, 2, 2, 0},
-		{"stale at exactly the limit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, stale}, {DiskSpace{Node: 3}, fresh}}, 3, 1, 0},
-		{"stuck is never a target", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Stuck: true}, fresh}, {DiskSpace{Node: 3, Stuck: true, Low: true}, fresh}}, 0, 2, 0},
-		{"unreadable disk is never a target", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 2, Low: true, ReadFailed: true}, fresh}}, 0, 1, 0},
-		{"room before low", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 0},
-		{"low when nothing better", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 0},
-		{"self never", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 1}, fresh}}, 0, 0, 0},
-		{"learners are not voters", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 4}, fresh}}, 0, 0, 0},
-		{"not the target that did not take over", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 2},
-		{"that target when it is the only one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 2},
-		{"room still before the avoided one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Low: true}, fresh}}, 2, 2, 2},
+		{"no reports", []paxos.NodeID{1, 2, 3}, nil, 0, 0, 0, nil},
+		{"healthy lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 3}, fresh}, {DiskSpace{Node: 2}, fresh}}, 2, 2, 0, nil},
+		{"stale at exactly the limit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, stale}, {DiskSpace{Node: 3}, fresh}}, 3, 1, 0, nil},
+		{"stuck is never a target", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Stuck: true}, fresh}, {DiskSpace{Node: 3, Stuck: true, Low: true}, fresh}}, 0, 2, 0, nil},
+		{"unreadable disk is never a target", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 2, Low: true, ReadFailed: true}, fresh}}, 0, 1, 0, nil},
+		{"room before low", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 0, nil},
+		{"low when nothing better", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2, Low: true}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 0, nil},
+		{"self never", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 1}, fresh}}, 0, 0, 0, nil},
+		{"learners are not voters", []paxos.NodeID{1, 2}, []rep{{DiskSpace{Node: 4}, fresh}}, 0, 0, 0, nil},
+		{"not the target that did not take over", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 2, nil},
+		{"that target when it is the only one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Stuck: true}, fresh}}, 2, 2, 2, nil},
+		{"room still before the avoided one", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Low: true}, fresh}}, 2, 2, 2, nil},
+		{"the highest commit before the lowest id", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 0, map[paxos.NodeID]paxos.Slot{2: 2167, 3: 2234}},
+		{"an unreported commit counts as 0", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 3, 2, 0, map[paxos.NodeID]paxos.Slot{3: 1}},
+		{"equal commits: the lowest id", []paxos.NodeID{1, 3, 2}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 2, 2, 0, map[paxos.NodeID]paxos.Slot{2: 7, 3: 7}},
+		{"room before commit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3, Low: true}, fresh}}, 2, 2, 0, map[paxos.NodeID]paxos.Slot{2: 5, 3: 9}},
+		{"not the last target, whatever its commit", []paxos.NodeID{1, 2, 3}, []rep{{DiskSpace{Node: 2}, fresh}, {DiskSpace{Node: 3}, fresh}}, 2, 2, 3, map[paxos.NodeID]paxos.Slot{2: 5, 3: 9}},
 	} {
 		var dr diskReports
 		dr.latest = map[paxos.NodeID]diskReportSeen{}
 		for _, r := range tc.reps {
 			dr.latest[r.d.Node] = diskReportSeen{d: r.d, at: r.at}
 		}
-		to, seen := dr.stepDownTarget(now, tc.voters, 1, tc.avoid)
+		to, seen := dr.stepDownTarget(now, tc.voters, 1, tc.avoid, tc.commit)
 		if to != tc.want || seen != tc.seen {
 			t.Errorf("%s: target %d (%d fresh), want %d (%d fresh)", tc.name, to, seen, tc.want, tc.seen)
 		}

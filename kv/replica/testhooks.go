@@ -186,3 +186,15 @@ var testingNoLearnContacts bool
 // first address it learned for a contact, so a member's packet replayed
 // from elsewhere strands it (TestJoinerLearnsLeaderNotInItsPeers).
 var testingContactKeepsFirstAddr bool
+
+// testingStuckHandOverWaits, when set, plants the stuck leader's old
+// hand-over: the operator's (paxos TransferLeadership), which waits until
+// nothing is in flight, so a leader whose own vote cannot count never
+// completes it (TestStuckLeaderWithSlotsInFlightHandsOver).
+var testingStuckHandOverWaits atomic.Bool
+
+// testingNoOwnVoteStuck, when set, plants the progress watch without its
+// own-vote check: a leader whose own writes never become durable, with a
+// follower behind, commits nothing and is not counted stuck
+// (TestStuckLeaderWithSlotsInFlightHandsOver).
+var testingNoOwnVoteStuck atomic.Bool

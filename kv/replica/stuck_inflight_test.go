@@ -1,0 +1,117 @@
+package replica
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"synod/kv/proto"
+	"synod/paxos"
+)
+
+// TestStuckLeaderWithSlotsInFlightHandsOver: the wedge of e2e
+// TestFullLogStaysLive (CI, 2026-12-07), in one process. There the new
+// leader's own re-proposals waited 60 s for room in its full acceptor log,
+// one follower's log was as full, and nothing committed; the leader was
+// stuck and started a hand-over every 2 s, but the operator's hand-over
+// waits until nothing is in flight (commit == last slot), which could not
+// happen, so each was abandoned. Here the leader's own persist hangs (its
+// vote for the new slot never counts) and one follower is cut off from
+// it, so the slot stays in flight with the other follower's vote alone.
+// The leader must count itself stuck (the own-vote check: its own writes
+// not durable, none reported, for stuckAfter), hand over at once to the
+// follower it still reaches, and that node must be elected with the cut
+// one, find the slot in flight in phase 1, commit it and serve writes, all
+// inside the hang.
+//
+// Planted, each alone must leave the cluster without a new leader for the
+// whole hang: the operator's hand-over (testingStuckHandOverWaits), and
+// the watch without its own-vote check (testingNoOwnVoteStuck).
+func TestStuckLeaderWithSlotsInFlightHandsOver(t *testing.T) {
+	const hang = 12 * time.Second
+	took, line := stuckWithSlotInFlight(t, hang)
+	if took == 0 || took >= hang {
+		t.Fatalf("no new leader within the %v hang: %s", hang, line)
+	}
+	planted := map[string]string{}
+	for name, flag := range map[string]interface{ Store(bool) }{
+		"hand-over waits": &testingStuckHandOverWaits, "no own-vote check": &testingNoOwnVoteStuck,
+	} {
+		flag.Store(true)
+		pTook, pLine := stuckWithSlotInFlight(t, hang)
+		flag.Store(false)
+		if pTook != 0 && pTook < hang {
+			t.Fatalf("planted (%s): a new leader after %v, inside the hang: the test does not show the wedge (%s)", name, pTook, pLine)
+		}
+		planted[name] = pLine
+	}
+	fmt.Printf("stuck leader with a slot in flight: %s; planted hand-over waits: %s; planted no own-vote check: %s\n",
+		line, planted["hand-over waits"], planted["no own-vote check"])
+}
+
+// stuckWithSlotInFlight runs the scenario above on a fresh cluster and
+// returns how long after the put a new leader served a write (0: none
+// within hang) and a summary line. The slot in flight must end applied on
+// every node either way.
+func stuckWithSlotInFlight(t *testing.T, hang time.Duration) (time.Duration, string) {
+	t.Helper()
+	c := newTestCluster(t, 3, 0)
+	defer c.stopAll()
+	for _, nd := range c.nodes {
+		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
+	}
+	old := c.leader()
+	c.put("before", "0")
+	var reach, cut paxos.NodeID
+	for id := range c.nodes {
+		switch {
+		case id == old:
+		case reach == 0:
+			reach = id
+		default:
+			cut = id
+		}
+	}
+	c.nodes[old].r.faults.Block(cut)
+	c.nodes[cut].r.faults.Block(old)
+	c.nodes[old].r.faults.DelayNextPersist(hang)
+	began := time.Now()
+	answered := make(chan proto.Status, 1)
+	go func() { answered <- c.do(old, putReq("inflight", "1"), hang+5*time.Second).Status }()
+
+	var took time.Duration
+	var next paxos.NodeID
+	for time.Since(began) < hang && took == 0 {
+		for id, nd := range c.nodes {
+			if id != old && nd.r.Status().Role == paxos.RoleLeader {
+				if resp := c.do(id, putReq("after", "2"), time.Second); resp.Status == proto.StatusOK {
+					took, next = time.Since(began), id
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stuck := c.nodes[old].r.Stuck()
+	started := counterValue(c.nodes[old].r.metrics.Stuck.Transfers.WithLabelValues("started"))
+
+	// The hang ends and the cut heals: the slot in flight is applied
+	// everywhere, once, whoever leads.
+	c.nodes[old].r.faults.HealAll()
+	c.nodes[cut].r.faults.HealAll()
+	st := <-answered
+	lead := c.leader()
+	c.putVia(lead, "last", "3")
+	for id := range c.nodes {
+		c.waitApplied(id, c.nodes[lead].r.Applied())
+	}
+	// The follower it reached accepted the slot in flight, so the new
+	// leader's phase 1 finds it: applied whatever its answer (UNAVAILABLE
+	// is "outcome unknown", docs/protocol.md).
+	if got := c.get("inflight"); got != "1" && (st == proto.StatusOK || took != 0) {
+		t.Fatalf("the put in flight (answered %v) reads %q after the hand-over", st, got)
+	}
+	line := fmt.Sprintf("leader=%d cut=%d new_leader=%d served_after=%v stuck=%v hand_overs_started=%v inflight_put=%v",
+		old, cut, next, took.Round(time.Millisecond), stuck, started, st)
+	t.Log(line)
+	return took, line
+}
