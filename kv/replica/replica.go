@@ -261,13 +261,11 @@ type Replica struct {
 	logTail logTail      // consensus loop only: log bytes appended above a slot (log_tail.go)
 	// own is the persister's queue of the leader's own writes
 	// (persister.go), ownBacklog the own writes the log had no room for
-	// yet; applyBacklog holds what the apply queue had no room
-	// for (apply_backlog.go; consensus loop only).
-	own          ownWrites
-	ownInline    bool          // set in New: own writes persisted on the consensus loop (ownPersistInline)
-	tickWakes    atomic.Uint64 // the ticker's wake-ups of the consensus loop (tests)
-	ownBacklog   ownBacklog    // consensus loop only (own_backlog.go)
-	applyBacklog applyBacklog
+	// yet.
+	own        ownWrites
+	ownInline  bool          // set in New: own writes persisted on the consensus loop (ownPersistInline)
+	tickWakes  atomic.Uint64 // the ticker's wake-ups of the consensus loop (tests)
+	ownBacklog ownBacklog    // consensus loop only (own_backlog.go)
 	// nextUsageSnap is the earliest time log usage may request another
 	// snapshot (consensus loop only).
 	nextUsageSnap time.Time
