@@ -599,7 +599,7 @@ func copyEntries(es []paxos.Entry) []paxos.Entry {
 // die reports a failure of the durable path: continuing could answer what
 // is not durable, so the consensus loop stops doing anything.
 func (r *Replica) die(err error) {
-	r.log.Error().Err(err).Msg("acceptor log failed; replica stops")
+	r.log.Error().Err(err).Msg("fatal: the replica stops (its acceptor log or state machine failed)")
 	r.reportFatal(err)
 }
 
