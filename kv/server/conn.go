@@ -595,10 +595,13 @@ func (c *conn) reject(h proto.Header, st proto.Status, fatal bool, held int64, r
 // stream's is, by the requests' own timeouts; the reader reads nothing
 // meanwhile.
 func (c *conn) fatal(h proto.Header, st proto.Status, held int64, reason string) {
-	c.fatalWaiting.Store(true)
-	if !testingFatalDropsInflight {
-		c.inflight.Wait()
+	if testingFatalDropsInflight {
+		c.reject(h, st, true, held, reason)
+		c.fatalWaiting.Store(true) // after: the test releases the requests only once the error is queued
+		return
 	}
+	c.fatalWaiting.Store(true)
+	c.inflight.Wait()
 	c.reject(h, st, true, held, reason)
 }
 
