@@ -91,7 +91,7 @@ type transferState struct {
 // ErrConfChangeBusy while a membership change is queued or uncommitted,
 // and ErrTransferring while another hand-over runs.
 func (n *Node) TransferLeadership(to NodeID) error {
-	if err := n.transferAllowed(to); err != nil || to == n.id {
+	if err := n.transferAllowed(to, false); err != nil || to == n.id {
 		return err
 	}
 	if n.transferring() {
@@ -106,9 +106,14 @@ func (n *Node) TransferLeadership(to NodeID) error {
 // waiting for the slots in flight to commit or for the target to catch up
 // (see "A hand-over at once" above): on return this node no longer leads.
 // It replaces an ordinary hand-over still waiting. Its errors are
-// TransferLeadership's, less ErrTransferring.
+// TransferLeadership's, less ErrTransferring and ErrConfChangeBusy: a
+// membership change in flight is one more slot in flight, which the
+// target's phase 1 recovers as after a crash (a voter it adds that
+// granted a lease but is not yet in the membership MsgTransfer goes to
+// releases it only when the lease runs out: an election timeout later,
+// never earlier).
 func (n *Node) TransferLeadershipNow(to NodeID) error {
-	if err := n.transferAllowed(to); err != nil || to == n.id {
+	if err := n.transferAllowed(to, true); err != nil || to == n.id {
 		return err
 	}
 	n.xfer = transferState{to: to, ballot: n.lead.ballot, until: n.now + int64(n.cfg.ElectionTicks)}
@@ -116,11 +121,12 @@ func (n *Node) TransferLeadershipNow(to NodeID) error {
 	return nil
 }
 
-// transferAllowed checks what both hand-overs need: this node leads, to is
-// a voter of the latest membership (or this node), and no membership
-// change is queued or uncommitted (MsgTransfer goes to the latest voters,
-// who must be the ones that granted the leases it releases).
-func (n *Node) transferAllowed(to NodeID) error {
+// transferAllowed checks what both hand-overs need: this node leads and to
+// is a voter of the latest membership (or this node); and, unless now, no
+// membership change is queued or uncommitted (the ordinary hand-over waits
+// for everything in flight, and a change can hold its commit index back
+// for long).
+func (n *Node) transferAllowed(to NodeID, now bool) error {
 	switch {
 	case n.role != RoleLeader:
 		return ErrNotLeader
@@ -128,7 +134,7 @@ func (n *Node) transferAllowed(to NodeID) error {
 		return nil
 	case !slices.Contains(n.conf.latest(), to):
 		return fmt.Errorf("%w: node %d (voters %v)", ErrTransferTarget, to, n.conf.latest())
-	case n.lead.confChangeInFlight():
+	case !now && n.lead.confChangeInFlight():
 		return ErrConfChangeBusy
 	}
 	return nil
