@@ -182,9 +182,9 @@ func TestSimulationMembershipHeavy(t *testing.T) {
 		n = seedsShort
 	}
 	sum := RunBatch(1, n, Options{MembershipHeavy: true}, 0, nil)
-	fmt.Printf("paxossim membership-heavy: seeds=%d ops=%d conf_changes=%d fresh_nodes=%d joins=%d learners=%d promotions=%d hand_overs=%d/%d violations=%d lease_checks=%d lease_violations=%d quorum_checks=%d quorum_violations=%d\n",
+	fmt.Printf("paxossim membership-heavy: seeds=%d ops=%d conf_changes=%d fresh_nodes=%d joins=%d learners=%d promotions=%d hand_overs=%d/%d at_once=%d violations=%d lease_checks=%d lease_violations=%d quorum_checks=%d quorum_violations=%d\n",
 		sum.Seeds, sum.Ops, sum.Counts.ConfChanges, sum.Counts.FreshNodes, sum.Counts.Joins, sum.Counts.Learners, sum.Counts.Promotions,
-		sum.Counts.TransfersDone, sum.Counts.Transfers, sum.Violations, sum.LeaseChecks, sum.LeaseViolations, sum.QuorumChecks, sum.QuorumViolations)
+		sum.Counts.TransfersDone, sum.Counts.Transfers, sum.Counts.TransfersNow, sum.Violations, sum.LeaseChecks, sum.LeaseViolations, sum.QuorumChecks, sum.QuorumViolations)
 	t.Log(sum.Detail())
 	for i, r := range sum.Failed {
 		if i == 10 {
