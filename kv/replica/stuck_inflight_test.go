@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func TestStuckLeaderWithSlotsInFlightHandsOver(t *testing.T) {
 		"hand-over waits": &testingStuckHandOverWaits, "no own-vote check": &testingNoOwnVoteStuck,
 	} {
 		flag.Store(true)
+		t.Cleanup(func() { flag.Store(false) }) // also when the run fails
 		pTook, pLine := stuckWithSlotInFlight(t, hang)
 		flag.Store(false)
 		if pTook != 0 && pTook < hang {
@@ -107,6 +109,130 @@ func stuckWithSlotInFlight(t *testing.T, hang time.Duration) (time.Duration, str
 	// The follower it reached accepted the slot in flight, so the new
 	// leader's phase 1 finds it: applied whatever its answer (UNAVAILABLE
 	// is "outcome unknown", docs/protocol.md).
+	if got := c.get("inflight"); got != "1" && (st == proto.StatusOK || took != 0) {
+		t.Fatalf("the put in flight (answered %v) reads %q after the hand-over", st, got)
+	}
+	line := fmt.Sprintf("leader=%d cut=%d new_leader=%d served_after=%v stuck=%v hand_overs_started=%v inflight_put=%v",
+		old, cut, next, took.Round(time.Millisecond), stuck, started, st)
+	t.Log(line)
+	return took, line
+}
+
+// frozenLog is an acceptor log whose appends fail with ErrLogFull while
+// frozen is set, and which reports itself full while full is set: the
+// full log of the wedge without filling one.
+type frozenLog struct {
+	AcceptorLog
+	frozen, full *atomic.Bool
+}
+
+func (l frozenLog) Append(entries []paxos.Entry) error {
+	if l.frozen.Load() {
+		return fmt.Errorf("%w: frozen by the test", ErrLogFull)
+	}
+	return l.AcceptorLog.Append(entries)
+}
+
+func (l frozenLog) Usage() (used, capacity int64) {
+	used, capacity = l.AcceptorLog.Usage()
+	if l.full.Load() {
+		used = capacity
+	}
+	return used, capacity
+}
+
+// TestFullLogLeaderHandsOverAtOnce: the wedge of e2e TestFullLogStaysLive
+// by its own mechanism. The leader's acceptor log is full (frozen), so its
+// own acceptance of a new slot waits in the own backlog for room and its
+// vote never counts; one follower is cut off from it; the slot stays in
+// flight. The leader is stuck (its log full with nothing truncated, its
+// own writes never durable) and must hand over at once to the follower it
+// reaches, which is elected with the cut one and commits the slot, inside
+// holdFor. Planted (testingStuckHandOverWaits: the operator's hand-over,
+// which waits for commit == last slot): no new leader in holdFor, the
+// hand-over started and abandoned again and again, as in CI.
+func TestFullLogLeaderHandsOverAtOnce(t *testing.T) {
+	const holdFor = 12 * time.Second
+	took, line := fullLogLeader(t, holdFor)
+	if took == 0 || took >= holdFor {
+		t.Fatalf("no new leader within %v: %s", holdFor, line)
+	}
+	testingStuckHandOverWaits.Store(true)
+	t.Cleanup(func() { testingStuckHandOverWaits.Store(false) }) // also when the run fails
+	pTook, pLine := fullLogLeader(t, holdFor)
+	testingStuckHandOverWaits.Store(false)
+	if pTook != 0 && pTook < holdFor {
+		t.Fatalf("planted (hand-over waits): a new leader after %v: the test does not show the wedge (%s)", pTook, pLine)
+	}
+	fmt.Printf("full-log leader: %s; planted hand-over waits: %s\n", line, pLine)
+}
+
+func fullLogLeader(t *testing.T, holdFor time.Duration) (time.Duration, string) {
+	t.Helper()
+	var frozen, full [4]atomic.Bool
+	c := newTestClusterWith(t, func(c *testCluster) {
+		c.wrapLog = func(id paxos.NodeID, l AcceptorLog) AcceptorLog {
+			return frozenLog{AcceptorLog: l, frozen: &frozen[id], full: &full[id]}
+		}
+	})
+	defer c.stopAll()
+	for _, nd := range c.nodes {
+		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
+	}
+	old := c.leader()
+	c.put("before", "0")
+	base := paxos.Slot(c.nodes[old].r.Applied()) // "before"'s slot: answered once applied
+	var reach, cut paxos.NodeID
+	for id := range c.nodes {
+		switch {
+		case id == old:
+		case reach == 0:
+			reach = id
+		default:
+			cut = id
+		}
+	}
+	c.nodes[old].r.faults.Block(cut)
+	c.nodes[cut].r.faults.Block(old)
+	frozen[old].Store(true)
+	began := time.Now()
+	answered := make(chan proto.Status, 1)
+	go func() { answered <- c.do(old, putReq("inflight", "1"), holdFor+5*time.Second).Status }()
+	// The put is proposed (its Accepts left, its own copy waits for room:
+	// the follower it reaches holds a slot past "before"), and only then
+	// does the log report itself full: a log reported full first refuses
+	// the put before it is proposed. (The leader's own published status
+	// can lag its commit index, so it cannot tell.)
+	waitFor(t, "the put in flight, accepted by the follower the leader reaches", func() bool {
+		return c.nodes[reach].r.Status().LastSlot > base
+	})
+	full[old].Store(true)
+
+	var took time.Duration
+	var next paxos.NodeID
+	for time.Since(began) < holdFor && took == 0 {
+		for id, nd := range c.nodes {
+			if id != old && nd.r.Status().Role == paxos.RoleLeader {
+				if resp := c.do(id, putReq("after", "2"), time.Second); resp.Status == proto.StatusOK {
+					took, next = time.Since(began), id
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stuck := c.nodes[old].r.Stuck()
+	started := counterValue(c.nodes[old].r.metrics.Stuck.Transfers.WithLabelValues("started"))
+
+	frozen[old].Store(false)
+	full[old].Store(false)
+	c.nodes[old].r.faults.HealAll()
+	c.nodes[cut].r.faults.HealAll()
+	st := <-answered
+	lead := c.leader()
+	c.putVia(lead, "last", "3")
+	for id := range c.nodes {
+		c.waitApplied(id, c.nodes[lead].r.Applied())
+	}
 	if got := c.get("inflight"); got != "1" && (st == proto.StatusOK || took != 0) {
 		t.Fatalf("the put in flight (answered %v) reads %q after the hand-over", st, got)
 	}
