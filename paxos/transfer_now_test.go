@@ -1,6 +1,7 @@
 package paxos
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -67,4 +68,57 @@ func TestTransferLeadershipNow(t *testing.T) {
 	}
 	nw.checkAgree()
 	t.Logf("hand-over at once: node %d -> %d in %d ticks with a slot in flight", l, to, ticks)
+}
+
+// TestTransferLeadershipNowDuringConfChange: with a membership change in
+// flight (it cannot commit: the leader's vote held, one follower cut off)
+// the ordinary hand-over is refused (ErrConfChangeBusy) and the hand-over
+// at once is not: the target is elected, its phase 1 finds the change in
+// flight, and every node ends with the new membership, in agreement.
+func TestTransferLeadershipNowDuringConfChange(t *testing.T) {
+	nw := newNetwork(t, 3)
+	l := nw.elect()
+	nw.propose(l, "a")
+	nw.tick(2)
+	f := others(nw, l)
+	to, cut := f[0], f[1]
+	nw.start(4, testConfig(4, []NodeID{1, 2, 3}))
+	nw.cut[[2]NodeID{l, cut}] = true
+	nw.cut[[2]NodeID{cut, l}] = true
+	nw.own.hold(l)
+	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfAddLearner, Node: 4}); err != nil {
+		t.Fatal(err)
+	}
+	nw.settle()
+	if st := nw.nodes[l].Status(); st.Commit == st.LastSlot || len(st.Learners) != 0 {
+		t.Fatalf("the membership change committed with the leader's vote held and one follower cut off: %+v", st)
+	}
+	if err := nw.nodes[l].TransferLeadership(to); !errors.Is(err, ErrConfChangeBusy) {
+		t.Fatalf("the ordinary hand-over with a membership change in flight: %v, want ErrConfChangeBusy", err)
+	}
+	if err := nw.nodes[l].TransferLeadershipNow(to); err != nil {
+		t.Fatalf("the hand-over at once with a membership change in flight: %v", err)
+	}
+	if st := nw.nodes[l].Status(); st.Role == RoleLeader {
+		t.Fatalf("the old leader still leads: %+v", st)
+	}
+	ticks := 0
+	for ; ticks < nw.cfgElection() && nw.leader() != to; ticks++ {
+		nw.tick(1)
+	}
+	if nw.leader() != to {
+		t.Fatalf("leader %d after %d ticks, want %d", nw.leader(), ticks, to)
+	}
+	nw.persistOwn(l)
+	nw.heal()
+	nw.propose(to, "b")
+	nw.tick(testConfig(4, nil).LeaseTicks + 3)
+	for _, id := range []NodeID{l, to, cut} {
+		st := nw.nodes[id].Status()
+		if !slices.Equal(st.Learners, []NodeID{4}) || !slices.Equal(nw.cmds(id), []string{"a", "b"}) {
+			t.Fatalf("node %d: learners %v, applied %v; want [4] and [a b]", id, st.Learners, nw.cmds(id))
+		}
+	}
+	nw.checkAgree()
+	t.Logf("hand-over at once with a membership change in flight: node %d -> %d in %d ticks", l, to, ticks)
 }
