@@ -24,13 +24,13 @@ import (
 // own vote counts for nothing, and with one follower behind, nothing
 // commits (the wedge of e2e TestFullLogStaysLive, where the leader's
 // re-proposals waited 60 s for room in its log full of the same values
-// under the old ballot). A stuck leader keeps its
-// followers, because its heartbeats wait for none of these (the persister
-// runs off the consensus loop, and the apply queue takes
-// applyQueueBatchesMax committed batches before the loop waits for it), so
-// no election would ever replace it: it would hold every write (refused THROTTLED or held behind the log)
-// and every linearizable read (which waits for apply) until an operator
-// killed it, while the other members could serve.
+// under the old ballot). A stuck leader keeps its followers, because its
+// heartbeats wait for none of these (the persister runs off the consensus
+// loop, and the apply queue takes applyQueueBatchesMax committed batches
+// before the loop waits for it), so no election would ever replace it: it
+// would hold every write (refused THROTTLED or held behind the log) and
+// every linearizable read (which waits for apply) until an operator killed
+// it, while the other members could serve.
 //
 // So a stuck leader hands leadership over at once (paxos
 // TransferLeadershipNow) to a voter whose report (disk_report.go), fresh
@@ -104,8 +104,9 @@ type progressWatch struct {
 	lastTarget paxos.NodeID
 
 	// ownReports counts the leader's own writes reported durable
-	// (reportOwn); ownWaitSince is when the leader was first seen with own
-	// acceptances not durable and ownReports unchanged (zero: none wait).
+	// (reportOwn), ownSeen is its value at the last look, and ownWaitSince
+	// is when the leader was first seen with own acceptances not durable
+	// and ownReports unchanged (zero: none wait).
 	ownReports, ownSeen uint64
 	ownWaitSince        time.Time
 
