@@ -14,15 +14,7 @@ import (
 // leader), the target is elected, its phase 1 finds the value in flight,
 // and every node applies it once, in agreement.
 func TestTransferLeadershipNow(t *testing.T) {
-	nw := newNetwork(t, 3)
-	l := nw.elect()
-	nw.propose(l, "a")
-	nw.tick(2)
-	f := others(nw, l)
-	to, cut := f[0], f[1]
-	nw.cut[[2]NodeID{l, cut}] = true
-	nw.cut[[2]NodeID{cut, l}] = true
-	nw.own.hold(l)
+	nw, l, to, _ := ownVoteHeld(t)
 	nw.propose(l, "x")
 	st := nw.nodes[l].Status()
 	if st.Commit == st.LastSlot {
@@ -50,13 +42,7 @@ func TestTransferLeadershipNow(t *testing.T) {
 	if err := nw.nodes[l].TransferLeadershipNow(to); err != ErrNotLeader {
 		t.Fatalf("a second hand-over from the node that stepped down: %v", err)
 	}
-	ticks := 0
-	for ; ticks < nw.cfgElection() && nw.leader() != to; ticks++ {
-		nw.tick(1)
-	}
-	if nw.leader() != to {
-		t.Fatalf("leader %d after %d ticks, want %d", nw.leader(), ticks, to)
-	}
+	ticks := waitLeader(t, nw, to)
 	nw.persistOwn(l) // the old leader's own write completes late
 	nw.heal()
 	nw.propose(to, "b")
@@ -76,16 +62,8 @@ func TestTransferLeadershipNow(t *testing.T) {
 // at once is not: the target is elected, its phase 1 finds the change in
 // flight, and every node ends with the new membership, in agreement.
 func TestTransferLeadershipNowDuringConfChange(t *testing.T) {
-	nw := newNetwork(t, 3)
-	l := nw.elect()
-	nw.propose(l, "a")
-	nw.tick(2)
-	f := others(nw, l)
-	to, cut := f[0], f[1]
+	nw, l, to, cut := ownVoteHeld(t)
 	nw.start(4, testConfig(4, []NodeID{1, 2, 3}))
-	nw.cut[[2]NodeID{l, cut}] = true
-	nw.cut[[2]NodeID{cut, l}] = true
-	nw.own.hold(l)
 	if err := nw.nodes[l].ProposeConfChange(ConfChange{Type: ConfAddLearner, Node: 4}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +80,7 @@ func TestTransferLeadershipNowDuringConfChange(t *testing.T) {
 	if st := nw.nodes[l].Status(); st.Role == RoleLeader {
 		t.Fatalf("the old leader still leads: %+v", st)
 	}
-	ticks := 0
-	for ; ticks < nw.cfgElection() && nw.leader() != to; ticks++ {
-		nw.tick(1)
-	}
-	if nw.leader() != to {
-		t.Fatalf("leader %d after %d ticks, want %d", nw.leader(), ticks, to)
-	}
+	ticks := waitLeader(t, nw, to)
 	nw.persistOwn(l)
 	nw.heal()
 	nw.propose(to, "b")
@@ -121,4 +93,35 @@ func TestTransferLeadershipNowDuringConfChange(t *testing.T) {
 	}
 	nw.checkAgree()
 	t.Logf("hand-over at once with a membership change in flight: node %d -> %d in %d ticks", l, to, ticks)
+}
+
+// ownVoteHeld elects a leader l of three nodes, commits "a", cuts follower
+// cut off from l both ways and holds l's own persists: nothing l proposes
+// next can commit (l's vote waits, to's ack alone is no quorum), and to is
+// the follower that still reaches it.
+func ownVoteHeld(t *testing.T) (nw *network, l, to, cut NodeID) {
+	nw = newNetwork(t, 3)
+	l = nw.elect()
+	nw.propose(l, "a")
+	nw.tick(2)
+	f := others(nw, l)
+	to, cut = f[0], f[1]
+	nw.cut[[2]NodeID{l, cut}] = true
+	nw.cut[[2]NodeID{cut, l}] = true
+	nw.own.hold(l)
+	return nw, l, to, cut
+}
+
+// waitLeader ticks until to leads, at most an election timeout, and
+// returns how many ticks that took.
+func waitLeader(t *testing.T, nw *network, to NodeID) int {
+	t.Helper()
+	ticks := 0
+	for ; ticks < nw.cfgElection() && nw.leader() != to; ticks++ {
+		nw.tick(1)
+	}
+	if nw.leader() != to {
+		t.Fatalf("leader %d after %d ticks, want %d", nw.leader(), ticks, to)
+	}
+	return ticks
 }

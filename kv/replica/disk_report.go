@@ -346,11 +346,7 @@ func (dr *diskReports) stepDownTarget(now time.Time, voters []paxos.NodeID, self
 			continue
 		}
 		r := rank(s.d, id)
-		better := to == 0 || r < best
-		if r == best && to != 0 {
-			better = commits[id] > commits[to] || (commits[id] == commits[to] && id < to)
-		}
-		if better {
+		if to == 0 || r < best || r == best && (commits[id] > commits[to] || commits[id] == commits[to] && id < to) {
 			to, best = id, r
 		}
 	}

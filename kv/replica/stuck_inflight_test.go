@@ -38,10 +38,7 @@ func TestStuckLeaderWithSlotsInFlightHandsOver(t *testing.T) {
 	for name, flag := range map[string]interface{ Store(bool) }{
 		"hand-over waits": &testingStuckHandOverWaits, "no own-vote check": &testingNoOwnVoteStuck,
 	} {
-		flag.Store(true)
-		t.Cleanup(func() { flag.Store(false) }) // also when the run fails
-		pTook, pLine := stuckWithSlotInFlight(t, hang)
-		flag.Store(false)
+		pTook, pLine := withPlant(t, flag, func() (time.Duration, string) { return stuckWithSlotInFlight(t, hang) })
 		if pTook != 0 && pTook < hang {
 			t.Fatalf("planted (%s): a new leader after %v, inside the hang: the test does not show the wedge (%s)", name, pTook, pLine)
 		}
@@ -59,11 +56,44 @@ func stuckWithSlotInFlight(t *testing.T, hang time.Duration) (time.Duration, str
 	t.Helper()
 	c := newTestCluster(t, 3, 0)
 	defer c.stopAll()
+	return runInflightWedge(t, c, hang, inflightWedge{
+		before: func(old paxos.NodeID) { c.nodes[old].r.faults.DelayNextPersist(hang) },
+	})
+}
+
+// withPlant runs run with the planted flag set, and clears it after, also
+// when run fails the test (a later -count run must not find it set).
+func withPlant(t *testing.T, flag interface{ Store(bool) }, run func() (time.Duration, string)) (time.Duration, string) {
+	flag.Store(true)
+	t.Cleanup(func() { flag.Store(false) })
+	defer flag.Store(false)
+	return run()
+}
+
+// inflightWedge is what makes the leader's own vote wait in one of the
+// scenarios runInflightWedge runs (nil: nothing to do at that step).
+type inflightWedge struct {
+	before func(old paxos.NodeID)                         // before the put is sent
+	sent   func(old, reach paxos.NodeID, base paxos.Slot) // after it is sent; base is the last acknowledged slot
+	end    func(old paxos.NodeID)                         // once the run is over
+}
+
+// runInflightWedge is the scenario of both tests, on cluster c: healthy disk
+// reports everywhere, a put acknowledged, one follower cut off from the
+// leader, the wedge, a put sent to the leader (it stays in flight), then a
+// write through any other node that leads, tried until one is acknowledged
+// or hold passes. Then the wedge ends and the cut heals, and the put in
+// flight must be applied everywhere when it was answered OK or a new
+// leader took over. It returns how long after the put a new leader served
+// a write (0: none within hold) and a summary line.
+func runInflightWedge(t *testing.T, c *testCluster, hold time.Duration, w inflightWedge) (time.Duration, string) {
+	t.Helper()
 	for _, nd := range c.nodes {
 		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
 	}
 	old := c.leader()
 	c.put("before", "0")
+	base := paxos.Slot(c.nodes[old].r.Applied()) // "before"'s slot: answered once applied
 	var reach, cut paxos.NodeID
 	for id := range c.nodes {
 		switch {
@@ -76,14 +106,19 @@ func stuckWithSlotInFlight(t *testing.T, hang time.Duration) (time.Duration, str
 	}
 	c.nodes[old].r.faults.Block(cut)
 	c.nodes[cut].r.faults.Block(old)
-	c.nodes[old].r.faults.DelayNextPersist(hang)
+	if w.before != nil {
+		w.before(old)
+	}
 	began := time.Now()
 	answered := make(chan proto.Status, 1)
-	go func() { answered <- c.do(old, putReq("inflight", "1"), hang+5*time.Second).Status }()
+	go func() { answered <- c.do(old, putReq("inflight", "1"), hold+5*time.Second).Status }()
+	if w.sent != nil {
+		w.sent(old, reach, base)
+	}
 
 	var took time.Duration
 	var next paxos.NodeID
-	for time.Since(began) < hang && took == 0 {
+	for time.Since(began) < hold && took == 0 {
 		for id, nd := range c.nodes {
 			if id != old && nd.r.Status().Role == paxos.RoleLeader {
 				if resp := c.do(id, putReq("after", "2"), time.Second); resp.Status == proto.StatusOK {
@@ -96,8 +131,11 @@ func stuckWithSlotInFlight(t *testing.T, hang time.Duration) (time.Duration, str
 	stuck := c.nodes[old].r.Stuck()
 	started := counterValue(c.nodes[old].r.metrics.Stuck.Transfers.WithLabelValues("started"))
 
-	// The hang ends and the cut heals: the slot in flight is applied
+	// The wedge ends and the cut heals: the slot in flight is applied
 	// everywhere, once, whoever leads.
+	if w.end != nil {
+		w.end(old)
+	}
 	c.nodes[old].r.faults.HealAll()
 	c.nodes[cut].r.faults.HealAll()
 	st := <-answered
@@ -157,10 +195,7 @@ func TestFullLogLeaderHandsOverAtOnce(t *testing.T) {
 	if took == 0 || took >= holdFor {
 		t.Fatalf("no new leader within %v: %s", holdFor, line)
 	}
-	testingStuckHandOverWaits.Store(true)
-	t.Cleanup(func() { testingStuckHandOverWaits.Store(false) }) // also when the run fails
-	pTook, pLine := fullLogLeader(t, holdFor)
-	testingStuckHandOverWaits.Store(false)
+	pTook, pLine := withPlant(t, &testingStuckHandOverWaits, func() (time.Duration, string) { return fullLogLeader(t, holdFor) })
 	if pTook != 0 && pTook < holdFor {
 		t.Fatalf("planted (hand-over waits): a new leader after %v: the test does not show the wedge (%s)", pTook, pLine)
 	}
@@ -176,68 +211,19 @@ func fullLogLeader(t *testing.T, holdFor time.Duration) (time.Duration, string) 
 		}
 	})
 	defer c.stopAll()
-	for _, nd := range c.nodes {
-		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
-	}
-	old := c.leader()
-	c.put("before", "0")
-	base := paxos.Slot(c.nodes[old].r.Applied()) // "before"'s slot: answered once applied
-	var reach, cut paxos.NodeID
-	for id := range c.nodes {
-		switch {
-		case id == old:
-		case reach == 0:
-			reach = id
-		default:
-			cut = id
-		}
-	}
-	c.nodes[old].r.faults.Block(cut)
-	c.nodes[cut].r.faults.Block(old)
-	frozen[old].Store(true)
-	began := time.Now()
-	answered := make(chan proto.Status, 1)
-	go func() { answered <- c.do(old, putReq("inflight", "1"), holdFor+5*time.Second).Status }()
-	// The put is proposed (its Accepts left, its own copy waits for room:
-	// the follower it reaches holds a slot past "before"), and only then
-	// does the log report itself full: a log reported full first refuses
-	// the put before it is proposed. (The leader's own published status
-	// can lag its commit index, so it cannot tell.)
-	waitFor(t, "the put in flight, accepted by the follower the leader reaches", func() bool {
-		return c.nodes[reach].r.Status().LastSlot > base
+	return runInflightWedge(t, c, holdFor, inflightWedge{
+		before: func(old paxos.NodeID) { frozen[old].Store(true) },
+		// The put is proposed (its Accepts left, its own copy waits for
+		// room: the follower it reaches holds a slot past "before"), and
+		// only then does the log report itself full: a log reported full
+		// first refuses the put before it is proposed. (The leader's own
+		// published status can lag its commit index, so it cannot tell.)
+		sent: func(old, reach paxos.NodeID, base paxos.Slot) {
+			waitFor(t, "the put in flight, accepted by the follower the leader reaches", func() bool {
+				return c.nodes[reach].r.Status().LastSlot > base
+			})
+			full[old].Store(true)
+		},
+		end: func(old paxos.NodeID) { frozen[old].Store(false); full[old].Store(false) },
 	})
-	full[old].Store(true)
-
-	var took time.Duration
-	var next paxos.NodeID
-	for time.Since(began) < holdFor && took == 0 {
-		for id, nd := range c.nodes {
-			if id != old && nd.r.Status().Role == paxos.RoleLeader {
-				if resp := c.do(id, putReq("after", "2"), time.Second); resp.Status == proto.StatusOK {
-					took, next = time.Since(began), id
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stuck := c.nodes[old].r.Stuck()
-	started := counterValue(c.nodes[old].r.metrics.Stuck.Transfers.WithLabelValues("started"))
-
-	frozen[old].Store(false)
-	full[old].Store(false)
-	c.nodes[old].r.faults.HealAll()
-	c.nodes[cut].r.faults.HealAll()
-	st := <-answered
-	lead := c.leader()
-	c.putVia(lead, "last", "3")
-	for id := range c.nodes {
-		c.waitApplied(id, c.nodes[lead].r.Applied())
-	}
-	if got := c.get("inflight"); got != "1" && (st == proto.StatusOK || took != 0) {
-		t.Fatalf("the put in flight (answered %v) reads %q after the hand-over", st, got)
-	}
-	line := fmt.Sprintf("leader=%d cut=%d new_leader=%d served_after=%v stuck=%v hand_overs_started=%v inflight_put=%v",
-		old, cut, next, took.Round(time.Millisecond), stuck, started, st)
-	t.Log(line)
-	return took, line
 }

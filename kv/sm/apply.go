@@ -25,15 +25,8 @@ import (
 func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return nil, ErrClosed
-	case s.broken != nil:
-		return nil, s.broken
-	case slot <= s.applied.Load():
-		return nil, nil
-	case slot != s.applied.Load()+1:
-		return nil, fmt.Errorf("%w: slot %d, applied %d", ErrSlotGap, slot, s.applied.Load())
+	if next, err := s.nextSlot(slot); !next {
+		return nil, err
 	}
 	batch := s.db.NewIndexedBatch()
 	defer batch.Close()
@@ -70,6 +63,25 @@ func (s *SM) Apply(slot uint64, cmds [][]byte) ([]Result, error) {
 	s.garbage.Add(w.garbage)
 	s.applied.Store(slot)
 	return results, nil
+}
+
+// nextSlot says whether slot is the one to apply now (Applied()+1, the SM
+// open and sound), and otherwise the error to return: ErrClosed, the
+// storage error that broke the SM, nil for a slot already applied, or
+// ErrSlotGap. Apply and ApplyMembership call it under s.mu.
+func (s *SM) nextSlot(slot uint64) (bool, error) {
+	applied := s.applied.Load()
+	switch {
+	case s.closed:
+		return false, ErrClosed
+	case s.broken != nil:
+		return false, s.broken
+	case slot <= applied:
+		return false, nil
+	case slot != applied+1:
+		return false, fmt.Errorf("%w: slot %d, applied %d", ErrSlotGap, slot, applied)
+	}
+	return true, nil
 }
 
 func (s *SM) applyOne(w *slotBatch, slot uint64, cmd []byte, deltas map[tenants.ID]usageDelta) (Result, error) {

@@ -166,15 +166,8 @@ func (s *SM) ApplyMembership(slot uint64, encoded []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return ErrClosed
-	case s.broken != nil:
-		return s.broken
-	case slot <= s.applied.Load():
-		return nil
-	case slot != s.applied.Load()+1:
-		return fmt.Errorf("%w: slot %d, applied %d", ErrSlotGap, slot, s.applied.Load())
+	if next, err := s.nextSlot(slot); !next {
+		return err
 	}
 	batch := s.db.NewBatch()
 	defer batch.Close()
