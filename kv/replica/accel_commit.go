@@ -114,6 +114,9 @@ func (a *accelMirror) noteCommitsLocked(evs []accel.Event) {
 // Membership changes are left to the consensus loop (paxos must see them
 // commit first).
 func (a *accelMirror) earlyApplyLocked() {
+	if a.r.applyBacklog.waiting.Load() > 0 {
+		return // the apply loop is behind: the consensus loop delivers, in order (apply_backlog.go)
+	}
 	next := max(a.earlyNext, paxos.Slot(a.delivered.Load())+1)
 	first := next
 	var batch []paxos.Entry

@@ -16,6 +16,7 @@ import (
 // deterministic simulator can drive the same code.
 func (r *Replica) applyLoop() {
 	defer r.applyWG.Done()
+	defer close(r.applyExited)
 	if err := pinCPU(r.cfg.Cores.Apply); err != nil {
 		r.reportFatal(err)
 		return

@@ -27,6 +27,7 @@ func (r *Replica) consensusLoop() {
 	mirrorC := r.mirrors()
 	for {
 		var in consensusInput
+		applyHeadC, applyHead := r.applyBacklogHead()
 		if r.stalled != nil {
 			// Only ticks (to retry) and control (compaction frees room)
 			// are served while a Ready waits for log space.
@@ -40,6 +41,9 @@ func (r *Replica) consensusLoop() {
 				in.kind = inControl
 			case <-r.own.doneC:
 				in.kind = inOwnDurable
+			case applyHeadC <- applyHead: // nil while the backlog is empty
+				r.applyHeadSent()
+				continue
 			}
 		} else {
 			proposeC, drrKick := r.proposeC, r.drrGate()
@@ -68,6 +72,9 @@ func (r *Replica) consensusLoop() {
 				in.kind = inControl
 			case <-r.own.doneC: // the persister finished (persister.go)
 				in.kind = inOwnDurable
+			case applyHeadC <- applyHead: // the apply loop made room (apply_backlog.go)
+				r.applyHeadSent()
+				continue
 			}
 		}
 		r.consensusInput(in)
@@ -107,7 +114,10 @@ var testingWakeEveryTick bool
 // them. A node that does not lead takes them at once, to refuse them.
 // Nor does a leader take writes while its own acceptances wait for room
 // (own_backlog.go): new ones would only queue behind them, and its paxos
-// log would hold their values in memory meanwhile.
+// log would hold their values in memory meanwhile. Nor while its apply
+// loop is so far behind that committed batches pile up in the apply
+// backlog (apply_backlog.go): the writes already in flight still commit
+// into it, and new ones wait until the apply loop catches up.
 func (r *Replica) holdProposals() bool {
 	if s := r.status.Load(); s == nil || s.Role != paxos.RoleLeader {
 		return false
@@ -121,7 +131,7 @@ func (r *Replica) holdProposals() bool {
 		r.snapshotForRoom()
 		return true
 	}
-	return false
+	return r.applyBacklogHolds()
 }
 
 // inputKind names what the consensus loop received.
@@ -180,7 +190,8 @@ func (r *Replica) consensusInput(in consensusInput) {
 		ls.batchIDs = make([]uint64, 0, proposeBatchCmdsMax)
 	}
 	r.clk.markAlive()
-	r.adoptInstalled() // a snapshot's membership (members.go)
+	r.drainApplyBacklog() // room the apply loop made (apply_backlog.go)
+	r.adoptInstalled()    // a snapshot's membership (members.go)
 	if r.stalled != nil {
 		// The node is between Ready and Advance: ticks and control
 		// functions may add output (kept for the next Ready), never
@@ -335,6 +346,7 @@ func (r *Replica) publishStatus() {
 		r.accel.registers(&s)
 	}
 	r.metrics.setStatus(&s)
+	r.metrics.ApplyBacklog.Set(float64(len(r.applyBacklog.items)))
 	if s.Leader != ls.lastLeader {
 		r.metrics.LeaderChanges.Inc()
 		r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
@@ -520,13 +532,8 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 		// The staged snapshot paxos accepted (snapshot_fetch.go).
 		meta := paxos.SnapshotMeta{Slot: rd.Snapshot.Slot}
 		r.chosen.installSlot = max(r.chosen.installSlot, meta.Slot) // chosen.go
-		select {
-		case r.applyC <- applyItem{install: &meta}:
-		case <-r.stop:
+		if !r.toApply(applyItem{install: &meta}, meta.Slot) {       // apply_backlog.go
 			return true
-		}
-		if r.accel != nil {
-			r.accel.deliveredThrough(meta.Slot)
 		}
 	}
 	if rd.SnapshotOffer != nil {
@@ -534,15 +541,10 @@ func (r *Replica) finishReady(rd *paxos.Ready) bool {
 	}
 	if len(rd.Committed) > 0 {
 		queued := r.stageNow()
-		select {
-		case r.applyC <- applyItem{entries: copyEntries(rd.Committed), queued: queued}:
-		case <-r.stop:
+		if !r.toApply(applyItem{entries: copyEntries(rd.Committed), queued: queued}, rd.Committed[len(rd.Committed)-1].Slot) {
 			return true
 		}
 		r.readyCommitted(rd.Committed, queued)
-		if r.accel != nil {
-			r.accel.deliveredThrough(rd.Committed[len(rd.Committed)-1].Slot)
-		}
 	}
 
 	// 4. Read indexes.

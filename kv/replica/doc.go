@@ -14,7 +14,9 @@
 //	                (clock.go); then the Ready loop:
 //	                  1. SetPromised / Append + one Persist   (durable first)
 //	                  2. encode Messages -> outbound          (outboundBatchesMax)
-//	                  3. Snapshot and Committed -> apply queue (applyQueueBatchesMax, blocking = backpressure)
+//	                  3. Snapshot and Committed -> apply queue (applyQueueBatchesMax), or the apply backlog when it
+//	                     is full (applyBacklogBatchesMax, applyBacklogBytesMax; a leader takes no new writes past half,
+//	                     and only a full backlog waits: apply_backlog.go)
 //	                  4. ReadStates -> read waiters; Advance
 //	send loop       outbound -> Conn.WriteBatch, or the side channel when a message exceeds MaxPayload
 //	side senders    one per peer, queue sideQueueMsgsMax and sideQueueBytesMax, reconnect with bounded backoff

@@ -137,7 +137,8 @@ const (
 	// the send loop; the consensus loop blocks beyond it.
 	outboundBatchesMax = 256
 	// applyQueueBatchesMax is how many committed batches wait for the apply
-	// loop; the consensus loop blocks beyond it (backpressure).
+	// loop in its queue; beyond it they wait in the apply backlog, whose
+	// bounds are in apply_backlog.go.
 	applyQueueBatchesMax = 256
 	// controlQueueMax bounds requests to the consensus loop (compaction,
 	// status).

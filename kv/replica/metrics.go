@@ -31,6 +31,11 @@ type Metrics struct {
 	OwnWaits prometheus.Counter
 	// PreCheckRefusals counts refusals this node's pre-checks received.
 	PreCheckRefusals prometheus.Counter
+	// ApplyBacklog is the committed batches waiting for room in the apply
+	// queue; ApplyBacklogHolds counts the times a leader stopped taking
+	// writes because of them (apply_backlog.go).
+	ApplyBacklog      prometheus.Gauge
+	ApplyBacklogHolds prometheus.Counter
 	// AnswerMismatches counts committed commands that named a waiting
 	// writer of this boot but were not its command (never answered; a
 	// non-zero value is a bug).
@@ -128,6 +133,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams, side-channel and snapshot-transfer connections refused by authentication (forged, wrong secret, other cluster, replayed, addressed to another node, or unproven past their first-frame deadline)."}),
 		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_overload_shed_total", Help: "Client requests refused THROTTLED by the overload guard, by priority class."}, []string{"class"}),
+		ApplyBacklog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_apply_backlog_batches",
+			Help: "Committed batches waiting for room in the apply queue (the consensus loop goes on meanwhile)."}),
+		ApplyBacklogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "synod_apply_backlog_holds_total",
+			Help: "Times this leader stopped taking new writes because its apply backlog passed half its bound."}),
 		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_is_leader", Help: "1 while this replica is the leader, else 0."}),
 		LeaderID: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_leader_id", Help: "Node id of the leader this replica knows of (0: none)."}),
 		PromisedRound: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -159,7 +168,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Stuck = newStuckMetrics(reg)
 	if reg != nil {
 		reg.MustRegister(m.CommitLatency, m.ReadLatency, m.LeaderChanges, m.TenantOps, m.Applied, m.Commit,
-			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.OwnWaits, m.PreCheckRefusals, m.AnswerMismatches, m.AuthRefused, m.Shed,
+			m.InboundDropped, m.OutboundDropped, m.Snapshots, m.Installed, m.SideSent, m.LogFull, m.ElectionsDeferred, m.LogStalls, m.OwnWaits, m.PreCheckRefusals, m.AnswerMismatches, m.AuthRefused, m.Shed, m.ApplyBacklog, m.ApplyBacklogHolds,
 			m.IsLeader, m.LeaderID, m.PromisedRound, m.LogUsed, m.LogCapacity, m.SnapshotSlot, m.SnapshotBytes, m.Stage,
 			m.ReadStage, m.Stalls)
 	}

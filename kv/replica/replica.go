@@ -187,7 +187,12 @@ type Replica struct {
 	controlC chan func()
 	outbound chan []outMsg
 	applyC   chan applyItem
-	snapNow  chan struct{}
+	// applyBacklog holds what applyC had no room for (apply_backlog.go).
+	applyBacklog applyBacklog
+	// applyExited is closed when the apply loop returns (nil until Start
+	// runs it).
+	applyExited chan struct{}
+	snapNow     chan struct{}
 
 	// Snapshot transfers (snapshot_*.go): offers waiting for the fetcher,
 	// one token per transfer served, the apply loop's word that a staged
@@ -524,6 +529,7 @@ func (r *Replica) Start() {
 		r.accel.startTimers()
 	}
 	r.applyWG.Add(1)
+	r.applyExited = make(chan struct{})
 	go r.applyLoop()
 	if !r.cfg.simulated {
 		r.loopsWG.Add(1)
@@ -843,6 +849,7 @@ func (r *Replica) Close() error {
 		if r.side != nil { // nil in the simulator
 			r.side.close()
 		}
+		r.flushApplyBacklog() // what was committed is applied (apply_backlog.go)
 		close(r.applyC)
 		r.applyWG.Wait()
 		r.failAllWrites(ErrStopped)

@@ -648,7 +648,16 @@ func (s *rsim) checkFatal(n *rsimNode) {
 // by the seed among those ready (as the real loop's select chooses).
 func (s *rsim) consensusStep(n *rsimNode) {
 	r := n.r
-	if n.consensusStallUntil > s.now || cap(r.applyC)-len(r.applyC) < rsimQueueRoomMin || cap(r.outbound)-len(r.outbound) < rsimQueueRoomMin {
+	// The apply queue may fill: the backlog takes the rest
+	// (apply_backlog.go). A step that found the backlog full would wait
+	// for the apply loop, and the simulator runs on one goroutine, so a
+	// node whose backlog is nearly full only moves it into the apply
+	// queue, as the real loop's select does when the apply loop made room.
+	if len(r.applyBacklog.items) >= applyBacklogBatchesMax-rsimQueueRoomMin || r.applyBacklog.bytes >= applyBacklogBytesMax/2 {
+		r.drainApplyBacklog()
+		return
+	}
+	if n.consensusStallUntil > s.now || cap(r.outbound)-len(r.outbound) < rsimQueueRoomMin {
 		return
 	}
 	var kinds []inputKind

@@ -26,9 +26,10 @@ import (
 // re-proposals waited 60 s for room in its log full of the same values
 // under the old ballot). A stuck leader keeps its followers, because its
 // heartbeats wait for none of these (the persister runs off the consensus
-// loop, and the apply queue takes applyQueueBatchesMax committed batches
-// before the loop waits for it), so no election would ever replace it: it
-// would hold every write (refused THROTTLED or held behind the log) and
+// loop, and committed batches the apply queue has no room for wait in the
+// apply backlog, apply_backlog.go, which a leader stops feeding at half
+// its bound by taking no new writes), so no election would ever replace
+// it: it would hold every write (refused THROTTLED or held behind the log) and
 // every linearizable read (which waits for apply) until an operator killed
 // it, while the other members could serve.
 //

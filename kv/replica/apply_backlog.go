@@ -1,0 +1,224 @@
+package replica
+
+import (
+	"sync/atomic"
+
+	"synod/paxos"
+)
+
+// Nothing slow on the heartbeat path: the consensus loop does not wait for
+// the apply loop while the backlog has room.
+//
+// Committed entries and snapshot installs go to the apply queue
+// (applyQueueBatchesMax) when it has room and nothing waits before them,
+// and otherwise wait here, in order; the consensus loop's select hands the
+// backlog's head to the apply queue as soon as the apply loop makes room.
+// Meanwhile the loop keeps ticking, stepping messages, sending heartbeats
+// and renewing its lease, so a long apply (a Pebble write stall, a hung
+// device for less than the stuck watch's stuckAfter) does not cost a
+// leader its followers. Before the backlog, a leader whose apply stalled
+// for 1.5 s under load stopped its heartbeats once 256 committed batches
+// queued, and a follower was elected (TestSlowApplyKeepsLeader's planted
+// run).
+//
+// The backlog is bounded in batches and in bytes. Past half of either
+// bound a leader takes no new writes from its queues (holdProposals): they
+// wait there, bounded, and answer THROTTLED past those bounds, so only
+// the slots already in flight still commit into the backlog. A follower
+// refuses nothing (its leader's writes commit with or without it); only
+// when the backlog is full does its loop wait for the apply queue, as it
+// always did, which costs its leader nothing (a follower that misses
+// heartbeats while blocked is refused by the pre-check of the members that
+// heard from the leader). Every item was copied out of paxos
+// (copyEntries) and is still held by the acceptor log: nothing applied
+// later than it can be truncated.
+//
+// Order: an item enters the apply queue only after every item before it,
+// and the accel early path (accel_commit.go) hands the apply loop nothing
+// while the backlog holds anything, so the apply loop still receives
+// slots in order (and skips those it applied already).
+const (
+	// applyBacklogBatchesMax bounds the items (one Ready's committed
+	// entries, or one install) waiting for room in the apply queue.
+	applyBacklogBatchesMax = 4096
+	// applyBacklogBytesMax bounds the bytes of their commands.
+	applyBacklogBytesMax = 64 << 20
+	// applyBacklogHoldBatches and applyBacklogHoldBytes: at either, a
+	// leader takes no new writes until the apply loop catches up.
+	applyBacklogHoldBatches = applyBacklogBatchesMax / 2
+	applyBacklogHoldBytes   = applyBacklogBytesMax / 2
+)
+
+// applyBacklog is what the apply queue had no room for (consensus loop
+// only, except the atomics, which the accel early path, Status and the
+// metrics read).
+type applyBacklog struct {
+	items []backlogItem
+	bytes int64
+	// waiting is len(items); holding is set while a leader takes no new
+	// writes because of the backlog (applyBacklogHold*).
+	waiting atomic.Int64
+	holding atomic.Bool
+	// holds counts the times the backlog crossed its hold line.
+	holds atomic.Uint64
+	// maxWaiting is the most items that ever waited (a high-water mark
+	// for tests and the status page).
+	maxWaiting atomic.Int64
+}
+
+// backlogItem is one apply-queue item, its command bytes and the slot it
+// brings the apply loop through.
+type backlogItem struct {
+	it      applyItem
+	bytes   int64
+	through paxos.Slot
+}
+
+// itemBytes is the command bytes of it (what the backlog's byte bound
+// counts).
+func itemBytes(it applyItem) int64 {
+	n := int64(0)
+	for i := range it.entries {
+		for _, c := range it.entries[i].Cmds {
+			n += int64(len(c))
+		}
+	}
+	return n
+}
+
+// toApply hands it, which brings the apply loop through slot through, to
+// the apply loop (consensus loop): at once when the apply queue has room
+// and nothing waits before it, otherwise into the backlog; only a full
+// backlog waits, in order, as the loop did before it had one. It returns
+// false when the replica stopped meanwhile.
+func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
+	b := &r.applyBacklog
+	if len(b.items) == 0 && !testingApplyQueueBlocks {
+		select {
+		case r.applyC <- it:
+			r.handedToApply(through)
+			return true
+		default:
+		}
+	}
+	n := itemBytes(it)
+	if testingApplyQueueBlocks || len(b.items) >= applyBacklogBatchesMax || (len(b.items) > 0 && b.bytes+n > applyBacklogBytesMax) {
+		for len(b.items) > 0 {
+			select {
+			case r.applyC <- b.items[0].it:
+				r.popBacklog()
+			case <-r.stop:
+				return false
+			}
+		}
+		select {
+		case r.applyC <- it:
+			r.handedToApply(through)
+			return true
+		case <-r.stop:
+			return false
+		}
+	}
+	b.items = append(b.items, backlogItem{it: it, bytes: n, through: through})
+	b.bytes += n
+	b.waiting.Store(int64(len(b.items)))
+	if int64(len(b.items)) > b.maxWaiting.Load() {
+		b.maxWaiting.Store(int64(len(b.items)))
+	}
+	return true
+}
+
+// handedToApply records that the apply queue holds everything through
+// slot s: the accel early path may hand it what follows.
+func (r *Replica) handedToApply(s paxos.Slot) {
+	if r.accel != nil {
+		r.accel.deliveredThrough(s)
+	}
+}
+
+// applyBacklogHead is what the consensus loop's select offers the apply
+// queue: the backlog's first item, or a nil channel when there is none.
+func (r *Replica) applyBacklogHead() (chan<- applyItem, applyItem) {
+	if len(r.applyBacklog.items) == 0 {
+		return nil, applyItem{}
+	}
+	return r.applyC, r.applyBacklog.items[0].it
+}
+
+// applyHeadSent runs after the select handed the backlog's first item to
+// the apply queue: it drops it and moves what else fits without waiting.
+func (r *Replica) applyHeadSent() {
+	r.popBacklog()
+	r.drainApplyBacklog()
+}
+
+// drainApplyBacklog moves the backlog's items into the apply queue while
+// it has room, without waiting (consensus loop; every input starts with
+// it, so the simulator, which drives inputs one at a time, drains too).
+func (r *Replica) drainApplyBacklog() {
+	b := &r.applyBacklog
+	for len(b.items) > 0 {
+		select {
+		case r.applyC <- b.items[0].it:
+			r.popBacklog()
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replica) popBacklog() {
+	b := &r.applyBacklog
+	r.handedToApply(b.items[0].through)
+	b.bytes -= b.items[0].bytes
+	b.items[0] = backlogItem{}
+	b.items = b.items[1:]
+	if len(b.items) == 0 {
+		b.items = nil // let the array go
+		b.bytes = 0
+	}
+	b.waiting.Store(int64(len(b.items)))
+}
+
+// applyBacklogHolds reports whether the backlog is past its hold line
+// (consensus loop, from holdProposals), and logs the crossings.
+func (r *Replica) applyBacklogHolds() bool {
+	b := &r.applyBacklog
+	hold := len(b.items) >= applyBacklogHoldBatches || b.bytes >= applyBacklogHoldBytes
+	if hold != b.holding.Load() {
+		b.holding.Store(hold)
+		if hold {
+			b.holds.Add(1)
+			r.metrics.ApplyBacklogHolds.Inc()
+			r.log.Warn().Int("batches", len(b.items)).Int64("bytes", b.bytes).
+				Msg("the apply loop is behind: this leader takes no new writes until it catches up")
+		} else {
+			r.log.Info().Msg("the apply loop caught up: taking writes again")
+		}
+	}
+	return hold
+}
+
+// flushApplyBacklog hands the whole backlog to the apply loop, waiting
+// (Close, after the consensus loop stopped, so that what was committed is
+// applied before the apply queue closes). It gives up on the rest if the
+// apply loop never ran (the simulator drives its steps itself) or ended
+// (it could not pin its CPU).
+func (r *Replica) flushApplyBacklog() {
+	if r.applyExited == nil {
+		return
+	}
+	for len(r.applyBacklog.items) > 0 {
+		select {
+		case r.applyC <- r.applyBacklog.items[0].it:
+			r.popBacklog()
+		case <-r.applyExited:
+			return
+		}
+	}
+}
+
+// testingApplyQueueBlocks, planted, makes the consensus loop wait for room
+// in the apply queue as it did before the backlog (TestSlowApplyKeepsLeader
+// proves its test catches it).
+var testingApplyQueueBlocks bool
