@@ -151,12 +151,12 @@ func TestApplyBacklogOrderAndBounds(t *testing.T) {
 }
 
 // slowApplyDelay is the injected stall of the leader's apply loop in
-// TestSlowApplyKeepsLeader: 15 election timeouts of the test cluster
+// TestSlowApplyKeepsLeader: 25 election timeouts of the test cluster
 // (100 ticks of 1 ms), and well below stuckAfter, so the stuck watch
 // does not hand over.
-const slowApplyDelay = 1500 * time.Millisecond
+const slowApplyDelay = 2500 * time.Millisecond
 
-// TestSlowApplyKeepsLeader: the leader's apply loop stalls once for 15
+// TestSlowApplyKeepsLeader: the leader's apply loop stalls once for 25
 // election timeouts while 64 writers keep many writes in flight (each
 // gives up after 20 ms and writes the next, so commits go on without
 // waiting for answers). The consensus loop parks the committed batches
