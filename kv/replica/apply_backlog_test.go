@@ -33,46 +33,23 @@ func slotItem(s paxos.Slot, n int) applyItem {
 // a leader holds new writes past half of either bound, and a full backlog
 // (batches or bytes) waits for the apply queue, in order.
 func TestApplyBacklogOrderAndBounds(t *testing.T) {
-	r := backlogReplica(2)
+	if got := backlogOrder(t); !inOrder(got) {
+		t.Fatalf("the apply queue received slots %v, want 1..6 in order", got)
+	}
+	testingBacklogOvertaken = true
+	planted := backlogOrder(t)
+	testingBacklogOvertaken = false
+	if inOrder(planted) {
+		t.Fatalf("planted (a batch overtakes the backlog): the apply queue still received %v in order; the check cannot see it", planted)
+	}
+
 	var got []paxos.Slot
+	r := backlogReplica(1)
 	take := func() {
 		it := <-r.applyC
 		got = append(got, it.entries[0].Slot)
 	}
-	// Two fit the queue; the next ones wait in the backlog without
-	// blocking.
-	for s := paxos.Slot(1); s <= 5; s++ {
-		if !r.toApply(slotItem(s, 10), s) {
-			t.Fatal("toApply stopped")
-		}
-	}
-	if n := r.applyBacklog.waiting.Load(); n != 3 || r.applyBacklog.bytes != 30 {
-		t.Fatalf("backlog holds %d items, %d bytes; want 3, 30", n, r.applyBacklog.bytes)
-	}
-	// Room in the queue does not let a later item overtake the backlog.
-	take()
-	if !r.toApply(slotItem(6, 10), 6) {
-		t.Fatal("toApply stopped")
-	}
-	r.drainApplyBacklog()
-	take()
-	take()
-	r.drainApplyBacklog()
-	for len(r.applyC) > 0 || r.applyBacklog.waiting.Load() > 0 {
-		take()
-		r.drainApplyBacklog()
-	}
-	for i, s := range got {
-		if s != paxos.Slot(i+1) {
-			t.Fatalf("the apply queue received slots %v, want 1..6 in order", got)
-		}
-	}
-	if r.applyBacklog.bytes != 0 || r.applyBacklog.items != nil {
-		t.Fatalf("drained backlog holds %d bytes, %d items", r.applyBacklog.bytes, len(r.applyBacklog.items))
-	}
-
 	// The hold line, by batches and by bytes; crossing back releases it.
-	r = backlogReplica(1)
 	r.toApply(slotItem(1, 1), 1) // the queue
 	for s := paxos.Slot(2); s <= applyBacklogHoldBatches; s++ {
 		r.toApply(slotItem(s, 1), s)
@@ -146,8 +123,52 @@ func TestApplyBacklogOrderAndBounds(t *testing.T) {
 	if ok := <-done; ok {
 		t.Fatal("toApply waiting on a full backlog did not see the stop")
 	}
-	fmt.Printf("apply backlog: order kept through queue and backlog; hold at %d batches or %d bytes; waits past %d batches or %d bytes\n",
-		applyBacklogHoldBatches, applyBacklogHoldBytes, applyBacklogBatchesMax, applyBacklogBytesMax)
+	fmt.Printf("apply backlog: order kept through queue and backlog (planted overtaking: %v, caught); hold at %d batches or %d bytes; waits past %d batches or %d bytes\n",
+		planted, applyBacklogHoldBatches, applyBacklogHoldBytes, applyBacklogBatchesMax, applyBacklogBytesMax)
+}
+
+// backlogOrder feeds slots 1..6 through an apply queue of two with room
+// made between them, as the apply loop makes it, and returns the order
+// the queue received them in.
+func backlogOrder(t *testing.T) []paxos.Slot {
+	r := backlogReplica(2)
+	var got []paxos.Slot
+	take := func() {
+		it := <-r.applyC
+		got = append(got, it.entries[0].Slot)
+	}
+	// Two fit the queue; the next ones wait in the backlog without
+	// blocking.
+	for s := paxos.Slot(1); s <= 5; s++ {
+		if !r.toApply(slotItem(s, 10), s) {
+			t.Fatal("toApply stopped")
+		}
+	}
+	if n := r.applyBacklog.waiting.Load(); !testingBacklogOvertaken && (n != 3 || r.applyBacklog.bytes != 30) {
+		t.Fatalf("backlog holds %d items, %d bytes; want 3, 30", n, r.applyBacklog.bytes)
+	}
+	// Room in the queue must not let a later item overtake the backlog.
+	take()
+	if !r.toApply(slotItem(6, 10), 6) {
+		t.Fatal("toApply stopped")
+	}
+	for len(r.applyC) > 0 || r.applyBacklog.waiting.Load() > 0 {
+		take()
+		r.drainApplyBacklog()
+	}
+	if r.applyBacklog.bytes != 0 || r.applyBacklog.items != nil {
+		t.Fatalf("drained backlog holds %d bytes, %d items", r.applyBacklog.bytes, len(r.applyBacklog.items))
+	}
+	return got
+}
+
+func inOrder(slots []paxos.Slot) bool {
+	for i, s := range slots {
+		if s != paxos.Slot(i+1) {
+			return false
+		}
+	}
+	return len(slots) == 6
 }
 
 // slowApplyDelay is the injected stall of the leader's apply loop in

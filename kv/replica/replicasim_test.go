@@ -74,7 +74,10 @@ const (
 	rsimNetDelayMicrosHi = 600
 	rsimLogBytes         = 64 << 20
 	rsimQueueRoomMin     = 16 // free slots a queue needs before a consensus step may fill it
-	rsimSharedKeys       = 3
+	// rsimApplyQueueBatches is the simulated nodes' apply queue (the real
+	// one is applyQueueBatchesMax).
+	rsimApplyQueueBatches = 4
+	rsimSharedKeys        = 3
 )
 
 // rsimPacket is one message in flight.
@@ -148,6 +151,7 @@ type rsimResult struct {
 	persistStalls, ownPersists            int
 	logFulls                              int // full-log faults injected
 	ownWaits, readyStalls                 int // own acceptances that waited for room; Readys that stalled
+	backlogged, backlogMax                int // node runs whose apply backlog held batches; the most it held
 	chosenRestarts                        int // restarts that committed noted records at once
 	tailRestarts                          int // restarts that kept a catch-up tail below the applied slot (recover_tail.go)
 	xfer                                  xferCounts
@@ -348,6 +352,13 @@ func (s *rsim) start(n *rsimNode) {
 		s.violate("node %d: New: %v", n.id, err)
 		return
 	}
+	// A small apply queue, so that an apply loop that lags (applyLagUntil)
+	// or is simply not chosen for a while fills it and the consensus loop
+	// parks committed batches in the apply backlog (apply_backlog.go):
+	// with four clients the real queue of 256 batches never fills.
+	if len(r.applyC) == 0 {
+		r.applyC = make(chan applyItem, rsimApplyQueueBatches)
+	}
 	n.r, n.store = r, store
 	n.incarnation++
 	n.lastTick, n.lastPlaneTick = s.now, s.now
@@ -389,6 +400,10 @@ func (s *rsim) stop(n *rsimNode, crash bool) {
 // and at the end of the run).
 func (s *rsim) countLogFull(n *rsimNode) {
 	s.res.ownWaits += int(counterValue(n.r.metrics.OwnWaits))
+	if m := int(n.r.applyBacklog.maxWaiting.Load()); m > 0 {
+		s.res.backlogged++
+		s.res.backlogMax = max(s.res.backlogMax, m)
+	}
 	s.res.readyStalls += int(counterValue(n.r.metrics.LogStalls))
 }
 
@@ -1002,6 +1017,10 @@ func TestReplicaSim(t *testing.T) {
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
 	fmt.Printf("replicasim full logs: faults=%d own_waits=%d ready_stalls=%d\n", sum.logFulls, sum.ownWaits, sum.readyStalls)
+	fmt.Printf("replicasim apply backlog: node_runs_backlogged=%d max_batches=%d\n", sum.backlogged, sum.backlogMax)
+	if n >= 100 && sum.backlogged == 0 {
+		t.Error("no node's apply backlog held a batch: the seeds did not exercise apply_backlog.go")
+	}
 	fmt.Printf("replicasim chosen notes: restarts_committing_noted=%d restarts_keeping_tail=%d\n", sum.chosenRestarts, sum.tailRestarts)
 	if n >= 100 && sum.chosenRestarts == 0 {
 		t.Error("no restart committed a noted record: the seeds did not exercise the chosen-through notes (chosen.go)")
@@ -1037,6 +1056,7 @@ type rsimSummary struct {
 	seeds, ops, pauses, restarts, stalls, lagged, leaseChecks int
 	persistStalls, ownPersists, chosenRestarts, tailRestarts  int
 	logFulls, ownWaits, readyStalls                           int
+	backlogged, backlogMax                                    int
 	xfer                                                      xferCounts
 	failed                                                    []rsimResult
 }
@@ -1098,6 +1118,8 @@ func runReplicaSims(t testing.TB, first uint64, n int, untilFailure bool) rsimSu
 		sum.logFulls += r.logFulls
 		sum.ownWaits += r.ownWaits
 		sum.readyStalls += r.readyStalls
+		sum.backlogged += r.backlogged
+		sum.backlogMax = max(sum.backlogMax, r.backlogMax)
 		sum.chosenRestarts += r.chosenRestarts
 		sum.tailRestarts += r.tailRestarts
 		sum.lagged += r.lagged
