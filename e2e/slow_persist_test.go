@@ -34,40 +34,7 @@ func TestSlowLeaderPersist(t *testing.T) {
 	}
 	cancel()
 	ld := c.leader()
-	before, err := c.status(ld)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// Watch every node's view of the leader and its ballot while the
-	// persist is slow.
-	stopWatch := make(chan struct{})
-	var (
-		watchWG sync.WaitGroup
-		ballots = map[[2]uint64]bool{before.Promised: true}
-		leaders = map[uint64]bool{uint64(ld.id): true}
-	)
-	watchWG.Add(1)
-	go func() {
-		defer watchWG.Done()
-		for {
-			select {
-			case <-stopWatch:
-				return
-			case <-time.After(statusPollEvery):
-			}
-			for _, nd := range c.nodes {
-				if st, err := c.status(nd); err == nil {
-					if st.Promised != [2]uint64{} { // a node that has promised nothing yet
-						ballots[st.Promised] = true
-					}
-					if st.Leader != 0 {
-						leaders[st.Leader] = true
-					}
-				}
-			}
-		}
-	}()
+	w := watchLeadership(t, c, ld)
 
 	c.fault(ld, url.Values{"delay_persist": {slowPersistDelay.String()}})
 
@@ -102,22 +69,13 @@ func TestSlowLeaderPersist(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	close(stopWatch)
-	watchWG.Wait()
+	changes := w.stop()
 
-	after, err := c.status(ld)
-	if err != nil {
-		t.Fatal(err)
-	}
-	changes := len(ballots) - 1
-	if after.Role != "leader" || len(leaders) != 1 {
-		changes = max(changes, len(leaders)-1, 1)
-	}
 	lost := lostSelfKeyed(t, cl, acked)
 	fmt.Printf("e2e slow persist: delay_ms=%d leader_changes=%d acked=%d lost=%d slowest_ack_ms=%d\n",
 		slowPersistDelay.Milliseconds(), changes, len(acked), lost, slowest.Milliseconds())
 	if changes != 0 {
-		t.Errorf("the leader changed during a slow persist: ballots %v, leaders %v, leader now %s", ballots, leaders, after.Role)
+		t.Errorf("the leader changed during a slow persist: %s", w)
 	}
 	if len(acked) == 0 {
 		t.Fatal("no write was acknowledged")
@@ -148,4 +106,73 @@ func lostSelfKeyed(t *testing.T, cl *client.Client, acked []string) (lost int) {
 		}
 	}
 	return lost
+}
+
+// leadershipWatch polls every node's view of the leader and its promised
+// ballot until stopped (the slow persist and apply-stall drills).
+type leadershipWatch struct {
+	c       *cluster
+	t       testing.TB
+	ld      *node
+	done    chan struct{}
+	wg      sync.WaitGroup
+	ballots map[[2]uint64]bool
+	leaders map[uint64]bool
+	role    string // ld's role when the watch stopped
+}
+
+// watchLeadership starts watching, ld leading now.
+func watchLeadership(t testing.TB, c *cluster, ld *node) *leadershipWatch {
+	t.Helper()
+	before, err := c.status(ld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &leadershipWatch{c: c, t: t, ld: ld, done: make(chan struct{}),
+		ballots: map[[2]uint64]bool{before.Promised: true}, leaders: map[uint64]bool{uint64(ld.id): true}}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-time.After(statusPollEvery):
+			}
+			for _, nd := range c.nodes {
+				if st, err := c.status(nd); err == nil {
+					if st.Promised != [2]uint64{} { // a node that has promised nothing yet
+						w.ballots[st.Promised] = true
+					}
+					if st.Leader != 0 {
+						w.leaders[st.Leader] = true
+					}
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and counts the leader changes it saw: ballots
+// beyond the first, and at least one if ld no longer leads or another
+// node was named leader.
+func (w *leadershipWatch) stop() int {
+	w.t.Helper()
+	close(w.done)
+	w.wg.Wait()
+	after, err := w.c.status(w.ld)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.role = after.Role
+	changes := len(w.ballots) - 1
+	if after.Role != "leader" || len(w.leaders) != 1 {
+		changes = max(changes, len(w.leaders)-1, 1)
+	}
+	return changes
+}
+
+func (w *leadershipWatch) String() string {
+	return fmt.Sprintf("ballots %v, leaders %v, node %d now %s", w.ballots, w.leaders, w.ld.id, w.role)
 }

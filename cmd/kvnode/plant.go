@@ -18,6 +18,7 @@ import (
 //	reused-proposal-ids  replica.TestingReusedProposalIDs
 //	no-chosen-notes      replica.TestingNoChosenNotes
 //	no-auth-floors       replica.TestingNoAuthFloors
+//	apply-queue-blocks   replica.TestingApplyQueueBlocks
 //
 // Production builds have no such file: nothing outside a test binary can
 // turn a planted bug on.
@@ -33,6 +34,8 @@ func init() {
 			replica.TestingNoChosenNotes = true
 		case "no-auth-floors":
 			replica.TestingNoAuthFloors = true
+		case "apply-queue-blocks":
+			replica.TestingApplyQueueBlocks = true
 		default:
 			fmt.Fprintf(os.Stderr, "kvnode: SYNOD_PLANT: unknown planted bug %q\n", name)
 			os.Exit(2)

@@ -21,8 +21,18 @@ import (
 // queued, and a follower was elected (TestSlowApplyKeepsLeader's planted
 // run).
 //
-// The backlog is bounded in batches and in bytes. Past half of either
-// bound a leader takes no new writes from its queues (holdProposals): they
+// Consecutive committed batches merge into one item of up to
+// applyBacklogMergeEntriesMax entries: a follower gets a batch of a slot
+// or two with every commit it hears of, and an e2e follower whose apply
+// stalled 2 s filled 4,096 unmerged items
+// (TestFollowerApplyStallKeepsItsLoop). A merged item keeps its first
+// batch's stage stamp, so the apply_queue stage of the later ones counts
+// from before they came.
+//
+// The backlog is bounded in items and in bytes (the commands', plus
+// applyBacklogEntryBytes an entry and applyBacklogCmdBytes a command for
+// what holds them). Past half of either bound a leader takes no new
+// writes from its queues (holdProposals): they
 // wait there, bounded, and answer THROTTLED past those bounds, so only
 // the slots already in flight still commit into the backlog. A follower
 // refuses nothing (its leader's writes commit with or without it); only
@@ -38,11 +48,18 @@ import (
 // while the backlog holds anything, so the apply loop still receives
 // slots in order (and skips those it applied already).
 const (
-	// applyBacklogBatchesMax bounds the items (one Ready's committed
-	// entries, or one install) waiting for room in the apply queue.
+	// applyBacklogBatchesMax bounds the items (committed entries of one
+	// or more Readys, or one install) waiting for room in the apply queue.
 	applyBacklogBatchesMax = 4096
-	// applyBacklogBytesMax bounds the bytes of their commands.
+	// applyBacklogMergeEntriesMax bounds the entries of one merged item.
+	applyBacklogMergeEntriesMax = 1024
+	// applyBacklogBytesMax bounds their bytes (itemBytes).
 	applyBacklogBytesMax = 64 << 20
+	// applyBacklogEntryBytes and applyBacklogCmdBytes are what an entry
+	// (paxos.Entry) and a command's slice header cost beside the
+	// command's bytes.
+	applyBacklogEntryBytes = 64
+	applyBacklogCmdBytes   = 24
 	// applyBacklogHoldBatches and applyBacklogHoldBytes: at either, a
 	// leader takes no new writes until the apply loop catches up.
 	applyBacklogHoldBatches = applyBacklogBatchesMax / 2
@@ -64,6 +81,8 @@ type applyBacklog struct {
 	// maxWaiting is the most items that ever waited (a high-water mark
 	// for tests and the status page).
 	maxWaiting atomic.Int64
+	// maxBytes is the most bytes (itemBytes) that ever waited.
+	maxBytes atomic.Int64
 }
 
 // backlogItem is one apply-queue item, its command bytes and the slot it
@@ -74,11 +93,12 @@ type backlogItem struct {
 	through paxos.Slot
 }
 
-// itemBytes is the command bytes of it (what the backlog's byte bound
-// counts).
+// itemBytes is what the backlog's byte bound counts for it: its
+// commands' bytes and what holds them.
 func itemBytes(it applyItem) int64 {
-	n := int64(0)
+	n := int64(len(it.entries)) * applyBacklogEntryBytes
 	for i := range it.entries {
+		n += int64(len(it.entries[i].Cmds)) * applyBacklogCmdBytes
 		for _, c := range it.entries[i].Cmds {
 			n += int64(len(c))
 		}
@@ -93,7 +113,7 @@ func itemBytes(it applyItem) int64 {
 // false when the replica stopped meanwhile.
 func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
 	b := &r.applyBacklog
-	if (len(b.items) == 0 || testingBacklogOvertaken) && !testingApplyQueueBlocks {
+	if (len(b.items) == 0 || testingBacklogOvertaken) && !TestingApplyQueueBlocks {
 		select {
 		case r.applyC <- it:
 			r.handedToApply(through)
@@ -102,7 +122,7 @@ func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
 		}
 	}
 	n := itemBytes(it)
-	if testingApplyQueueBlocks || len(b.items) >= applyBacklogBatchesMax || (len(b.items) > 0 && b.bytes+n > applyBacklogBytesMax) {
+	if TestingApplyQueueBlocks || len(b.items) >= applyBacklogBatchesMax || (len(b.items) > 0 && b.bytes+n > applyBacklogBytesMax) {
 		for len(b.items) > 0 {
 			select {
 			case r.applyC <- b.items[0].it:
@@ -119,13 +139,31 @@ func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
 			return false
 		}
 	}
-	b.items = append(b.items, backlogItem{it: it, bytes: n, through: through})
 	b.bytes += n
+	if b.bytes > b.maxBytes.Load() {
+		b.maxBytes.Store(b.bytes)
+	}
+	if last := len(b.items) - 1; last >= 0 && mergeable(b.items[last].it, it) {
+		// The head is never in flight here: the loop's select sends a
+		// copy taken before this input, and takes a new one after it.
+		b.items[last].it.entries = append(b.items[last].it.entries, it.entries...)
+		b.items[last].bytes += n
+		b.items[last].through = through
+		return true
+	}
+	b.items = append(b.items, backlogItem{it: it, bytes: n, through: through})
 	b.waiting.Store(int64(len(b.items)))
 	if int64(len(b.items)) > b.maxWaiting.Load() {
 		b.maxWaiting.Store(int64(len(b.items)))
 	}
 	return true
+}
+
+// mergeable says whether next's entries may join prev in one backlog
+// item: both committed entries (an install stands alone), within
+// applyBacklogMergeEntriesMax.
+func mergeable(prev, next applyItem) bool {
+	return prev.install == nil && next.install == nil && len(prev.entries)+len(next.entries) <= applyBacklogMergeEntriesMax
 }
 
 // handedToApply records that the apply queue holds everything through
@@ -217,11 +255,6 @@ func (r *Replica) flushApplyBacklog() {
 		}
 	}
 }
-
-// testingApplyQueueBlocks, planted, makes the consensus loop wait for room
-// in the apply queue as it did before the backlog (TestSlowApplyKeepsLeader
-// proves its test catches it).
-var testingApplyQueueBlocks bool
 
 // testingBacklogOvertaken, planted, lets a batch into the apply queue
 // ahead of the backlog's whenever the queue has room

@@ -27,39 +27,63 @@ func slotItem(s paxos.Slot, n int) applyItem {
 	return applyItem{entries: []paxos.Entry{{Slot: s, Type: paxos.EntryNormal, Cmds: [][]byte{make([]byte, n)}}}}
 }
 
+// installItem is a snapshot install at slot s (never merged).
+func installItem(s paxos.Slot) applyItem {
+	return applyItem{install: &paxos.SnapshotMeta{Slot: s}}
+}
+
+// slotItemOverheadBytes is what itemBytes counts for slotItem(s, n)
+// beyond its n bytes.
+const slotItemOverheadBytes = applyBacklogEntryBytes + applyBacklogCmdBytes
+
+// queueTaker receives from r's apply queue and records the slots it got,
+// entry by entry (an install as its slot).
+type queueTaker struct {
+	r   *Replica
+	got []paxos.Slot
+}
+
+func (q *queueTaker) take() {
+	it := <-q.r.applyC
+	if it.install != nil {
+		q.got = append(q.got, it.install.Slot)
+		return
+	}
+	for _, e := range it.entries {
+		q.got = append(q.got, e.Slot)
+	}
+}
+
 // TestApplyBacklogOrderAndBounds holds the backlog to its contract
 // (apply_backlog.go): the consensus loop never waits while the backlog
-// has room, items reach the apply queue in order whichever path they take,
-// a leader holds new writes past half of either bound, and a full backlog
-// (batches or bytes) waits for the apply queue, in order.
+// has room, slots reach the apply queue in order whichever path they
+// take, consecutive batches merge into one item (an install stands
+// alone), a leader holds new writes past half of either bound, and a
+// full backlog (items or bytes) waits for the apply queue, in order.
 func TestApplyBacklogOrderAndBounds(t *testing.T) {
-	if got := backlogOrder(t); !inOrder(got) {
+	if got := backlogOrder(t); !inOrder(got, 6) {
 		t.Fatalf("the apply queue received slots %v, want 1..6 in order", got)
 	}
 	testingBacklogOvertaken = true
 	planted := backlogOrder(t)
 	testingBacklogOvertaken = false
-	if inOrder(planted) {
+	if inOrder(planted, 6) {
 		t.Fatalf("planted (a batch overtakes the backlog): the apply queue still received %v in order; the check cannot see it", planted)
 	}
 
-	var got []paxos.Slot
+	// The hold line by items (installs, which do not merge); crossing
+	// back releases it; a follower never holds.
 	r := backlogReplica(1)
-	take := func() {
-		it := <-r.applyC
-		got = append(got, it.entries[0].Slot)
-	}
-	// The hold line, by batches and by bytes; crossing back releases it.
-	r.toApply(slotItem(1, 1), 1) // the queue
+	r.toApply(installItem(1), 1) // the queue
 	for s := paxos.Slot(2); s <= applyBacklogHoldBatches; s++ {
-		r.toApply(slotItem(s, 1), s)
+		r.toApply(installItem(s), s)
 	}
 	if r.applyBacklogHolds() {
-		t.Fatalf("leader holds writes with %d batches waiting, below the line %d", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
+		t.Fatalf("leader holds writes with %d items waiting, below the line %d", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
 	}
-	r.toApply(slotItem(applyBacklogHoldBatches+1, 1), applyBacklogHoldBatches+1)
+	r.toApply(installItem(applyBacklogHoldBatches+1), applyBacklogHoldBatches+1)
 	if !r.applyBacklogHolds() || r.applyBacklog.holds.Load() != 1 {
-		t.Fatalf("leader takes writes with %d batches waiting (line %d)", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
+		t.Fatalf("leader takes writes with %d items waiting (line %d)", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
 	}
 	<-r.applyC
 	r.drainApplyBacklog()
@@ -68,63 +92,78 @@ func TestApplyBacklogOrderAndBounds(t *testing.T) {
 	}
 	r.status.Store(&paxos.Status{Role: paxos.RoleFollower})
 	for s := paxos.Slot(applyBacklogHoldBatches + 2); s < applyBacklogBatchesMax; s++ {
-		r.toApply(slotItem(s, 1), s)
+		r.toApply(installItem(s), s)
 	}
 	if r.holdProposals() {
 		t.Fatal("a follower holds writes: it has none to hold, and must take them to refuse them")
 	}
 
+	// The hold line by bytes; batches merge into one item.
 	r = backlogReplica(1)
-	r.toApply(slotItem(1, 1), 1)
-	r.toApply(slotItem(2, applyBacklogHoldBytes-1), 2)
+	r.toApply(slotItem(1, 1), 1) // the queue
+	r.toApply(slotItem(2, applyBacklogHoldBytes-2*slotItemOverheadBytes-1), 2)
 	if r.applyBacklogHolds() {
-		t.Fatal("leader holds writes below the byte line")
+		t.Fatalf("leader holds writes with %d bytes waiting, below the byte line %d", r.applyBacklog.bytes, applyBacklogHoldBytes)
 	}
 	r.toApply(slotItem(3, 1), 3)
-	if !r.applyBacklogHolds() {
+	if !r.applyBacklogHolds() || r.applyBacklog.bytes != applyBacklogHoldBytes {
 		t.Fatalf("leader takes writes with %d bytes waiting (line %d)", r.applyBacklog.bytes, applyBacklogHoldBytes)
 	}
+	if n := r.applyBacklog.waiting.Load(); n != 1 {
+		t.Fatalf("slots 2 and 3 wait in %d items, want 1 (merged)", n)
+	}
 
-	// Full by bytes: the next item waits for the apply queue, and the
+	// Full by bytes: the next batch waits for the apply queue, and the
 	// backlog goes first.
-	r.toApply(slotItem(4, applyBacklogBytesMax-int(r.applyBacklog.bytes)), 4) // exactly full
+	r.toApply(slotItem(4, applyBacklogBytesMax-int(r.applyBacklog.bytes)-slotItemOverheadBytes), 4) // exactly full
+	if r.applyBacklog.bytes != applyBacklogBytesMax {
+		t.Fatalf("backlog holds %d bytes, want exactly %d", r.applyBacklog.bytes, applyBacklogBytesMax)
+	}
 	done := make(chan bool)
 	go func() { done <- r.toApply(slotItem(5, 1), 5) }()
 	select {
 	case <-done:
-		t.Fatal("an item past the byte bound was taken without waiting")
+		t.Fatal("a batch past the byte bound was taken without waiting")
 	case <-time.After(50 * time.Millisecond):
 	}
-	got = got[:0]
-	for len(got) < 5 {
-		take()
+	q := &queueTaker{r: r}
+	for len(q.got) < 5 {
+		q.take()
 	}
 	if ok := <-done; !ok {
 		t.Fatal("toApply stopped")
 	}
-	for i, s := range got {
-		if s != paxos.Slot(i+1) {
-			t.Fatalf("past the byte bound the apply queue received %v, want 1..5", got)
-		}
+	if !inOrder(q.got, 5) {
+		t.Fatalf("past the byte bound the apply queue received %v, want 1..5", q.got)
 	}
 
-	// Full by batches: the same, and a stop ends the wait.
+	// A merged item holds at most applyBacklogMergeEntriesMax entries.
+	r = backlogReplica(1)
+	for s := paxos.Slot(1); s <= applyBacklogMergeEntriesMax+2; s++ {
+		r.toApply(slotItem(s, 1), s)
+	}
+	if n := r.applyBacklog.waiting.Load(); n != 2 || len(r.applyBacklog.items[0].it.entries) != applyBacklogMergeEntriesMax {
+		t.Fatalf("%d batches of one slot after the queue's: %d items, the first of %d entries; want 2, %d",
+			applyBacklogMergeEntriesMax+1, n, len(r.applyBacklog.items[0].it.entries), applyBacklogMergeEntriesMax)
+	}
+
+	// Full by items: the same, and a stop ends the wait.
 	r = backlogReplica(1)
 	for s := paxos.Slot(1); s <= applyBacklogBatchesMax+1; s++ {
-		r.toApply(slotItem(s, 1), s)
+		r.toApply(installItem(s), s)
 	}
 	go func() { done <- r.toApply(slotItem(applyBacklogBatchesMax+2, 1), applyBacklogBatchesMax+2) }()
 	select {
 	case <-done:
-		t.Fatal("an item past the batch bound was taken without waiting")
+		t.Fatal("a batch past the item bound was taken without waiting")
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(r.stop)
 	if ok := <-done; ok {
 		t.Fatal("toApply waiting on a full backlog did not see the stop")
 	}
-	fmt.Printf("apply backlog: order kept through queue and backlog (planted overtaking: %v, caught); hold at %d batches or %d bytes; waits past %d batches or %d bytes\n",
-		planted, applyBacklogHoldBatches, applyBacklogHoldBytes, applyBacklogBatchesMax, applyBacklogBytesMax)
+	fmt.Printf("apply backlog: order kept through queue and backlog (planted overtaking: %v, caught); batches merge up to %d entries; hold at %d items or %d bytes; waits past %d items or %d bytes\n",
+		planted, applyBacklogMergeEntriesMax, applyBacklogHoldBatches, applyBacklogHoldBytes, applyBacklogBatchesMax, applyBacklogBytesMax)
 }
 
 // backlogOrder feeds slots 1..6 through an apply queue of two with room
@@ -132,43 +171,40 @@ func TestApplyBacklogOrderAndBounds(t *testing.T) {
 // the queue received them in.
 func backlogOrder(t *testing.T) []paxos.Slot {
 	r := backlogReplica(2)
-	var got []paxos.Slot
-	take := func() {
-		it := <-r.applyC
-		got = append(got, it.entries[0].Slot)
-	}
-	// Two fit the queue; the next ones wait in the backlog without
-	// blocking.
+	q := &queueTaker{r: r}
+	// Two fit the queue; the next ones wait in the backlog, merged,
+	// without blocking.
 	for s := paxos.Slot(1); s <= 5; s++ {
 		if !r.toApply(slotItem(s, 10), s) {
 			t.Fatal("toApply stopped")
 		}
 	}
-	if n := r.applyBacklog.waiting.Load(); !testingBacklogOvertaken && (n != 3 || r.applyBacklog.bytes != 30) {
-		t.Fatalf("backlog holds %d items, %d bytes; want 3, 30", n, r.applyBacklog.bytes)
+	if n := r.applyBacklog.waiting.Load(); !testingBacklogOvertaken && (n != 1 || r.applyBacklog.bytes != 3*(10+slotItemOverheadBytes)) {
+		t.Fatalf("backlog holds %d items, %d bytes; want 1, %d", n, r.applyBacklog.bytes, 3*(10+slotItemOverheadBytes))
 	}
-	// Room in the queue must not let a later item overtake the backlog.
-	take()
+	// Room in the queue must not let a later batch overtake the backlog.
+	q.take()
 	if !r.toApply(slotItem(6, 10), 6) {
 		t.Fatal("toApply stopped")
 	}
 	for len(r.applyC) > 0 || r.applyBacklog.waiting.Load() > 0 {
-		take()
+		q.take()
 		r.drainApplyBacklog()
 	}
 	if r.applyBacklog.bytes != 0 || r.applyBacklog.items != nil {
 		t.Fatalf("drained backlog holds %d bytes, %d items", r.applyBacklog.bytes, len(r.applyBacklog.items))
 	}
-	return got
+	return q.got
 }
 
-func inOrder(slots []paxos.Slot) bool {
+// inOrder says whether slots are 1..n.
+func inOrder(slots []paxos.Slot, n int) bool {
 	for i, s := range slots {
 		if s != paxos.Slot(i+1) {
 			return false
 		}
 	}
-	return len(slots) == 6
+	return len(slots) == n
 }
 
 // slowApplyDelay is the injected stall of the leader's apply loop in
@@ -183,7 +219,7 @@ const slowApplyDelay = 2500 * time.Millisecond
 // waiting for answers). The consensus loop parks the committed batches
 // the apply queue has no room for in the backlog and goes on sending
 // heartbeats: no node sees another ballot, and every write acknowledged
-// is read back. Planted (testingApplyQueueBlocks: the loop waits for the
+// is read back. Planted (TestingApplyQueueBlocks: the loop waits for the
 // apply queue, as before the backlog), the same run loses its leader.
 func TestSlowApplyKeepsLeader(t *testing.T) {
 	res := slowApplyRun(t, false)
@@ -200,24 +236,25 @@ func TestSlowApplyKeepsLeader(t *testing.T) {
 	if res.acked == 0 {
 		t.Fatal("no write was acknowledged")
 	}
-	testingApplyQueueBlocks = true
-	t.Cleanup(func() { testingApplyQueueBlocks = false })
+	TestingApplyQueueBlocks = true
+	t.Cleanup(func() { TestingApplyQueueBlocks = false })
 	planted := slowApplyRun(t, true)
-	testingApplyQueueBlocks = false
+	TestingApplyQueueBlocks = false
 	caught := planted.ballots > 0
-	fmt.Printf("slow apply: delay_ms=%d leader_changes=%d backlog_max_batches=%d holds=%d acked=%d lost=%d; planted (the loop waits for the apply queue): leader_changes=%d caught=%v\n",
-		slowApplyDelay.Milliseconds(), res.ballots, res.backlogMax, res.holds, res.acked, res.lost, planted.ballots, caught)
+	fmt.Printf("slow apply: delay_ms=%d leader_changes=%d backlog_max_items=%d backlog_max_kib=%d holds=%d acked=%d lost=%d; planted (the loop waits for the apply queue): leader_changes=%d caught=%v\n",
+		slowApplyDelay.Milliseconds(), res.ballots, res.backlogMax, res.backlogBytes>>10, res.holds, res.acked, res.lost, planted.ballots, caught)
 	if !caught {
 		t.Errorf("planted: the loop waited for the apply queue and the leader kept its ballot: the test cannot see heartbeats held behind the apply loop")
 	}
 }
 
 type slowApplyResult struct {
-	ballots    int   // ballots seen beyond the first
-	backlogMax int64 // the most batches the leader's backlog held
-	holds      uint64
-	acked      int
-	lost       int
+	ballots      int   // ballots seen beyond the first
+	backlogMax   int64 // the most items the leader's backlog held
+	backlogBytes int64 // the most bytes it held
+	holds        uint64
+	acked        int
+	lost         int
 }
 
 // slowApplyRun runs TestSlowApplyKeepsLeader's scenario once; planted
@@ -275,7 +312,8 @@ func slowApplyRun(t *testing.T, planted bool) slowApplyResult {
 	close(stop)
 	wg.Wait()
 	res := slowApplyResult{ballots: len(seen) - 1, backlogMax: c.nodes[ld].r.applyBacklog.maxWaiting.Load(),
-		holds: c.nodes[ld].r.applyBacklog.holds.Load(), acked: len(acked)}
+		backlogBytes: c.nodes[ld].r.applyBacklog.maxBytes.Load(),
+		holds:        c.nodes[ld].r.applyBacklog.holds.Load(), acked: len(acked)}
 	if planted {
 		return res
 	}

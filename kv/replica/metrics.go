@@ -133,8 +133,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "synod_consensus_auth_refused_total", Help: "Consensus datagrams, side-channel and snapshot-transfer connections refused by authentication (forged, wrong secret, other cluster, replayed, addressed to another node, or unproven past their first-frame deadline)."}),
 		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "synod_overload_shed_total", Help: "Client requests refused THROTTLED by the overload guard, by priority class."}, []string{"class"}),
-		ApplyBacklog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_apply_backlog_batches",
-			Help: "Committed batches waiting for room in the apply queue (the consensus loop goes on meanwhile)."}),
+		ApplyBacklog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_apply_backlog_items",
+			Help: "Items (committed batches, consecutive ones merged) waiting for room in the apply queue; the consensus loop goes on meanwhile."}),
 		ApplyBacklogHolds: prometheus.NewCounter(prometheus.CounterOpts{Name: "synod_apply_backlog_holds_total",
 			Help: "Times this leader stopped taking new writes because its apply backlog passed half its bound."}),
 		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "synod_is_leader", Help: "1 while this replica is the leader, else 0."}),

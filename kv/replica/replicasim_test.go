@@ -1017,7 +1017,7 @@ func TestReplicaSim(t *testing.T) {
 		n, sum.ops, sum.pauses, sum.restarts, sum.stalls, sum.lagged, sum.leaseChecks, len(sum.failed))
 	fmt.Printf("replicasim own persists: persister_runs=%d slow_persists=%d\n", sum.ownPersists, sum.persistStalls)
 	fmt.Printf("replicasim full logs: faults=%d own_waits=%d ready_stalls=%d\n", sum.logFulls, sum.ownWaits, sum.readyStalls)
-	fmt.Printf("replicasim apply backlog: node_runs_backlogged=%d max_batches=%d\n", sum.backlogged, sum.backlogMax)
+	fmt.Printf("replicasim apply backlog: node_runs_backlogged=%d max_items=%d\n", sum.backlogged, sum.backlogMax)
 	if n >= 100 && sum.backlogged == 0 {
 		t.Error("no node's apply backlog held a batch: the seeds did not exercise apply_backlog.go")
 	}

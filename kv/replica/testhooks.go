@@ -26,6 +26,12 @@ var (
 	// is released as soon as its read index is known, before the apply
 	// loop has reached it.
 	TestingReadBeforeApplied bool
+	// TestingApplyQueueBlocks plants the loop before the apply backlog
+	// (apply_backlog.go): the consensus loop waits for room in the apply
+	// queue, so a stalled apply loop stops its heartbeats and its commits
+	// once 256 batches queue (TestSlowApplyKeepsLeader, e2e
+	// TestFollowerApplyStallKeepsItsLoop).
+	TestingApplyQueueBlocks bool
 )
 
 // testingDelayAfterControl, set by a test, makes the consensus loop sleep
