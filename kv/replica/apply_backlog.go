@@ -2,6 +2,7 @@ package replica
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"synod/paxos"
 )
@@ -56,10 +57,10 @@ const (
 	// applyBacklogBytesMax bounds their bytes (itemBytes).
 	applyBacklogBytesMax = 64 << 20
 	// applyBacklogEntryBytes and applyBacklogCmdBytes are what an entry
-	// (paxos.Entry) and a command's slice header cost beside the
-	// command's bytes.
-	applyBacklogEntryBytes = 64
-	applyBacklogCmdBytes   = 24
+	// (a paxos.Entry: 72 bytes on 64-bit machines) and a command's slice
+	// header (24) cost beside the command's bytes.
+	applyBacklogEntryBytes = int64(unsafe.Sizeof(paxos.Entry{}))
+	applyBacklogCmdBytes   = int64(unsafe.Sizeof([]byte(nil)))
 	// applyBacklogHoldBatches and applyBacklogHoldBytes: at either, a
 	// leader takes no new writes until the apply loop catches up.
 	applyBacklogHoldBatches = applyBacklogBatchesMax / 2

@@ -34,7 +34,7 @@ func installItem(s paxos.Slot) applyItem {
 
 // slotItemOverheadBytes is what itemBytes counts for slotItem(s, n)
 // beyond its n bytes.
-const slotItemOverheadBytes = applyBacklogEntryBytes + applyBacklogCmdBytes
+const slotItemOverheadBytes = int(applyBacklogEntryBytes + applyBacklogCmdBytes)
 
 // queueTaker receives from r's apply queue and records the slots it got,
 // entry by entry (an install as its slot).
@@ -179,7 +179,7 @@ func backlogOrder(t *testing.T) []paxos.Slot {
 			t.Fatal("toApply stopped")
 		}
 	}
-	if n := r.applyBacklog.waiting.Load(); !testingBacklogOvertaken && (n != 1 || r.applyBacklog.bytes != 3*(10+slotItemOverheadBytes)) {
+	if n := r.applyBacklog.waiting.Load(); !testingBacklogOvertaken && (n != 1 || r.applyBacklog.bytes != int64(3*(10+slotItemOverheadBytes))) {
 		t.Fatalf("backlog holds %d items, %d bytes; want 1, %d", n, r.applyBacklog.bytes, 3*(10+slotItemOverheadBytes))
 	}
 	// Room in the queue must not let a later batch overtake the backlog.
