@@ -68,22 +68,20 @@ const (
 )
 
 // applyBacklog is what the apply queue had no room for (consensus loop
-// only, except the atomics, which the accel early path, Status and the
-// metrics read).
+// only, except the atomics, which the accel early path and the tests
+// read).
 type applyBacklog struct {
 	items []backlogItem
 	bytes int64
-	// waiting is len(items); holding is set while a leader takes no new
-	// writes because of the backlog (applyBacklogHold*).
+	// holding is set while a leader takes no new writes because of the
+	// backlog (applyBacklogHold*).
+	holding bool
+	// waiting is len(items), for the accel early path.
 	waiting atomic.Int64
-	holding atomic.Bool
-	// holds counts the times the backlog crossed its hold line.
-	holds atomic.Uint64
-	// maxWaiting is the most items that ever waited (a high-water mark
-	// for tests and the status page).
+	// maxWaiting and maxBytes are the most items and bytes (itemBytes)
+	// that ever waited: high-water marks for the tests.
 	maxWaiting atomic.Int64
-	// maxBytes is the most bytes (itemBytes) that ever waited.
-	maxBytes atomic.Int64
+	maxBytes   atomic.Int64
 }
 
 // backlogItem is one apply-queue item, its command bytes and the slot it
@@ -124,13 +122,8 @@ func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
 	}
 	n := itemBytes(it)
 	if TestingApplyQueueBlocks || len(b.items) >= applyBacklogBatchesMax || (len(b.items) > 0 && b.bytes+n > applyBacklogBytesMax) {
-		for len(b.items) > 0 {
-			select {
-			case r.applyC <- b.items[0].it:
-				r.popBacklog()
-			case <-r.stop:
-				return false
-			}
+		if !r.waitApplyBacklog(r.stop) {
+			return false
 		}
 		select {
 		case r.applyC <- it:
@@ -153,11 +146,20 @@ func (r *Replica) toApply(it applyItem, through paxos.Slot) bool {
 		return true
 	}
 	b.items = append(b.items, backlogItem{it: it, bytes: n, through: through})
-	b.waiting.Store(int64(len(b.items)))
-	if int64(len(b.items)) > b.maxWaiting.Load() {
-		b.maxWaiting.Store(int64(len(b.items)))
-	}
+	r.backlogChanged()
 	return true
+}
+
+// backlogChanged publishes the backlog's length (waiting, its high-water
+// mark and the gauge) after an item joined or left it.
+func (r *Replica) backlogChanged() {
+	b := &r.applyBacklog
+	n := int64(len(b.items))
+	b.waiting.Store(n)
+	if n > b.maxWaiting.Load() {
+		b.maxWaiting.Store(n)
+	}
+	r.metrics.ApplyBacklog.Set(float64(n))
 }
 
 // mergeable says whether next's entries may join prev in one backlog
@@ -216,7 +218,7 @@ func (r *Replica) popBacklog() {
 		b.items = nil // let the array go
 		b.bytes = 0
 	}
-	b.waiting.Store(int64(len(b.items)))
+	r.backlogChanged()
 }
 
 // applyBacklogHolds reports whether the backlog is past its hold line
@@ -224,10 +226,9 @@ func (r *Replica) popBacklog() {
 func (r *Replica) applyBacklogHolds() bool {
 	b := &r.applyBacklog
 	hold := len(b.items) >= applyBacklogHoldBatches || b.bytes >= applyBacklogHoldBytes
-	if hold != b.holding.Load() {
-		b.holding.Store(hold)
+	if hold != b.holding {
+		b.holding = hold
 		if hold {
-			b.holds.Add(1)
 			r.metrics.ApplyBacklogHolds.Inc()
 			r.log.Warn().Int("batches", len(b.items)).Int64("bytes", b.bytes).
 				Msg("the apply loop is behind: this leader takes no new writes until it catches up")
@@ -244,17 +245,23 @@ func (r *Replica) applyBacklogHolds() bool {
 // apply loop never ran (the simulator drives its steps itself) or ended
 // (it could not pin its CPU).
 func (r *Replica) flushApplyBacklog() {
-	if r.applyExited == nil {
-		return
+	if r.applyExited != nil {
+		r.waitApplyBacklog(r.applyExited)
 	}
+}
+
+// waitApplyBacklog hands the whole backlog to the apply queue in order,
+// waiting for room, until it is empty (true) or done is closed (false).
+func (r *Replica) waitApplyBacklog(done <-chan struct{}) bool {
 	for len(r.applyBacklog.items) > 0 {
 		select {
 		case r.applyC <- r.applyBacklog.items[0].it:
 			r.popBacklog()
-		case <-r.applyExited:
-			return
+		case <-done:
+			return false
 		}
 	}
+	return true
 }
 
 // testingBacklogOvertaken, planted, lets a batch into the apply queue

@@ -82,7 +82,7 @@ func TestApplyBacklogOrderAndBounds(t *testing.T) {
 		t.Fatalf("leader holds writes with %d items waiting, below the line %d", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
 	}
 	r.toApply(installItem(applyBacklogHoldBatches+1), applyBacklogHoldBatches+1)
-	if !r.applyBacklogHolds() || r.applyBacklog.holds.Load() != 1 {
+	if !r.applyBacklogHolds() || counterValue(r.metrics.ApplyBacklogHolds) != 1 {
 		t.Fatalf("leader takes writes with %d items waiting (line %d)", r.applyBacklog.waiting.Load(), applyBacklogHoldBatches)
 	}
 	<-r.applyC
@@ -313,7 +313,7 @@ func slowApplyRun(t *testing.T, planted bool) slowApplyResult {
 	wg.Wait()
 	res := slowApplyResult{ballots: len(seen) - 1, backlogMax: c.nodes[ld].r.applyBacklog.maxWaiting.Load(),
 		backlogBytes: c.nodes[ld].r.applyBacklog.maxBytes.Load(),
-		holds:        c.nodes[ld].r.applyBacklog.holds.Load(), acked: len(acked)}
+		holds:        uint64(counterValue(c.nodes[ld].r.metrics.ApplyBacklogHolds)), acked: len(acked)}
 	if planted {
 		return res
 	}

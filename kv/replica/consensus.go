@@ -346,7 +346,6 @@ func (r *Replica) publishStatus() {
 		r.accel.registers(&s)
 	}
 	r.metrics.setStatus(&s)
-	r.metrics.ApplyBacklog.Set(float64(len(r.applyBacklog.items)))
 	if s.Leader != ls.lastLeader {
 		r.metrics.LeaderChanges.Inc()
 		r.log.Info().Uint64("leader", uint64(s.Leader)).Uint64("round", s.Promised.Round).Msg("leader changed")
