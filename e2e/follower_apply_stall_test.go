@@ -79,13 +79,7 @@ func followerApplyStallRun(t *testing.T, planted bool) followerStallResult {
 	} else {
 		c = newCluster(t, 3)
 	}
-	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
-	defer cl.Close()
-	ctx, cancel := ctxTimeout(killOpTimeout)
-	if err := cl.Put(ctx, []byte("warm"), []byte("up")); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
+	cl := warmClient(t, c)
 	ld := c.leader()
 	var f *node
 	for _, nd := range c.nodes {

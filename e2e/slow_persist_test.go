@@ -26,13 +26,7 @@ const slowPersistDelay = time.Second
 // then every acknowledged one is there.
 func TestSlowLeaderPersist(t *testing.T) {
 	c := newCluster(t, 3)
-	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
-	defer cl.Close()
-	ctx, cancel := ctxTimeout(killOpTimeout)
-	if err := cl.Put(ctx, []byte("warm"), []byte("up")); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
+	cl := warmClient(t, c)
 	ld := c.leader()
 	w := watchLeadership(t, c, ld)
 
@@ -175,4 +169,19 @@ func (w *leadershipWatch) stop() int {
 
 func (w *leadershipWatch) String() string {
 	return fmt.Sprintf("ballots %v, leaders %v, node %d now %s", w.ballots, w.leaders, w.ld.id, w.role)
+}
+
+// warmClient dials c with the leader-kill workload's timeouts and writes
+// once through it, so a leader is elected and serving; the client closes
+// with the test.
+func warmClient(t *testing.T, c *cluster) *client.Client {
+	t.Helper()
+	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
+	t.Cleanup(func() { cl.Close() })
+	ctx, cancel := ctxTimeout(killOpTimeout)
+	defer cancel()
+	if err := cl.Put(ctx, []byte("warm"), []byte("up")); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

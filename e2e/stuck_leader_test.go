@@ -32,13 +32,7 @@ const stuckApplyStall = 15 * time.Second
 // ends it catches up, and every acknowledged write reads back.
 func TestStuckLeaderHandsOverE2E(t *testing.T) {
 	c := newCluster(t, 3)
-	cl := dialClient(t, c.endpoints(), tenantA.token, killClientRetries)
-	defer cl.Close()
-	ctx, cancel := ctxTimeout(killOpTimeout)
-	if err := cl.Put(ctx, []byte("warm"), []byte("up")); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
+	cl := warmClient(t, c)
 	old := c.leader()
 
 	c.fault(old, url.Values{"delay_apply": {stuckApplyStall.String()}})
