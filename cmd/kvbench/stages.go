@@ -391,9 +391,11 @@ type StallOptions struct {
 	// StallThreshold is the nodes' [stall] threshold (0: kvnode's
 	// default, 20 ms).
 	StallThreshold time.Duration `json:"stall_threshold"`
-	// StallTraceOff runs the nodes without the flight recorder (stalls
-	// are still counted).
-	StallTraceOff bool `json:"stall_trace_off"`
+	// StallTrace runs the nodes' flight recorder, so stalls come with
+	// traces. Off by default, as in kvnode: the recorder's own cost shows
+	// in the tail (docs/benchmarking.md, "What the flight recorder costs
+	// the tail"); stalls are counted either way.
+	StallTrace bool `json:"stall_trace"`
 }
 
 // stallDirs remembers each path's trace directory root (set when its
@@ -420,7 +422,7 @@ func stallConfig(o *Options, p Path, i int) string {
 		fmt.Fprintf(&b, "threshold = %q\n", o.StallThreshold.String())
 	}
 	fmt.Fprintf(&b, "trace = %v\ntrace_dir = %q\ntrace_every = %q\ntrace_files_max = %d\ntrace_bytes_max = %d\n\n",
-		!o.StallTraceOff, stallTraceDir(o, p, i), stallTraceEvery.String(), stallTraceFilesMax, stallTraceBytesMax)
+		o.StallTrace, stallTraceDir(o, p, i), stallTraceEvery.String(), stallTraceFilesMax, stallTraceBytesMax)
 	return b.String()
 }
 
@@ -551,12 +553,12 @@ type stallFlags struct {
 func addStallFlags(fs *flag.FlagSet) *stallFlags {
 	f := &stallFlags{}
 	fs.DurationVar(&f.threshold, "stall-threshold", 0, "the nodes' stall threshold ([stall] threshold; 0: kvnode's default, 20ms)")
-	fs.BoolVar(&f.trace, "stall-trace", true, "run the nodes' flight recorder, so each stall comes with a trace under --out/stalls")
+	fs.BoolVar(&f.trace, "stall-trace", false, "run the nodes' flight recorder, so each stall comes with a trace under --out/stalls (off, as in kvnode: it costs the tail)")
 	return f
 }
 
 // apply sets o's stall options from the parsed flags.
 func (f *stallFlags) apply(o *Options) {
 	o.StallThreshold = f.threshold
-	o.StallTraceOff = !f.trace
+	o.StallTrace = f.trace
 }

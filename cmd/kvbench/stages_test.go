@@ -139,19 +139,19 @@ func TestSeriesLabelsRefusesMalformed(t *testing.T) {
 }
 
 // TestStallConfigRendersTable checks the [stall] table kvbench gives its
-// nodes: threshold only when set, trace off when asked, the directory
+// nodes: threshold only when set, trace off unless asked, the directory
 // under --out.
 func TestStallConfigRendersTable(t *testing.T) {
 	o := &Options{OutDir: t.TempDir()}
 	p := Path{Name: "shm"}
 	s := stallConfig(o, p, 2)
-	if strings.Contains(s, "threshold") || !strings.Contains(s, "trace = true") || !strings.Contains(s, "node2") {
+	if strings.Contains(s, "threshold") || !strings.Contains(s, "trace = false") || !strings.Contains(s, "node2") {
 		t.Errorf("default table:\n%s", s)
 	}
-	o.StallThreshold, o.StallTraceOff = 5e6, true
+	o.StallThreshold, o.StallTrace = 5e6, true
 	s = stallConfig(o, p, 1)
-	if !strings.Contains(s, `threshold = "5ms"`) || !strings.Contains(s, "trace = false") {
-		t.Errorf("threshold 5ms, trace off:\n%s", s)
+	if !strings.Contains(s, `threshold = "5ms"`) || !strings.Contains(s, "trace = true") {
+		t.Errorf("threshold 5ms, trace on:\n%s", s)
 	}
 }
 

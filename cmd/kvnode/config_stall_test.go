@@ -21,7 +21,7 @@ func stallConfig(t *testing.T, body string) []byte {
 
 func TestStallParse(t *testing.T) {
 	c, err := parseConfig(stallConfig(t, `threshold = "5ms"
-trace = false
+trace = true
 trace_dir = "/var/tmp/stalls"
 trace_files_max = 4
 trace_bytes_max = 67108864
@@ -31,18 +31,19 @@ trace_window = "3s"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := stall.Config{Threshold: 5 * time.Millisecond, Recorder: false, Dir: "/var/tmp/stalls", FilesMax: 4, BytesMax: 64 << 20,
+	want := stall.Config{Threshold: 5 * time.Millisecond, Recorder: true, Dir: "/var/tmp/stalls", FilesMax: 4, BytesMax: 64 << 20,
 		Every: time.Second, Window: 3 * time.Second}
 	if got := c.Stall.cfg; got.Now != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("stall config\n got %+v\nwant %+v", got, want)
 	}
-	// Absent: the defaults, traces under the data directory.
+	// Absent: the defaults, traces under the data directory, and no
+	// flight recorder (stallTraceDefault: it costs the tail).
 	c, err = parseConfig([]byte(readExample(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := c.Stall.cfg.WithDefaults()
-	if c.Stall.off || got.Threshold != stall.ThresholdDefault || got.Recorder != stallTraceDefault ||
+	if c.Stall.off || got.Threshold != stall.ThresholdDefault || got.Recorder || stallTraceDefault ||
 		got.Dir != filepath.Join(c.DataDir, "stalls") || got.FilesMax != stall.FilesMaxDefault {
 		t.Fatalf("defaults: %+v", got)
 	}
