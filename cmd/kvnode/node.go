@@ -287,6 +287,7 @@ func runNode(cfg *Config) error {
 
 	mux := adminMux(rep, promReg, faults, cfg.FaultInjection)
 	mux.Handle(snapshotPath, snapshotHandler(rep, store, cfg.ClusterID, log)) // backups (snapshot.go)
+	mux.Handle(stallTracePath, stallTraceHandler(stalls, log))                // stall_trace_admin.go
 	admin, err := listenAdmin(cfg.AdminListen, cfg.adminHandler(mux, log))
 	if err != nil {
 		srv.Close()

@@ -207,7 +207,39 @@ func New(cfg Config, log zerolog.Logger) (*Detector, error) {
 func (d *Detector) Threshold() time.Duration { return d.cfg.Threshold }
 
 // Recording reports whether the flight recorder runs for this detector.
-func (d *Detector) Recording() bool { return d.rec != nil }
+func (d *Detector) Recording() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rec != nil
+}
+
+// SetRecording starts (on) or stops the flight recorder while the
+// detector runs, so an operator can take traces of a node that stalls
+// without restarting it (kvnode's POST /debug/stall_trace); cfg.Recorder
+// is only the state it starts in. A stall after the recorder started has
+// at most cfg.Window of trace before it; a snapshot being written when it
+// stops is finished first (the recorder's writeMu). It reports whether
+// the state changed; ErrClosed after Close.
+func (d *Detector) SetRecording(on bool) (changed bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return false, ErrClosed
+	case on == (d.rec != nil):
+		return false, nil
+	case on:
+		rec, err := acquireRecorder(d.cfg.Window, uint64(d.cfg.FileBytesMax()/2))
+		if err != nil {
+			return false, err
+		}
+		d.rec = rec
+	default:
+		d.rec.release()
+		d.rec = nil
+	}
+	return true, nil
+}
 
 // Collector exports synod_stall_traces_total.
 func (d *Detector) Collector() prometheus.Collector { return d.traces }
@@ -260,9 +292,10 @@ func (d *Detector) Stalled(ev Event) {
 	if why == "" {
 		d.writing, d.lastTrace = true, now
 		d.wg.Add(1)
+		rec := d.rec
 		d.mu.Unlock()
 		markTrace(mark, ev) // before the snapshot starts, so it holds the mark
-		go d.snapshot(ev, now)
+		go d.snapshot(ev, now, rec)
 		return
 	}
 	line := d.lim.event(d.log.Warn())
@@ -299,9 +332,10 @@ func markTrace(mark bool, ev Event) {
 	}
 }
 
-// snapshot writes the recorder's window to a new file and logs the stall
-// with its name.
-func (d *Detector) snapshot(ev Event, at time.Time) {
+// snapshot writes rec's window to a new file and logs the stall with its
+// name. (rec may have stopped since, SetRecording: the write then fails
+// and is counted as failed.)
+func (d *Detector) snapshot(ev Event, at time.Time, rec *recorder) {
 	defer d.wg.Done()
 	if room := d.room.Load(); room != nil {
 		if err := (*room)(d.cfg.FileBytesMax()); err != nil {
@@ -314,7 +348,7 @@ func (d *Detector) snapshot(ev Event, at time.Time) {
 			return
 		}
 	}
-	path, n, err := writeTrace(d.cfg, d.rec, ev, at)
+	path, n, err := writeTrace(d.cfg, rec, ev, at)
 	d.mu.Lock()
 	d.writing = false
 	d.mu.Unlock()
@@ -338,11 +372,12 @@ func (d *Detector) Close() error {
 		return nil
 	}
 	d.closed = true
+	rec := d.rec // fixed from here on: SetRecording refuses a closed detector
 	d.mu.Unlock()
 	d.wg.Wait()
 	d.lines.Wait()
-	if d.rec != nil {
-		d.rec.release()
+	if rec != nil {
+		rec.release()
 	}
 	return nil
 }

@@ -267,6 +267,53 @@ func TestStallsWithoutRecorder(t *testing.T) {
 	}
 }
 
+// TestSetRecordingAtRuntime: a detector started without the recorder
+// writes no trace; turned on (SetRecording), the next stall gets one;
+// turned off, the next does not again; a second call in the same state
+// changes nothing, and a closed detector refuses.
+func TestSetRecordingAtRuntime(t *testing.T) {
+	var lb logBuffer
+	clk := newFakeClock()
+	dir := t.TempDir()
+	d, err := New(Config{Dir: dir, Every: time.Second, Now: clk.now}, zerolog.New(&lb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := Event{Path: "write", Stage: "apply", Took: 30 * time.Millisecond, Slot: 5}
+	d.Stalled(ev)
+	if st := d.Stats(); d.Recording() || st.Written != 0 || st.Skipped != 1 {
+		t.Fatalf("started off: recording %v, stats %+v; want no recorder, the stall skipped", d.Recording(), st)
+	}
+	for i, want := range []bool{true, false} {
+		if changed, err := d.SetRecording(true); changed != want || err != nil {
+			t.Fatalf("SetRecording(true) #%d: changed %v, %v; want %v", i+1, changed, err, want)
+		}
+	}
+	if !d.Recording() {
+		t.Fatal("SetRecording(true): not recording")
+	}
+	busy()
+	clk.advance(2 * time.Second)
+	d.Stalled(ev)
+	waitWritten(t, d, 1)
+	if changed, err := d.SetRecording(false); !changed || err != nil || d.Recording() {
+		t.Fatalf("SetRecording(false): changed %v, %v, recording %v", changed, err, d.Recording())
+	}
+	clk.advance(2 * time.Second)
+	d.Stalled(ev)
+	if st := d.Stats(); st.Written != 1 || st.Skipped != 2 {
+		t.Fatalf("stopped again: stats %+v; want 1 trace, 2 stalls without one", st)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("%d files in the trace directory; want the one trace", len(ents))
+	}
+	d.Close()
+	if _, err := d.SetRecording(true); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetRecording after Close: %v; want ErrClosed", err)
+	}
+}
+
 // checkDirBound is the directory bound's checker: at most files trace
 // files holding at most bytes.
 func checkDirBound(dir string, files int, bytes int64) error {
