@@ -129,13 +129,7 @@ func TestBackupRestoreNewCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	appliedBefore := st.Applied
-	var follower *node
-	for _, nd := range src.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := src.other(leader)
 	// The backup is an operator's: without the admin token, 401.
 	if code, err := adminCall(leader, http.MethodGet, "/snapshot", "", nil); err != nil || code != http.StatusUnauthorized {
 		t.Fatalf("GET /snapshot without the admin token: %d %v", code, err)

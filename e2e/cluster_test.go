@@ -548,6 +548,18 @@ func (c *cluster) status(nd *node) (*nodeStatus, error) {
 	return &st, nil
 }
 
+// other returns the first of c's nodes that is not nd (a follower, when
+// nd is the leader), running or not.
+func (c *cluster) other(nd *node) *node {
+	for _, o := range c.nodes {
+		if o != nd {
+			return o
+		}
+	}
+	c.t.Fatal("a cluster of one node has no other")
+	return nil
+}
+
 // leader waits for a running node (not in except) that leads with a valid
 // lease.
 func (c *cluster) leader(except ...*node) *node {

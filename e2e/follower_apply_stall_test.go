@@ -81,13 +81,7 @@ func followerApplyStallRun(t *testing.T, planted bool) followerStallResult {
 	}
 	cl := warmClient(t, c)
 	ld := c.leader()
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != ld {
-			f = nd
-			break
-		}
-	}
+	f := c.other(ld)
 	w := watchLeadership(t, c, ld)
 
 	var (

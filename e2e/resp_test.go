@@ -96,13 +96,7 @@ func respClient(t testing.TB, addrs []string, token string, retries int) *redis.
 func TestRESPGoRedis(t *testing.T) {
 	c := newClusterWith(t, 3, "", nil, withRESP)
 	l := c.leader()
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != l {
-			f = nd
-			break
-		}
-	}
+	f := c.other(l)
 	for _, target := range []struct {
 		name string
 		nd   *node

@@ -57,13 +57,7 @@ func TestFollowerDiskReserveHoldsWrites(t *testing.T) {
 	}
 
 	// A follower restarts short of disk (by its own reserve).
-	var f *node
-	for _, nd := range c.nodes {
-		if nd != leader {
-			f = nd
-			break
-		}
-	}
+	f := c.other(leader)
 	write(f, fmt.Sprintf("[limits]\ndisk_free_min_bytes = %d\n", reserveAboveFree(t, c.dir)))
 	if err := c.term(f); err != nil {
 		t.Fatal(err)
