@@ -264,11 +264,28 @@ func (c *testCluster) stop(id paxos.NodeID) {
 	}
 }
 
-// leader waits until one running node (not in except) leads and returns it.
+// leader waits until a running node (not in except) leads and returns it:
+// of several that say they lead, the one with the highest ballot, and
+// with except, one whose ballot is above that of every excepted node that
+// leads when leader is called.
 func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
 	c.t.Helper()
+	// A node elected after an excepted node that leads now has a higher
+	// ballot than it: a majority promised that ballot and refuses lower.
+	var floor paxos.Ballot
+	for _, x := range except {
+		if n := c.nodes[x]; n != nil {
+			if st := n.r.Status(); st.Role == paxos.RoleLeader && floor.Less(st.Ballot) {
+				floor = st.Ballot
+			}
+		}
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
+		// Right after an election a deposed leader can still say it leads
+		// until it hears the higher ballot; of those that say so, the one
+		// with the highest ballot is the one a quorum follows.
+		best, bestBallot := paxos.NodeID(0), floor
 	next:
 		for id, n := range c.nodes {
 			for _, x := range except {
@@ -276,13 +293,37 @@ func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
 					continue next
 				}
 			}
-			if !n.r.stopped.Load() && n.r.Status().Role == paxos.RoleLeader {
-				return id
+			if n.r.stopped.Load() {
+				continue
 			}
+			if st := n.r.Status(); st.Role == paxos.RoleLeader && bestBallot.Less(st.Ballot) {
+				best, bestBallot = id, st.Ballot
+			}
+		}
+		if best != 0 {
+			return best
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	c.t.Fatal("no leader elected")
+	return 0
+}
+
+// servingLeader writes key=val and returns the node that served it: the
+// node a test must plant a leader's fault in. leader() alone can name a
+// deposed leader whose status has not caught up with a newer ballot.
+func (c *testCluster) servingLeader(key, val string) paxos.NodeID {
+	c.t.Helper()
+	req := putReq(key, val)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		l := c.leader()
+		if resp := c.do(l, req, 2*time.Second); resp.Status == proto.StatusOK && c.leader() == l {
+			return l
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.t.Fatalf("put %s never succeeded", key)
 	return 0
 }
 

@@ -91,8 +91,7 @@ func runInflightWedge(t *testing.T, c *testCluster, hold time.Duration, w inflig
 	for _, nd := range c.nodes {
 		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
 	}
-	old := c.leader()
-	c.put("before", "0")
+	old := c.servingLeader("before", "0")
 	base := paxos.Slot(c.nodes[old].r.Applied()) // "before"'s slot: answered once applied
 	var reach, cut paxos.NodeID
 	for id := range c.nodes {

@@ -73,8 +73,7 @@ func TestStuckLeaderHandsOver(t *testing.T) {
 	for _, nd := range c.nodes {
 		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
 	}
-	first := c.leader()
-	c.put("before", "0")
+	first := c.servingLeader("before", "0")
 
 	// stallAndWait stalls from's apply, makes it commit something (its
 	// apply loop takes the stall with it), and waits for another node to
@@ -82,6 +81,7 @@ func TestStuckLeaderHandsOver(t *testing.T) {
 	stallAndWait := func(from paxos.NodeID, stall time.Duration, key string) (paxos.NodeID, time.Duration) {
 		t.Helper()
 		began := time.Now()
+		fromBallot := c.nodes[from].r.Status().Ballot
 		c.nodes[from].r.faults.DelayNextApply(stall)
 		resp := c.do(from, putReq(key, "stuck"), time.Second)
 		if resp.Status == proto.StatusOK {
@@ -89,7 +89,8 @@ func TestStuckLeaderHandsOver(t *testing.T) {
 		}
 		for {
 			for id, nd := range c.nodes {
-				if id != from && nd.r.Status().Role == paxos.RoleLeader {
+				// A newer leader, not one deposed before from was elected.
+				if st := nd.r.Status(); id != from && st.Role == paxos.RoleLeader && fromBallot.Less(st.Ballot) {
 					return id, time.Since(began)
 				}
 			}
@@ -149,8 +150,7 @@ func TestHungPersistHandsOver(t *testing.T) {
 	for _, nd := range c.nodes {
 		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
 	}
-	old := c.leader()
-	c.put("before", "0")
+	old := c.servingLeader("before", "0")
 	c.nodes[old].r.faults.DelayNextPersist(hang)
 	began := time.Now()
 	go c.do(old, putReq("hung", "v"), hang+time.Second)
@@ -178,7 +178,7 @@ func TestHungFollowerSaysStuck(t *testing.T) {
 	for _, nd := range c.nodes {
 		nd.r.ShareDiskSpace(func() DiskSpace { return DiskSpace{FreeBytes: 1 << 30} })
 	}
-	lead := c.leader()
+	lead := c.servingLeader("first", "0")
 	var hung, third paxos.NodeID
 	for id := range c.nodes {
 		switch {
