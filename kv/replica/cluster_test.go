@@ -265,8 +265,9 @@ func (c *testCluster) stop(id paxos.NodeID) {
 }
 
 // leader waits until a running node (not in except) leads and returns it:
-// of several that say they lead, the one with the highest ballot, and
-// with except, one whose ballot is above that of every excepted node that
+// of several that say they lead, the one with the highest ballot, once a
+// majority of its voters say they promised that ballot (followed); with
+// except, one whose ballot is above that of every excepted node that
 // leads when leader is called.
 func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
 	c.t.Helper()
@@ -300,13 +301,28 @@ func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
 				best, bestBallot = id, st.Ballot
 			}
 		}
-		if best != 0 {
+		if best != 0 && c.followed(best, bestBallot) {
 			return best
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	c.t.Fatal("no leader elected")
 	return 0
+}
+
+// followed reports whether a majority of id's voters say they promised
+// ballot b, the ballot id leads with: its election is complete as they
+// see it. A node that has won but not yet said so is not named meanwhile,
+// and neither is the deposed leader that still says it leads.
+func (c *testCluster) followed(id paxos.NodeID, b paxos.Ballot) bool {
+	members := c.nodes[id].r.Status().Members
+	n := 0
+	for _, m := range members {
+		if nd := c.nodes[m]; nd != nil && nd.r.Status().Promised == b {
+			n++
+		}
+	}
+	return n > len(members)/2
 }
 
 // servingLeader writes key=val and returns the node that served it: the
