@@ -339,6 +339,7 @@ func TestAccelWedgedLoopStopsHeartbeats(t *testing.T) {
 	c := newTestClusterWith(t, func(tc *testCluster) { tc.accelOn = on })
 	c.put("before", "1")
 	l := c.leader()
+	lb := c.nodes[l].r.Status().Ballot
 	release := c.stall(l)
 	defer release()
 	wedge := time.Duration(loopWedgedElections+1) * 100 * time.Millisecond // ElectionTicks 100 x 1ms
@@ -346,7 +347,8 @@ func TestAccelWedgedLoopStopsHeartbeats(t *testing.T) {
 	for {
 		nl := paxos.NodeID(0)
 		for id, n := range c.nodes {
-			if id != l && n.r.Status().Role == paxos.RoleLeader {
+			// A leader elected after l, not one deposed before it.
+			if st := n.r.Status(); id != l && st.Role == paxos.RoleLeader && lb.Less(st.Ballot) {
 				nl = id
 			}
 		}
