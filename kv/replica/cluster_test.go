@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,31 +284,32 @@ func (c *testCluster) leader(except ...paxos.NodeID) paxos.NodeID {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		// Right after an election a deposed leader can still say it leads
-		// until it hears the higher ballot; of those that say so, the one
-		// with the highest ballot is the one a quorum follows.
-		best, bestBallot := paxos.NodeID(0), floor
-	next:
-		for id, n := range c.nodes {
-			for _, x := range except {
-				if x == id {
-					continue next
-				}
-			}
-			if n.r.stopped.Load() {
-				continue
-			}
-			if st := n.r.Status(); st.Role == paxos.RoleLeader && bestBallot.Less(st.Ballot) {
-				best, bestBallot = id, st.Ballot
-			}
-		}
-		if best != 0 && c.followed(best, bestBallot) {
+		if best, b := c.leading(floor, except...); best != 0 && c.followed(best, b) {
 			return best
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	c.t.Fatal("no leader elected")
 	return 0
+}
+
+// leading returns, of the running nodes not in except that say they lead
+// with a ballot above floor, the one with the highest ballot and that
+// ballot (0: none), without waiting. Right after an election a deposed
+// leader can still say it leads until it hears the higher ballot; of
+// those that say so, the one with the highest ballot is the one a quorum
+// follows, and a floor of an old leader's ballot names only a newer one.
+func (c *testCluster) leading(floor paxos.Ballot, except ...paxos.NodeID) (paxos.NodeID, paxos.Ballot) {
+	best, bestBallot := paxos.NodeID(0), floor
+	for id, n := range c.nodes {
+		if slices.Contains(except, id) || n.r.stopped.Load() {
+			continue
+		}
+		if st := n.r.Status(); st.Role == paxos.RoleLeader && bestBallot.Less(st.Ballot) {
+			best, bestBallot = id, st.Ballot
+		}
+	}
+	return best, bestBallot
 }
 
 // followed reports whether a majority of id's voters say they promised

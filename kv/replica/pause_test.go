@@ -345,13 +345,7 @@ func TestAccelWedgedLoopStopsHeartbeats(t *testing.T) {
 	wedge := time.Duration(loopWedgedElections+1) * 100 * time.Millisecond // ElectionTicks 100 x 1ms
 	deadline := time.Now().Add(wedge + 20*time.Second)
 	for {
-		nl := paxos.NodeID(0)
-		for id, n := range c.nodes {
-			// A leader elected after l, not one deposed before it.
-			if st := n.r.Status(); id != l && st.Role == paxos.RoleLeader && lb.Less(st.Ballot) {
-				nl = id
-			}
-		}
+		nl, _ := c.leading(lb, l) // a leader elected after l, not one deposed before it
 		if nl != 0 {
 			st, _ := c.nodes[l].r.AccelStats()
 			t.Logf("node %d leads after the leader %d wedged; the plane withheld %d heartbeat rounds", nl, l, st.WedgedHeartbeats)

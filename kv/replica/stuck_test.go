@@ -88,11 +88,9 @@ func TestStuckLeaderHandsOver(t *testing.T) {
 			t.Fatalf("a put through node %d was answered with its apply stalled", from)
 		}
 		for {
-			for id, nd := range c.nodes {
-				// A newer leader, not one deposed before from was elected.
-				if st := nd.r.Status(); id != from && st.Role == paxos.RoleLeader && fromBallot.Less(st.Ballot) {
-					return id, time.Since(began)
-				}
+			// A newer leader, not one deposed before from was elected.
+			if id, _ := c.leading(fromBallot, from); id != 0 {
+				return id, time.Since(began)
 			}
 			if time.Since(began) > stuckAfter+8*time.Second {
 				st := c.nodes[from].r
